@@ -1,0 +1,1 @@
+"""rollwire.harness_adapters."""

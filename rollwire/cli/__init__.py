@@ -1,0 +1,1 @@
+"""The ``rollwire`` command line; each subcommand lives in its own module."""

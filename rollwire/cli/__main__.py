@@ -1,0 +1,63 @@
+"""``rollwire``: build Settings once, configure logging, dispatch to a subcommand module.
+
+Each subcommand module defines ``HELP`` (one line), ``add_arguments(parser)`` and
+``run(args, settings) -> int``; heavy imports happen inside ``run`` so ``--help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from rollwire.errors import RollwireError
+
+COMMANDS: dict[str, str] = {
+    "engine": "rollwire.cli.engine",
+}
+"""Subcommand name -> module; modules are imported only to build the parser or run."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rollwire",
+        description="Train LLM agents with RL inside the harnesses they already use. "
+        "Settings also come from ROLLWIRE_* env vars (a flag beats the env var, which beats the default).",
+    )
+    parser.add_argument("--log-level", default=None, help="logging level (default INFO; env ROLLWIRE_LOG_LEVEL)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        command = sub.add_parser(name, help=module.HELP, description=module.__doc__)
+        module.add_arguments(command)
+        command.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from rollwire.logging import configure_logging
+    from rollwire.settings import Settings
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        settings = Settings()
+    except Exception as exc:  # a malformed ROLLWIRE_* variable: one readable line
+        print(f"rollwire: bad settings: {exc}".splitlines()[0], file=sys.stderr)
+        return 2
+    configure_logging(args.log_level or settings.log_level)
+    try:
+        return int(args._module.run(args, settings) or 0)
+    except RollwireError as exc:
+        print(f"rollwire {args.command}: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""The one error hierarchy; every boundary translates foreign exceptions into it.
+
+    RollwireError                 500  internal_error
+    ├── InvalidRequest            400  invalid_request_error   (param names the field)
+    ├── Unauthorized              401  authentication_error
+    ├── NotFound                  404  not_found_error
+    ├── Conflict                  409  conflict_error
+    ├── PayloadTooLarge           413  request_too_large
+    ├── StoreError                500  store_error
+    ├── UpstreamError             502  upstream_error
+    └── UpstreamTimeout           504  upstream_timeout
+
+Only the edge (an HTTP error handler, the CLI) renders one, in the shape its client expects.
+"""
+
+from __future__ import annotations
+
+
+class RollwireError(Exception):
+    """Base of every error rollwire raises on purpose."""
+
+    status_code: int = 500
+    code: str = "internal_error"
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class InvalidRequest(RollwireError):
+    status_code = 400
+    code = "invalid_request_error"
+
+
+class Unauthorized(RollwireError):
+    status_code = 401
+    code = "authentication_error"
+
+
+class NotFound(RollwireError):
+    status_code = 404
+    code = "not_found_error"
+
+
+class Conflict(RollwireError):
+    status_code = 409
+    code = "conflict_error"
+
+
+class PayloadTooLarge(RollwireError):
+    status_code = 413
+    code = "request_too_large"
+
+
+class StoreError(RollwireError):
+    status_code = 500
+    code = "store_error"
+
+
+class UpstreamError(RollwireError):
+    status_code = 502
+    code = "upstream_error"
+
+
+class UpstreamTimeout(RollwireError):
+    status_code = 504
+    code = "upstream_timeout"
+
+
+__all__ = [
+    "Conflict",
+    "InvalidRequest",
+    "NotFound",
+    "PayloadTooLarge",
+    "RollwireError",
+    "StoreError",
+    "Unauthorized",
+    "UpstreamError",
+    "UpstreamTimeout",
+]

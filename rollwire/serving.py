@@ -1,0 +1,62 @@
+"""Run an ASGI app with uvicorn on a background thread (tests, and CLIs that host several servers)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from types import TracebackType
+from typing import Any
+
+import uvicorn
+
+
+class ServerThread:
+    """``with ServerThread(app) as server: server.url`` serves ``app`` on 127.0.0.1, an ephemeral port by default."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, port))
+        self.host, self.port = self._sock.getsockname()[:2]
+        config = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=5)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._serve, name=f"uvicorn:{self.port}", daemon=True)
+        self._error: BaseException | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def _serve(self) -> None:
+        try:
+            self._server.run(sockets=[self._sock])
+        except BaseException as exc:  # surfaced by start()
+            self._error = exc
+
+    def start(self, timeout: float = 60.0) -> ServerThread:
+        self._thread.start()
+        waited = 0.0
+        while not self._server.started:
+            if self._error is not None or not self._thread.is_alive():
+                raise RuntimeError(f"server on port {self.port} failed to start") from self._error
+            self._thread.join(0.02)
+            waited += 0.02
+            if waited > timeout:
+                raise TimeoutError(f"server on port {self.port} did not start within {timeout}s")
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+        self._sock.close()
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+__all__ = ["ServerThread"]

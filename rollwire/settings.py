@@ -1,0 +1,65 @@
+"""The one Settings object: read once at the CLI edge, each component gets only its own sub-model.
+
+Precedence: a CLI flag beats an env var (``ROLLWIRE_<PART>__<FIELD>``), which beats the default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_home() -> Path:
+    """Where rollwire keeps its cache (the tiny model) and default store."""
+    return Path.home() / ".cache" / "rollwire"
+
+
+class StoreSettings(BaseModel):
+    url: str = Field("", description="SQLAlchemy URL of the trace store; empty means SQLite under the home folder.")
+
+
+class EngineSettings(BaseModel):
+    host: str = Field("127.0.0.1", description="Interface the bundled engine binds to.")
+    port: int = Field(8100, description="Port of the bundled engine.")
+    model: str = Field("", description="Local Hugging Face checkpoint folder; empty means the tiny default model.")
+    served_model_name: str = Field("", description="Model name the engine answers to; default: the folder name.")
+    max_batch_size: int = Field(16, description="Most sequences decoded together in one batch step.")
+    max_model_len: int = Field(0, description="Context length; 0 means the model config's.")
+    device: str = Field("auto", description="torch device: auto, cpu or cuda.")
+
+
+class ProxySettings(BaseModel):
+    host: str = Field("127.0.0.1", description="Interface the proxy binds to.")
+    port: int = Field(8000, description="Port of the proxy.")
+    upstream: str = Field("http://127.0.0.1:8100", description="Base URL of the vLLM-compatible engine.")
+    model: str = Field("", description="Tokenizer + chat template source (local folder); empty means the tiny model.")
+    operator_key: str = Field("", description="Key for /admin and /ui; empty means a random one, printed at start.")
+    splice_policy: str = Field("splice", description="'splice' reuses earlier calls' exact ids; 'render' re-renders.")
+    tool_parser: str = Field("hermes", description="Tool-call parser by name (hermes, llama3_json).")
+    reasoning_parser: str = Field("qwen3", description="Reasoning parser by name (qwen3, none).")
+    model_aliases: dict[str, str] = Field(
+        default_factory=dict, description="Requested model name -> served model name; '*' matches any."
+    )
+    upstream_timeout_s: float = Field(600.0, description="Longest wait for one upstream generation.")
+    max_body_bytes: int = Field(8 * 1024 * 1024, description="Request bodies above this get 413.")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ROLLWIRE_", env_nested_delimiter="__", extra="ignore")
+
+    home: Path = Field(default_factory=default_home, description="Cache and default data folder.")
+    log_level: str = Field("INFO", description="Logging level for CLI processes.")
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    proxy: ProxySettings = Field(default_factory=ProxySettings)
+
+    def store_url(self) -> str:
+        """The store URL, defaulting to a SQLite file in the home folder."""
+        if self.store.url:
+            return self.store.url
+        return f"sqlite:///{self.home / 'rollwire.db'}"
+
+
+__all__ = ["EngineSettings", "ProxySettings", "Settings", "StoreSettings", "default_home"]

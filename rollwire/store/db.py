@@ -1,0 +1,63 @@
+"""Engine from URL (SQLite in WAL mode by default, Postgres by URL) and session scope.
+
+SQLAlchemy errors are translated into ``StoreError`` here, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlmodel import Session, SQLModel, create_engine
+
+from rollwire.errors import StoreError
+from rollwire.store import schema  # noqa: F401  (registers the tables)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a commit survives a process kill
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def open_engine(url: str) -> Engine:
+    """Create the SQLAlchemy engine for ``url`` and make sure the tables exist."""
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        kwargs["connect_args"] = {"check_same_thread": False, "timeout": 10}
+    try:
+        engine = create_engine(url, **kwargs)
+        if url.startswith("sqlite"):
+            event.listen(engine, "connect", _sqlite_pragmas)
+        SQLModel.metadata.create_all(engine)
+    except SQLAlchemyError as exc:
+        raise StoreError(f"cannot open the store at {url.split('@')[-1]}: {exc.__class__.__name__}") from exc
+    return engine
+
+
+@contextmanager
+def session_scope(engine: Engine) -> Iterator[Session]:
+    """A session that commits on success and rolls back (raising StoreError) on a database error."""
+    session = Session(engine, expire_on_commit=False)
+    try:
+        yield session
+        session.commit()
+    except SQLAlchemyError as exc:
+        session.rollback()
+        raise StoreError(f"store write failed: {exc.__class__.__name__}: {exc.orig if hasattr(exc, 'orig') else exc}") from exc
+    finally:
+        session.close()
+
+
+__all__ = ["open_engine", "session_scope"]

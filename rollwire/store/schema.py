@@ -1,0 +1,106 @@
+"""The trace store's tables: runs, rollouts, model calls and tool events.
+
+Token ids and logprobs are stored as bytes (see ``codec``); request/response bodies as JSON text.
+Times are integer nanoseconds since the epoch, so model calls and tool events written by different
+processes interleave by ``started_ns``.
+"""
+
+from __future__ import annotations
+
+import time
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import JSON, Column, LargeBinary
+from sqlmodel import Field, SQLModel
+
+
+def now_ns() -> int:
+    return time.time_ns()
+
+
+class RolloutStatus(StrEnum):
+    PENDING = "pending"
+    STARTING = "starting"
+    RUNNING = "running"
+    SCORING = "scoring"
+    FINISHED = "finished"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+
+    @property
+    def is_final(self) -> bool:
+        return self in (RolloutStatus.FINISHED, RolloutStatus.FAILED, RolloutStatus.TIMED_OUT)
+
+
+class Run(SQLModel, table=True):
+    id: str = Field(primary_key=True)
+    name: str = ""
+    kind: str = Field(default="adhoc", description="adhoc, rollouts, teacher, eval, ...")
+    config: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    created_ns: int = Field(default_factory=now_ns)
+
+
+class Rollout(SQLModel, table=True):
+    id: str = Field(primary_key=True)
+    run_id: str = Field(foreign_key="run.id", index=True)
+    token_hash: str = Field(index=True, unique=True, description="sha256 of the rollout's secret token")
+    task_id: str | None = None
+    group_id: str | None = Field(default=None, index=True)
+    sample_index: int = 0
+    attempt: int = 0
+    status: RolloutStatus = Field(default=RolloutStatus.PENDING, index=True)
+    reward: float | None = None
+    reward_breakdown: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    final_answer: str | None = None
+    exit_code: int | None = None
+    log_tail: str | None = None
+    error: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    created_ns: int = Field(default_factory=now_ns)
+    started_ns: int | None = None
+    finished_ns: int | None = None
+    finished_seq: int | None = Field(
+        default=None, index=True, unique=True, description="stream cursor, assigned when the rollout becomes final"
+    )
+
+
+class ModelCall(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    rollout_id: str = Field(foreign_key="rollout.id", index=True)
+    dialect: str = "chat"
+    requested_model: str = ""
+    served_model: str = ""
+    request_json: str = ""
+    response_json: str = ""
+    prompt_ids: bytes = Field(default=b"", sa_column=Column(LargeBinary, nullable=False))
+    completion_ids: bytes = Field(default=b"", sa_column=Column(LargeBinary, nullable=False))
+    completion_logprobs: bytes = Field(default=b"", sa_column=Column(LargeBinary, nullable=False))
+    choice_index: int = 0
+    finish_reason: str | None = None
+    policy_version: int = 0
+    segment_index: int = 0
+    segment_break: str | None = Field(default=None, description="why this call started a new segment")
+    reused_prefix_len: int = Field(default=0, description="prompt tokens taken verbatim from an earlier call")
+    status: str = Field(default="complete", description="complete, partial (client left) or error")
+    error: str | None = None
+    latency_ms: float = 0.0
+    started_ns: int = Field(default_factory=now_ns, index=True)
+    ended_ns: int = Field(default_factory=now_ns)
+
+
+class ToolEvent(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    rollout_id: str = Field(foreign_key="rollout.id", index=True)
+    server: str = ""
+    tool: str = ""
+    arguments_json: str = ""
+    result_json: str = ""
+    is_error: bool = False
+    error: str | None = None
+    latency_ms: float = 0.0
+    started_ns: int = Field(default_factory=now_ns, index=True)
+    ended_ns: int = Field(default_factory=now_ns)
+
+
+__all__ = ["ModelCall", "Rollout", "RolloutStatus", "Run", "ToolEvent", "now_ns"]

@@ -1,0 +1,104 @@
+"""Segment and Trajectory: what the trainer learns from, as exact token ids.
+
+A segment is one token sequence the engine really saw: prompt tokens (loss mask 0) and sampled tokens
+(loss mask 1) with their behaviour logprobs. A rollout whose history was rewritten has several.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    token_ids: list[int]
+    loss_mask: list[int]
+    """1 exactly on tokens the engine sampled, 0 on everything it was only shown."""
+    logprobs: list[float]
+    """Behaviour logprob of each token under the sampling policy; 0.0 where loss_mask is 0."""
+    policy_versions: list[int]
+    """Policy version that sampled each token; -1 where loss_mask is 0."""
+    break_reason: str | None = None
+    """Why this segment could not continue the previous one (None for the first)."""
+    call_ids: list[int] = field(default_factory=list)
+    """ModelCall ids whose tokens this segment holds, in order."""
+
+    def __post_init__(self) -> None:
+        n = len(self.token_ids)
+        if not (len(self.loss_mask) == len(self.logprobs) == len(self.policy_versions) == n):
+            raise ValueError("segment arrays must have equal lengths")
+
+    @property
+    def num_sampled(self) -> int:
+        return sum(self.loss_mask)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "token_ids": self.token_ids,
+            "loss_mask": self.loss_mask,
+            "logprobs": self.logprobs,
+            "policy_versions": self.policy_versions,
+            "break_reason": self.break_reason,
+            "call_ids": self.call_ids,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Segment:
+        return cls(
+            token_ids=list(data["token_ids"]),
+            loss_mask=list(data["loss_mask"]),
+            logprobs=[float(x) for x in data["logprobs"]],
+            policy_versions=list(data["policy_versions"]),
+            break_reason=data.get("break_reason"),
+            call_ids=list(data.get("call_ids", [])),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Trajectory:
+    rollout_id: str
+    run_id: str
+    task_id: str | None
+    group_id: str | None
+    """Rollouts of one group share a task and are compared with each other (GRPO)."""
+    reward: float | None
+    status: str
+    segments: list[Segment]
+    cursor: int = 0
+    """Position in the run's stream of finished rollouts; a consumer resumes after it."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def policy_versions(self) -> set[int]:
+        return {v for s in self.segments for v in s.policy_versions if v >= 0}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rollout_id": self.rollout_id,
+            "run_id": self.run_id,
+            "task_id": self.task_id,
+            "group_id": self.group_id,
+            "reward": self.reward,
+            "status": self.status,
+            "segments": [s.to_dict() for s in self.segments],
+            "cursor": self.cursor,
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Trajectory:
+        return cls(
+            rollout_id=data["rollout_id"],
+            run_id=data["run_id"],
+            task_id=data.get("task_id"),
+            group_id=data.get("group_id"),
+            reward=data.get("reward"),
+            status=data["status"],
+            segments=[Segment.from_dict(s) for s in data["segments"]],
+            cursor=int(data.get("cursor", 0)),
+            metadata=dict(data.get("metadata", {})),
+        )
+
+
+__all__ = ["Segment", "Trajectory"]

@@ -1,0 +1,37 @@
+"""Fixtures every suite shares: the tiny model folder, the real Qwen tokenizer, a temporary store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollwire.settings import default_home
+from rollwire.tiny_model import ensure_tiny_model
+from rollwire.tokenizers import QWEN_TOKENIZER, SHARED_ENV, shared_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    """The tiny default model, built once per machine into the normal cache."""
+    return ensure_tiny_model(default_home())
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer_files() -> Path:
+    """The shared real Qwen tokenizer folder; skips (with the reason) where the shared files are absent."""
+    folder = shared_dir() / QWEN_TOKENIZER
+    if not (folder / "vocab.json").is_file():
+        pytest.skip(f"shared Qwen tokenizer not found at {folder}; set {SHARED_ENV}")
+    return folder
+
+
+@pytest.fixture()
+def store_url(tmp_path: Path) -> str:
+    """A fresh SQLite (WAL) store for one test."""
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+def pytest_report_header(config: Any) -> str:
+    return f"rollwire shared files: {shared_dir()}"
