@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ def qwen_tokenizer_files() -> Path:
     """The shared real Qwen tokenizer folder; skips (with the reason) where the shared files are absent."""
     folder = shared_dir() / QWEN_TOKENIZER
     if not (folder / "vocab.json").is_file():
+        if os.environ.get("ROLLWIRE_REQUIRE_SHARED"):  # CI: these tests must run, not skip
+            pytest.fail(f"shared Qwen tokenizer not found at {folder}")
         pytest.skip(f"shared Qwen tokenizer not found at {folder}; set {SHARED_ENV}")
     return folder
 
