@@ -1,0 +1,260 @@
+"""From trajectories to tensors: task groups, samples, sequence packing and micro-batches.
+
+Packing puts several sequences in one row with position ids that restart at 0 for each; with no
+attention mask, transformers reads those resets as sequence boundaries and keeps the sequences
+from attending to each other (tested against the unpacked forward). Targets are shifted inside
+each sequence, so a sequence's last token never predicts the next sequence's first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from rollwire.errors import InvalidRequest
+from rollwire.trajectory import Trajectory
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One segment to learn from: its tokens, loss mask, behaviour logprobs and advantage."""
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    behaviour_logprobs: list[float]
+    policy_versions: list[int]
+    advantage: float
+    rollout_id: str
+    reward: float
+
+    @property
+    def num_loss_tokens(self) -> int:
+        """Sampled tokens that can be predicted (the first token of a sequence has no context)."""
+        return sum(self.loss_mask[1:])
+
+
+@dataclass(frozen=True, slots=True)
+class MicroBatch:
+    """Tensors of one forward/backward pass, all [rows, length] and aligned to the targets."""
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    attention_mask: torch.Tensor | None
+    """None when rows are packed: the position-id resets separate the sequences."""
+    targets: torch.Tensor
+    loss_mask: torch.Tensor
+    behaviour_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    token_weights: torch.Tensor
+    """Each loss token's share of the step's loss (aggregation over the whole global batch)."""
+    sequence_ids: torch.Tensor
+    """Index into the step's sample list for every position; -1 on padding."""
+    num_tokens: int
+
+    def to(self, device: torch.device) -> MicroBatch:
+        moved: dict[str, Any] = {}
+        for name in self.__slots__:  # type: ignore[attr-defined]
+            value = getattr(self, name)
+            moved[name] = value.to(device) if isinstance(value, torch.Tensor) else value
+        return MicroBatch(**moved)
+
+
+def group_key(trajectory: Trajectory) -> str:
+    """Rollouts compared with each other: the group id, else the task id, else the rollout itself."""
+    return trajectory.group_id or trajectory.task_id or trajectory.rollout_id
+
+
+def samples_from(trajectory: Trajectory, advantage: float) -> list[Sample]:
+    """One sample per segment that holds sampled tokens; the trajectory's advantage on each."""
+    reward = float(trajectory.reward or 0.0)
+    out = []
+    for segment in trajectory.segments:
+        if sum(segment.loss_mask[1:]) == 0:
+            continue
+        out.append(
+            Sample(
+                token_ids=list(segment.token_ids),
+                loss_mask=list(segment.loss_mask),
+                behaviour_logprobs=list(segment.logprobs),
+                policy_versions=list(segment.policy_versions),
+                advantage=advantage,
+                rollout_id=trajectory.rollout_id,
+                reward=reward,
+            )
+        )
+    return out
+
+
+@dataclass(slots=True)
+class GroupBuffer:
+    """Trajectories waiting for their group to fill; a full group is handed out once, in arrival order."""
+
+    group_size: int
+    pending: dict[str, list[Trajectory]] = field(default_factory=dict)
+
+    def add(self, trajectory: Trajectory) -> None:
+        self.pending.setdefault(group_key(trajectory), []).append(trajectory)
+
+    def ready(self) -> list[str]:
+        return [key for key, members in self.pending.items() if len(members) >= self.group_size]
+
+    def pop_groups(self, count: int) -> list[list[Trajectory]]:
+        keys = self.ready()[:count]
+        return [self.pending.pop(key) for key in keys]
+
+    def pop_all(self, count: int) -> list[Trajectory]:
+        """Up to ``count`` trajectories regardless of group (SFT has no groups)."""
+        out: list[Trajectory] = []
+        for key in list(self.pending):
+            members = self.pending[key]
+            take, keep = members[: count - len(out)], members[count - len(out) :]
+            out.extend(take)
+            if keep:
+                self.pending[key] = keep
+            else:
+                del self.pending[key]
+            if len(out) >= count:
+                break
+        return out
+
+    def size(self) -> int:
+        return sum(len(members) for members in self.pending.values())
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return [t.to_dict() for members in self.pending.values() for t in members]
+
+    @classmethod
+    def restore(cls, group_size: int, items: Iterable[dict[str, Any]]) -> GroupBuffer:
+        buffer = cls(group_size)
+        for item in items:
+            buffer.add(Trajectory.from_dict(item))
+        return buffer
+
+
+def token_weights(samples: Sequence[Sample], aggregation: str) -> list[float]:
+    """Per-sample weight of each loss token so that the summed loss is the chosen mean over the global batch.
+
+    ``token-mean``: every loss token of the batch counts the same. ``sequence-mean``: every sequence counts
+    the same, its tokens share its weight.
+    """
+    if aggregation == "token-mean":
+        total = sum(s.num_loss_tokens for s in samples)
+        return [1.0 / total if total else 0.0 for _ in samples]
+    if aggregation == "sequence-mean":
+        n = len(samples)
+        return [1.0 / (s.num_loss_tokens * n) if s.num_loss_tokens else 0.0 for s in samples]
+    raise InvalidRequest(f"unknown aggregation {aggregation!r} (token-mean, sequence-mean)", param="aggregation")
+
+
+def pack(lengths: Sequence[int], capacity: int) -> list[list[int]]:
+    """First-fit-decreasing bins of sample indices whose lengths sum to at most ``capacity``.
+
+    A sample longer than ``capacity`` gets a bin of its own (it is never cut).
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for i in order:
+        for b, free in enumerate(room):
+            if lengths[i] <= free:
+                bins[b].append(i)
+                room[b] -= lengths[i]
+                break
+        else:
+            bins.append([i])
+            room.append(capacity - lengths[i])
+    return bins
+
+
+def pad_groups(lengths: Sequence[int], capacity: int) -> list[list[int]]:
+    """Unpacked micro-batches: samples of similar length whose padded size (rows x longest) fits ``capacity``."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and lengths[groups[-1][0]] * (len(groups[-1]) + 1) <= capacity:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def _row_arrays(samples: Sequence[Sample], indices: Sequence[int], weights: Sequence[float]) -> dict[str, list[Any]]:
+    row: dict[str, list[Any]] = {k: [] for k in ("ids", "pos", "tgt", "mask", "old", "adv", "w", "seq")}
+    for i in indices:
+        s = samples[i]
+        n = len(s.token_ids)
+        row["ids"] += s.token_ids
+        row["pos"] += list(range(n))
+        row["tgt"] += s.token_ids[1:] + [0]
+        row["mask"] += s.loss_mask[1:] + [0]
+        row["old"] += s.behaviour_logprobs[1:] + [0.0]
+        row["adv"] += [s.advantage] * n
+        row["w"] += [weights[i]] * n
+        row["seq"] += [i] * n
+    return row
+
+
+def collate(
+    samples: Sequence[Sample], rows: Sequence[Sequence[int]], weights: Sequence[float], *, packed: bool, pad_id: int
+) -> MicroBatch:
+    """Rows of sample indices -> one right-padded MicroBatch."""
+    arrays = [_row_arrays(samples, r, weights) for r in rows]
+    width = max(len(a["ids"]) for a in arrays)
+    fill = {"ids": pad_id, "tgt": 0, "mask": 0, "old": 0.0, "adv": 0.0, "w": 0.0, "seq": -1}
+    cols: dict[str, list[list[Any]]] = {k: [] for k in (*fill, "pos", "attn")}
+    for a in arrays:
+        extra = width - len(a["ids"])
+        for key, value in fill.items():
+            cols[key].append(a[key] + [value] * extra)
+        # padding continues as its own sequence (positions restart at 0), so it never joins a real one
+        cols["pos"].append(a["pos"] + list(range(extra)))
+        cols["attn"].append([1] * len(a["ids"]) + [0] * extra)
+    mask = torch.tensor(cols["mask"], dtype=torch.float32)
+    return MicroBatch(
+        input_ids=torch.tensor(cols["ids"], dtype=torch.long),
+        position_ids=torch.tensor(cols["pos"], dtype=torch.long),
+        attention_mask=None if packed else torch.tensor(cols["attn"], dtype=torch.long),
+        targets=torch.tensor(cols["tgt"], dtype=torch.long),
+        loss_mask=mask,
+        behaviour_logprobs=torch.tensor(cols["old"], dtype=torch.float32),
+        advantages=torch.tensor(cols["adv"], dtype=torch.float32),
+        token_weights=torch.tensor(cols["w"], dtype=torch.float32) * mask,
+        sequence_ids=torch.tensor(cols["seq"], dtype=torch.long),
+        num_tokens=sum(len(a["ids"]) for a in arrays),
+    )
+
+
+def micro_batches(
+    samples: Sequence[Sample],
+    weights: Sequence[float],
+    *,
+    capacity: int,
+    packed: bool,
+    pad_id: int,
+) -> list[MicroBatch]:
+    """The micro-batches of one step: packed rows (one row each) or padded groups, each within ``capacity`` tokens."""
+    if not samples:
+        return []
+    lengths = [len(s.token_ids) for s in samples]
+    if packed:
+        return [collate(samples, [b], weights, packed=True, pad_id=pad_id) for b in pack(lengths, capacity)]
+    return [
+        collate(samples, [[i] for i in g], weights, packed=False, pad_id=pad_id) for g in pad_groups(lengths, capacity)
+    ]
+
+
+__all__ = [
+    "GroupBuffer",
+    "MicroBatch",
+    "Sample",
+    "collate",
+    "group_key",
+    "micro_batches",
+    "pack",
+    "pad_groups",
+    "samples_from",
+    "token_weights",
+]

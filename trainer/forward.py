@@ -1,0 +1,35 @@
+"""The trainer's forward pass: recomputed logprobs (and entropy) of each micro-batch's targets.
+
+One place runs the model on a MicroBatch, so the faithfulness check, the losses and the benchmark
+all see the same numbers (float32 log-softmax over the logits, no KV cache).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rollwire.trainer.batching import MicroBatch
+from rollwire.trainer.losses import token_entropy, token_logprobs
+
+
+def forward_logits(model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
+    out = model(
+        input_ids=batch.input_ids,
+        position_ids=batch.position_ids,
+        attention_mask=batch.attention_mask,
+        use_cache=False,
+    )
+    return out.logits
+
+
+def forward_logprobs(
+    model: torch.nn.Module, batch: MicroBatch, *, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log p(target) for every position of ``batch`` (zero where there is no target), and optionally entropy."""
+    logits = forward_logits(model, batch)
+    logp = token_logprobs(logits, batch.targets) * (batch.loss_mask > 0)
+    entropy = token_entropy(logits) if with_entropy else None
+    return logp, entropy
+
+
+__all__ = ["forward_logits", "forward_logprobs"]
