@@ -28,6 +28,7 @@ class EngineSettings(BaseModel):
     max_batch_size: int = Field(16, description="Most sequences decoded together in one batch step.")
     max_model_len: int = Field(0, description="Context length; 0 means the model config's.")
     device: str = Field("auto", description="torch device: auto, cpu or cuda.")
+    max_body_bytes: int = Field(8 * 1024 * 1024, description="Engine request bodies above this get 413.")
 
 
 class ProxySettings(BaseModel):
@@ -76,6 +77,43 @@ class OrchestratorSettings(BaseModel):
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
 
 
+class TrainerSettings(BaseModel):
+    proxy_url: str = Field("http://127.0.0.1:8000", description="Proxy whose trajectory stream the trainer reads.")
+    operator_key: str = Field("", description="Operator key for the proxy's /admin routes (stream, policy version).")
+    run: str = Field("", description="Run id whose trajectories to train on.")
+    model: str = Field("", description="Local HF checkpoint to start from; empty means the tiny default model.")
+    algo: str = Field("grpo", description="Training algorithm: grpo or sft.")
+    output_dir: str = Field("", description="Checkpoints + metrics folder; empty means <home>/train/<run>.")
+    lr: float = Field(1e-5, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, description="AdamW weight decay.")
+    max_grad_norm: float = Field(1.0, description="Clip the gradient norm of each step to this (0: no clipping).")
+    micro_batch_tokens: int = Field(4096, description="Tokens (with padding) in one forward/backward micro-batch.")
+    packing: bool = Field(True, description="Pack several sequences per row (position ids restart per sequence).")
+    group_size: int = Field(4, description="Rollouts per task group; a group trains once this many arrived.")
+    groups_per_step: int = Field(1, description="Task groups in one GRPO step.")
+    sft_batch_size: int = Field(8, description="Trajectories in one SFT step.")
+    sft_min_reward: float | None = Field(None, description="SFT keeps only rollouts with at least this reward.")
+    scale_std: bool = Field(False, description="Divide group advantages by the group's reward std.")
+    keep_zero_variance: bool = Field(False, description="Keep groups whose rewards all agree (advantage 0).")
+    clip_low: float = Field(0.2, description="PPO clip: ratio lower bound is 1 - clip_low.")
+    clip_high: float = Field(0.2, description="PPO clip: ratio upper bound is 1 + clip_high.")
+    ratio_cap: float | None = Field(None, description="Truncate importance ratios above this for negative advantages.")
+    max_policy_lag: int | None = Field(None, description="Drop rollouts sampled more than this many versions ago.")
+    kl_coef: float = Field(0.0, description="Weight of the KL to the reference (starting) model; 0 turns it off.")
+    aggregation: str = Field("token-mean", description="Loss aggregation: token-mean or sequence-mean.")
+    max_steps: int = Field(0, description="Stop after this many steps in total; 0 means run until stopped.")
+    stream_wait_s: float = Field(20.0, description="Long-poll wait of one trajectory-stream request.")
+    exit_when_idle: bool = Field(False, description="Exit when one long-poll returns nothing (batch jobs, tests).")
+    engine_url: str = Field("", description="Bundled engine to push weights to (POST /reload_weights); empty: none.")
+    vllm_url: str = Field("", description="vLLM server to push weights to; empty: none.")
+    vllm_mode: str = Field("reload", description="How to push to vLLM: reload (dev-mode RL endpoints) or lora.")
+    publish_version: bool = Field(True, description="After a push, POST the new policy version to the proxy.")
+    keep_checkpoints: int = Field(2, description="Checkpoints kept in the output folder.")
+    seed: int = Field(0, description="torch seed.")
+    device: str = Field("auto", description="torch device: auto, cpu or cuda.")
+    strategy: str = Field("ddp", description="Under torchrun: ddp or fsdp (FSDP2 fully_shard).")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ROLLWIRE_", env_nested_delimiter="__", extra="ignore")
 
@@ -85,6 +123,7 @@ class Settings(BaseSettings):
     engine: EngineSettings = Field(default_factory=EngineSettings)
     proxy: ProxySettings = Field(default_factory=ProxySettings)
     orchestrator: OrchestratorSettings = Field(default_factory=OrchestratorSettings)
+    trainer: TrainerSettings = Field(default_factory=TrainerSettings)
 
     def store_url(self) -> str:
         """The store URL, defaulting to a SQLite file in the home folder."""
@@ -100,5 +139,6 @@ __all__ = [
     "ProxySettings",
     "Settings",
     "StoreSettings",
+    "TrainerSettings",
     "default_home",
 ]

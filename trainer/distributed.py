@@ -11,7 +11,7 @@ import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -109,6 +109,36 @@ def full_state_dict(model: torch.nn.Module, ctx: DistContext) -> dict[str, torch
     return {k: v.detach().cpu() for k, v in unwrap(model).state_dict().items()}
 
 
+def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ctx: DistContext) -> dict[str, Any]:
+    """The optimizer's whole state (gathered under FSDP2; collective, so every rank calls it)."""
+    if ctx.strategy == "fsdp":
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_optimizer_state_dict(model, optimizer, options=options)
+    return optimizer.state_dict()
+
+
+def load_optimizer(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], ctx: DistContext
+) -> None:
+    if ctx.strategy == "fsdp":
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+        return
+    optimizer.load_state_dict(state)
+
+
+def broadcast(obj: T, ctx: DistContext) -> T:
+    """Rank 0's ``obj`` on every rank (ranks must agree on what they train on)."""
+    if not ctx.active:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def reduce_stats(stats: dict[str, float], ctx: DistContext) -> dict[str, float]:
     """Sum the per-rank statistics (keys ending in ``_max`` take the max)."""
     if not ctx.active or not stats:
@@ -129,6 +159,9 @@ def shutdown(ctx: DistContext) -> None:
 __all__ = [
     "DistContext",
     "accumulate",
+    "broadcast",
+    "load_optimizer",
+    "optimizer_state",
     "full_state_dict",
     "init_distributed",
     "reduce_stats",

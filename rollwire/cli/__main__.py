@@ -15,6 +15,7 @@ from rollwire.errors import RollwireError
 
 COMMANDS: dict[str, str] = {
     "engine": "rollwire.cli.engine",
+    "train": "rollwire.cli.train",
 }
 """Subcommand name -> module; modules are imported only to build the parser or run."""
 

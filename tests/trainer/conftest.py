@@ -80,3 +80,91 @@ def sampler() -> Callable[..., Trajectory]:
 def tiny_model(tiny_model_dir: Path) -> torch.nn.Module:
     """A fresh float32 copy of the tiny model (tests train it)."""
     return load_tiny(tiny_model_dir)
+
+
+class FakeProxy:
+    """The documented stream contract (+ the engine's reload and the proxy's policy-version routes), in memory.
+
+    Used where the real proxy is not needed: cursor resumption, kill/restart. Long-polls check for new
+    trajectories every 20 ms until ``wait`` runs out.
+    """
+
+    def __init__(self, operator_key: str = "op-key", run: str = "run") -> None:
+        import threading
+
+        self.operator_key = operator_key
+        self.run = run
+        self.lines: list[str] = []
+        self.requests: list[dict[str, str]] = []
+        self.reloads: list[dict[str, Any]] = []
+        self.versions: list[int] = []
+        self.caught_up = threading.Event()
+        """Set when a stream request finds nothing new: the consumer has taken in everything."""
+        self._lock = threading.Lock()
+
+    def add(self, trajectory: Trajectory) -> None:
+        import json
+
+        with self._lock:
+            self.lines.append(json.dumps(trajectory.to_dict()))
+            self.caught_up.clear()
+
+    def _after(self, cursor: int) -> list[str]:
+        import json
+
+        with self._lock:
+            return [line for line in self.lines if json.loads(line)["cursor"] > cursor]
+
+    def app(self) -> Any:
+        import anyio
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse, Response
+        from starlette.routing import Route
+
+        async def stream(request: Request) -> Response:
+            if request.headers.get("authorization") != f"Bearer {self.operator_key}":
+                return JSONResponse({"error": {"message": "bad key"}}, status_code=401)
+            if request.query_params.get("run") != self.run:
+                return JSONResponse({"error": {"message": "no such run"}}, status_code=404)
+            self.requests.append(dict(request.query_params))
+            after = int(request.query_params.get("after", 0))
+            deadline = anyio.current_time() + float(request.query_params.get("wait", 0))
+            lines = self._after(after)
+            while not lines and anyio.current_time() < deadline:
+                self.caught_up.set()
+                await anyio.sleep(0.02)
+                lines = self._after(after)
+            if not lines:
+                self.caught_up.set()
+            body = "".join(line + "\n" for line in lines)
+            return Response(body, media_type="application/x-ndjson")
+
+        async def reload(request: Request) -> Response:
+            body = await request.json()
+            self.reloads.append(body)
+            return JSONResponse({"weight_version": body["weight_version"], "model_path": body["model_path"]})
+
+        async def policy_version(request: Request) -> Response:
+            if request.headers.get("authorization") != f"Bearer {self.operator_key}":
+                return JSONResponse({"error": {"message": "bad key"}}, status_code=401)
+            self.versions.append(int((await request.json())["version"]))
+            return JSONResponse({"version": self.versions[-1]})
+
+        return Starlette(
+            routes=[
+                Route("/admin/v1/trajectories/stream", stream),
+                Route("/reload_weights", reload, methods=["POST"]),
+                Route("/admin/v1/policy_version", policy_version, methods=["POST"]),
+            ]
+        )
+
+
+@pytest.fixture()
+def fake_proxy() -> Any:
+    """A FakeProxy served on 127.0.0.1 (port 0); yields (proxy, base_url)."""
+    from rollwire.serving import ServerThread
+
+    proxy = FakeProxy()
+    with ServerThread(proxy.app()) as server:
+        yield proxy, server.url

@@ -1,0 +1,112 @@
+"""Train a policy on the proxy's recorded trajectories (GRPO or SFT), pushing new weights after each step.
+
+Reads /admin/v1/trajectories/stream from the last checkpoint's cursor (restart-safe), trains, writes a
+Hugging Face checkpoint, pushes it to the bundled engine and/or vLLM and publishes the new policy version.
+Runs the same under torchrun (DDP; --strategy fsdp for FSDP2).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rollwire.settings import Settings, TrainerSettings
+
+HELP = "train on recorded trajectories (GRPO / SFT) and push weights"
+
+FLAGS: dict[str, str] = {
+    "proxy": "proxy_url",
+    "operator_key": "operator_key",
+    "run": "run",
+    "model": "model",
+    "algo": "algo",
+    "output_dir": "output_dir",
+    "lr": "lr",
+    "max_grad_norm": "max_grad_norm",
+    "micro_batch_tokens": "micro_batch_tokens",
+    "group_size": "group_size",
+    "groups_per_step": "groups_per_step",
+    "sft_batch_size": "sft_batch_size",
+    "sft_min_reward": "sft_min_reward",
+    "clip_low": "clip_low",
+    "clip_high": "clip_high",
+    "ratio_cap": "ratio_cap",
+    "max_policy_lag": "max_policy_lag",
+    "kl_coef": "kl_coef",
+    "aggregation": "aggregation",
+    "max_steps": "max_steps",
+    "stream_wait": "stream_wait_s",
+    "engine_url": "engine_url",
+    "vllm_url": "vllm_url",
+    "vllm_mode": "vllm_mode",
+    "seed": "seed",
+    "device": "device",
+    "strategy": "strategy",
+}
+"""Flag (dest) -> TrainerSettings field; the field's description is the flag's help."""
+
+SWITCHES: dict[str, str] = {
+    "scale_std": "scale_std",
+    "keep_zero_variance": "keep_zero_variance",
+    "exit_when_idle": "exit_when_idle",
+}
+
+CHOICES = {"algo": ["grpo", "sft"], "aggregation": ["token-mean", "sequence-mean"], "vllm_mode": ["reload", "lora"],
+           "strategy": ["ddp", "fsdp"]}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    fields = TrainerSettings.model_fields
+    for dest, name in FLAGS.items():
+        info = fields[name]
+        kind = {float: float, int: int}.get(type(info.default), str)
+        if name in ("sft_min_reward", "ratio_cap"):
+            kind = float
+        if name == "max_policy_lag":
+            kind = int
+        parser.add_argument(
+            "--" + dest.replace("_", "-"), dest=dest, type=kind, default=None, choices=CHOICES.get(dest),
+            help=f"{info.description} (default: {info.default!r})",
+        )
+    for dest, name in SWITCHES.items():
+        parser.add_argument("--" + dest.replace("_", "-"), dest=dest, action="store_true", default=None,
+                            help=fields[name].description)
+    parser.add_argument("--no-packing", dest="packing", action="store_false", default=None,
+                        help="one sequence per row, right-padded (default: packed rows)")
+    parser.add_argument("--no-publish-version", dest="publish_version", action="store_false", default=None,
+                        help="do not POST the new policy version to the proxy after a push")
+
+
+def trainer_settings(args: argparse.Namespace, settings: Settings) -> TrainerSettings:
+    """Flags beat ROLLWIRE_TRAINER__* env vars, which beat the defaults."""
+    updates = {name: getattr(args, dest) for dest, name in {**FLAGS, **SWITCHES}.items() if getattr(args, dest) is not None}
+    for dest in ("packing", "publish_version"):
+        if getattr(args, dest) is not None:
+            updates[dest] = getattr(args, dest)
+    cfg = settings.trainer.model_copy(update=updates)
+    if not cfg.operator_key and settings.proxy.operator_key:
+        cfg = cfg.model_copy(update={"operator_key": settings.proxy.operator_key})
+    return cfg
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    import sys
+
+    from rollwire.tiny_model import ensure_tiny_model
+    from rollwire.trainer.distributed import init_distributed, shutdown
+    from rollwire.trainer.loop import run_training
+    from rollwire.trainer.metrics import MetricsWriter
+
+    cfg = trainer_settings(args, settings)
+    base = Path(cfg.model) if cfg.model else ensure_tiny_model(settings.home)
+    out_dir = Path(cfg.output_dir) if cfg.output_dir else settings.home / "train" / (cfg.run or "run")
+    ctx = init_distributed(cfg.device, cfg.strategy)
+    console = MetricsWriter(None, sys.stderr)
+    try:
+        state = run_training(cfg, base, out_dir, ctx, on_step=console.write)
+    finally:
+        shutdown(ctx)
+    if ctx.is_main:
+        print(f"trained {state.step} steps; policy version {state.policy_version}; cursor {state.cursor}; "
+              f"checkpoints in {out_dir}", file=sys.stderr)
+    return 0

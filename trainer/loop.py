@@ -1,0 +1,212 @@
+"""The training loop: stream -> group buffer -> step -> checkpoint -> push weights -> publish version.
+
+Composition only: every piece it calls is its own module. Rank 0 reads the stream and broadcasts
+what it read, so all ranks build the same global batch; rank 0 alone writes checkpoints and pushes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import torch
+
+from rollwire.errors import InvalidRequest
+from rollwire.settings import TrainerSettings
+from rollwire.trainer.batching import GroupBuffer
+from rollwire.trainer.checkpoint import (
+    TrainerState,
+    latest_checkpoint,
+    load_optimizer_state,
+    load_state,
+    save_checkpoint,
+)
+from rollwire.trainer.distributed import (
+    DistContext,
+    broadcast,
+    full_state_dict,
+    load_optimizer,
+    optimizer_state,
+    unwrap,
+    wrap_model,
+)
+from rollwire.trainer.grpo import GRPOConfig, grpo_step, prepare_grpo
+from rollwire.trainer.metrics import MetricsWriter
+from rollwire.trainer.sft import SFTConfig, sft_step
+from rollwire.trainer.stream import StreamConfig, TrajectoryStream
+from rollwire.trainer.weights import ProxyVersionPublisher, WeightSink, make_sinks
+from rollwire.trajectory import Trajectory
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Session:
+    """What one training run holds: model, optimizer, state and the stream's buffer."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    state: TrainerState
+    buffer: GroupBuffer
+    base_model: Path
+    pad_id: int
+    ref_model: torch.nn.Module | None = None
+
+
+def load_causal_lm(path: Path, device: torch.device) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    if not (path / "config.json").is_file():
+        raise InvalidRequest(f"{path} is not a Hugging Face model folder (no config.json)", param="model")
+    return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).to(device)
+
+
+def open_session(cfg: TrainerSettings, base_model: Path, out_dir: Path, ctx: DistContext) -> Session:
+    """Resume from the latest checkpoint in ``out_dir`` if there is one, else start from ``base_model``."""
+    torch.manual_seed(cfg.seed)
+    resume = latest_checkpoint(out_dir)
+    state = load_state(resume) if resume else TrainerState()
+    model = load_causal_lm(resume or base_model, ctx.device)
+    pad_id = int(getattr(model.config, "pad_token_id", None) or 0)
+    model = wrap_model(model, ctx)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if resume is not None:
+        saved = load_optimizer_state(resume)
+        if saved is not None:
+            load_optimizer(model, optimizer, saved, ctx)
+        logger.info("resumed from %s at step %d, cursor %d", resume.name, state.step, state.cursor)
+    ref = None
+    if cfg.kl_coef > 0:
+        ref = load_causal_lm(base_model, ctx.device).eval().requires_grad_(False)
+    group_size = cfg.group_size if cfg.algo == "grpo" else 1
+    buffer = GroupBuffer.restore(group_size, state.pending)
+    return Session(model, optimizer, state, buffer, base_model, pad_id, ref)
+
+
+def grpo_config(cfg: TrainerSettings) -> GRPOConfig:
+    return GRPOConfig(
+        clip_low=cfg.clip_low,
+        clip_high=cfg.clip_high,
+        ratio_cap=cfg.ratio_cap,
+        kl_coef=cfg.kl_coef,
+        aggregation=cfg.aggregation,
+        scale_std=cfg.scale_std,
+        drop_zero_variance=not cfg.keep_zero_variance,
+        max_policy_lag=cfg.max_policy_lag,
+        micro_batch_tokens=cfg.micro_batch_tokens,
+        packed=cfg.packing,
+        max_grad_norm=cfg.max_grad_norm or None,
+    )
+
+
+def sft_config(cfg: TrainerSettings) -> SFTConfig:
+    return SFTConfig(
+        min_reward=cfg.sft_min_reward,
+        aggregation=cfg.aggregation,
+        micro_batch_tokens=cfg.micro_batch_tokens,
+        packed=cfg.packing,
+        max_grad_norm=cfg.max_grad_norm or None,
+    )
+
+
+def train_ready(cfg: TrainerSettings, session: Session, ctx: DistContext) -> tuple[dict[str, Any], list[str]] | None:
+    """One step if the buffer holds enough for one, else None."""
+    if cfg.algo == "grpo":
+        if len(session.buffer.ready()) < cfg.groups_per_step:
+            return None
+        groups = session.buffer.pop_groups(cfg.groups_per_step)
+        config = grpo_config(cfg)
+        batch = prepare_grpo(groups, config, session.state.policy_version)
+        metrics = grpo_step(
+            session.model, session.optimizer, batch, config, ctx=ctx, pad_id=session.pad_id,
+            ref_model=session.ref_model,
+        )
+        return metrics, [t.rollout_id for g in groups for t in g]
+    if session.buffer.size() < cfg.sft_batch_size:
+        return None
+    batch_t = session.buffer.pop_all(cfg.sft_batch_size)
+    metrics = sft_step(session.model, session.optimizer, batch_t, sft_config(cfg), ctx=ctx, pad_id=session.pad_id)
+    return metrics, [t.rollout_id for t in batch_t]
+
+
+def checkpoint_and_push(
+    cfg: TrainerSettings, session: Session, out_dir: Path, ctx: DistContext, sinks: list[WeightSink],
+    publisher: ProxyVersionPublisher | None,
+) -> Path | None:
+    weights = full_state_dict(session.model, ctx)  # collective under FSDP2
+    opt_state = optimizer_state(session.model, session.optimizer, ctx)
+    folder = None
+    if ctx.is_main:
+        session.state.pending = session.buffer.snapshot()
+        folder = save_checkpoint(
+            out_dir, session.state, weights, unwrap(session.model), opt_state, session.base_model,
+            keep=cfg.keep_checkpoints,
+        )
+        push(folder, session.state.policy_version, sinks, publisher)
+    ctx.barrier()
+    return folder
+
+
+def push(folder: Path, version: int, sinks: list[WeightSink], publisher: ProxyVersionPublisher | None) -> None:
+    for sink in sinks:
+        sink.push(folder, version)
+    if publisher is not None:
+        publisher.publish(version)
+
+
+def run_training(
+    cfg: TrainerSettings,
+    base_model: Path,
+    out_dir: Path,
+    ctx: DistContext,
+    *,
+    on_step: Callable[[int, dict[str, Any]], None] | None = None,
+) -> TrainerState:
+    """Train until ``max_steps`` (or, with ``exit_when_idle``, until the stream has nothing new)."""
+    if cfg.algo not in ("grpo", "sft"):
+        raise InvalidRequest(f"unknown algorithm {cfg.algo!r} (grpo, sft)", param="algo")
+    if not cfg.run:
+        raise InvalidRequest("no run given (--run)", param="run")
+    session = open_session(cfg, base_model, out_dir, ctx)
+    metrics = MetricsWriter(out_dir / "metrics.jsonl" if ctx.is_main else None, console=None)
+    client = httpx.Client(timeout=httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=10.0))
+    stream = TrajectoryStream(StreamConfig(cfg.proxy_url, cfg.operator_key, cfg.run, cfg.stream_wait_s))
+    stream.cursor = session.state.cursor
+    sinks = make_sinks(cfg.engine_url, cfg.vllm_url, cfg.vllm_mode, client)
+    publisher = ProxyVersionPublisher(cfg.proxy_url, cfg.operator_key, client) if cfg.publish_version and sinks else None
+    try:
+        if session.state.step > 0 and ctx.is_main and sinks:  # the push may not have happened before a kill
+            push(latest_checkpoint(out_dir), session.state.policy_version, sinks, publisher)  # type: ignore[arg-type]
+        while not (cfg.max_steps and session.state.step >= cfg.max_steps):
+            items = broadcast([t.to_dict() for t in stream.poll()] if ctx.is_main else None, ctx)
+            if not items and cfg.exit_when_idle:
+                break
+            for item in items or []:
+                trajectory = Trajectory.from_dict(item)
+                session.buffer.add(trajectory)
+                session.state.cursor = trajectory.cursor
+                done = train_ready(cfg, session, ctx)
+                if done is None:
+                    continue
+                step_metrics, rollout_ids = done
+                session.state.step += 1
+                session.state.policy_version += 1
+                session.state.trained_rollouts.extend(rollout_ids)
+                checkpoint_and_push(cfg, session, out_dir, ctx, sinks, publisher)
+                record = step_metrics | {"policy_version": session.state.policy_version, "rollout_ids": rollout_ids}
+                metrics.write(session.state.step, record)
+                if on_step is not None and ctx.is_main:
+                    on_step(session.state.step, record)
+                if cfg.max_steps and session.state.step >= cfg.max_steps:
+                    break
+    finally:
+        stream.close()
+        client.close()
+    return session.state
+
+
+__all__ = ["Session", "load_causal_lm", "open_session", "run_training"]
