@@ -44,6 +44,16 @@ def _idle_backward(model: torch.nn.Module, ctx: DistContext) -> None:
     (out.logits.sum() * 0.0).backward()
 
 
+def _max_over_ranks(value: int, ctx: DistContext) -> int:
+    if not ctx.active:
+        return max(value, 1)
+    import torch.distributed as dist
+
+    box = torch.tensor([max(value, 1)], dtype=torch.long, device=ctx.device)
+    dist.all_reduce(box, op=dist.ReduceOp.MAX)
+    return int(box.item())
+
+
 def optimizer_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -60,12 +70,15 @@ def optimizer_step(
     stats: dict[str, float] = {}
     tokens = 0
     scale = float(ctx.world_size) if ctx.active else 1.0  # ranks' gradients are averaged; weights are global
-    if not batches:
-        with accumulate(model, ctx, last=True):
-            _idle_backward(model, ctx)
-    for i, batch in enumerate(batches):
-        batch = batch.to(ctx.device)
-        with accumulate(model, ctx, last=i == len(batches) - 1):
+    # FSDP2 gathers parameters in every forward, so all ranks run the same number of passes;
+    # a rank that runs out of micro-batches (or has none) contributes zero-gradient passes
+    passes = _max_over_ranks(len(batches), ctx)
+    for i in range(passes):
+        with accumulate(model, ctx, last=i == passes - 1):
+            if i >= len(batches):
+                _idle_backward(model, ctx)
+                continue
+            batch = batches[i].to(ctx.device)
             loss, part = loss_fn(model, batch)
             (loss * scale).backward()
         _merge(stats, part)

@@ -1,0 +1,42 @@
+"""Run by tests/trainer/test_torchrun_equivalence.py under torchrun: one GRPO step, rank 0 saves the parameters.
+
+argv: MODEL_DIR TRAJECTORIES_JSONL OUT_FILE STRATEGY
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+
+def main() -> None:
+    from transformers import AutoModelForCausalLM
+
+    from rollwire.trainer.distributed import full_state_dict, init_distributed, shutdown, wrap_model
+    from rollwire.trainer.grpo import GRPOConfig, grpo_step, prepare_grpo
+    from rollwire.trajectory import Trajectory
+
+    model_dir, trajectories, out, strategy = sys.argv[1:5]
+    ctx = init_distributed("cpu", strategy)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = wrap_model(model, ctx)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)  # linear in the gradient: compares gradients exactly
+    groups: dict[str, list[Trajectory]] = {}
+    for line in Path(trajectories).read_text().splitlines():
+        t = Trajectory.from_dict(json.loads(line))
+        groups.setdefault(t.group_id or "", []).append(t)
+    config = GRPOConfig(micro_batch_tokens=24, clip_low=0.2, clip_high=0.2, max_grad_norm=0.5)
+    batch = prepare_grpo(list(groups.values()), config, current_version=0)
+    metrics = grpo_step(model, optimizer, batch, config, ctx=ctx, pad_id=0)
+    weights = full_state_dict(model, ctx)
+    if ctx.is_main:
+        torch.save({"weights": weights, "metrics": metrics}, out)
+    shutdown(ctx)
+
+
+if __name__ == "__main__":
+    main()
