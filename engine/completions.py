@@ -1,0 +1,276 @@
+"""POST /v1/completions: prompts in, batcher events out, as vLLM's completion body or its SSE chunks.
+
+With ``return_token_ids`` each choice carries ``prompt_token_ids`` and ``token_ids`` (in a stream: the prompt
+ids on a choice's first chunk, the new ids on every chunk), exactly where vLLM puts them; rollwire adds a
+top-level ``weight_version`` to the body and to every chunk, and the ``X-Weight-Version`` header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio.to_thread
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from rollwire.engine.batcher import Batcher, EngineFailure, GenerationRequest, TokenEvent
+from rollwire.engine.model import LanguageModel
+from rollwire.engine.protocol import (
+    CompletionRequest,
+    check_model,
+    check_token_ids,
+    sampling_params,
+    validate_completion,
+)
+from rollwire.errors import RollwireError, UpstreamError
+
+VERSION_HEADER = "X-Weight-Version"
+LOGPROB_FLOOR = -9999.0
+"""vLLM's stand-in for -inf, which JSON cannot carry."""
+
+
+@dataclass(slots=True)
+class _Choice:
+    """What has arrived for one choice so far."""
+
+    prompt_ids: list[int]
+    token_ids: list[int] = field(default_factory=list)
+    events: list[TokenEvent] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+class CompletionService:
+    """Turns one validated request into batcher requests and renders what comes back."""
+
+    def __init__(self, model: LanguageModel, batcher: Batcher, served_name: str) -> None:
+        self._model = model
+        self._batcher = batcher
+        self._served_name = served_name
+
+    async def _prompts(self, request: CompletionRequest) -> list[list[int]]:
+        prompt = request.prompt
+        if isinstance(prompt, str):
+            texts = [prompt]
+        elif prompt and isinstance(prompt[0], str):
+            texts = [str(p) for p in prompt]
+        elif prompt and isinstance(prompt[0], int):
+            return [[int(t) for t in prompt]]  # type: ignore[union-attr]
+        else:
+            return [[int(t) for t in p] for p in prompt or []]  # type: ignore[union-attr]
+        tokenizer = self._model.tokenizer
+
+        def encode() -> list[list[int]]:
+            return [list(tokenizer(t, add_special_tokens=request.add_special_tokens)["input_ids"]) for t in texts]
+
+        return await anyio.to_thread.run_sync(encode)
+
+    async def respond(self, request: CompletionRequest) -> Response:
+        check_model(request.model, self._served_name)
+        validate_completion(request)
+        prompts = await self._prompts(request)
+        for ids in prompts:
+            check_token_ids(ids, self._model.vocab_size, "prompt")
+        params = [sampling_params(request, len(ids), self._model.max_model_len) for ids in prompts]
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[list[TokenEvent] | EngineFailure] = asyncio.Queue()
+
+        def sink(item: list[TokenEvent] | EngineFailure) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        jobs = [
+            GenerationRequest(ids, p, sink, n=request.n, first_index=i * request.n)
+            for i, (ids, p) in enumerate(zip(prompts, params, strict=True))
+        ]
+        choices = [_Choice(prompt_ids=ids) for ids in prompts for _ in range(request.n)]
+        run = _Run(self, request, jobs, choices, queue)
+        for job in jobs:
+            self._batcher.submit(job)
+        try:
+            first = await run.next_delivery()
+        except BaseException:
+            run.cancel()
+            raise
+        if request.stream:
+            return StreamingResponse(
+                run.stream(first), media_type="text/event-stream", headers={VERSION_HEADER: str(run.version)}
+            )
+        try:
+            await run.collect(first)
+        finally:
+            run.cancel()
+        return JSONResponse(run.body(), headers={VERSION_HEADER: str(run.version)})
+
+    def logprobs_block(self, events: list[TokenEvent], top_n: int, text_offset: int) -> dict[str, Any]:
+        """vLLM's completions logprobs: tokens, token_logprobs, top_logprobs (sampled first), text_offset."""
+        decode = self._model.decode_text
+        tokens: list[str] = []
+        token_logprobs: list[float] = []
+        top_logprobs: list[dict[str, float]] = []
+        offsets: list[int] = []
+        for event in events:
+            token = decode([event.sample.token_id])
+            offsets.append(text_offset)
+            text_offset += len(token)
+            tokens.append(token)
+            token_logprobs.append(max(event.sample.logprob, LOGPROB_FLOOR))
+            ranked: dict[int, float] = {event.sample.token_id: event.sample.logprob}
+            for token_id, logprob in event.sample.top:
+                ranked.setdefault(token_id, logprob)
+            entries = list(ranked.items())[: top_n + 1]
+            top_logprobs.append({decode([t]): max(lp, LOGPROB_FLOOR) for t, lp in entries})
+        return {"text_offset": offsets, "token_logprobs": token_logprobs, "tokens": tokens, "top_logprobs": top_logprobs}
+
+    @property
+    def served_name(self) -> str:
+        return self._served_name
+
+
+class _Run:
+    """One request in flight: its choices, its queue, and how to end it early."""
+
+    def __init__(
+        self,
+        service: CompletionService,
+        request: CompletionRequest,
+        jobs: list[GenerationRequest],
+        choices: list[_Choice],
+        queue: asyncio.Queue[list[TokenEvent] | EngineFailure],
+    ) -> None:
+        self.service = service
+        self.request = request
+        self.jobs = jobs
+        self.choices = choices
+        self.queue = queue
+        self.open = len(choices)
+        self.version = -1
+        self.id = f"cmpl-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+
+    async def next_delivery(self) -> list[TokenEvent]:
+        item = await self.queue.get()
+        if isinstance(item, EngineFailure):
+            raise UpstreamError(item.message)
+        if self.version < 0:
+            self.version = item[0].weight_version
+        for event in item:
+            choice = self.choices[event.index]
+            choice.events.append(event)
+            choice.token_ids.append(event.sample.token_id)
+            choice.text += event.text
+            if event.finish_reason is not None:
+                choice.finish_reason, choice.stop_reason = event.finish_reason, event.stop_reason
+                self.open -= 1
+        return item
+
+    def cancel(self) -> None:
+        if self.open > 0:
+            for job in self.jobs:
+                job.cancelled.set()
+            self.service._batcher.wake()
+
+    async def collect(self, first: list[TokenEvent]) -> None:
+        while self.open > 0:
+            await self.next_delivery()
+
+    def _usage(self) -> dict[str, Any]:
+        prompt_tokens = sum(len(job.prompt_ids) for job in self.jobs)
+        completion_tokens = sum(len(c.token_ids) for c in self.choices)
+        return {
+            "prompt_tokens": prompt_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "completion_tokens": completion_tokens,
+            "prompt_tokens_details": None,
+        }
+
+    def body(self) -> dict[str, Any]:
+        with_ids = bool(self.request.return_token_ids)
+        top_n = self.request.logprobs
+        choices = [
+            {
+                "index": i,
+                "text": c.text,
+                "logprobs": None if top_n is None else self.service.logprobs_block(c.events, top_n, 0),
+                "finish_reason": c.finish_reason,
+                "stop_reason": c.stop_reason,
+                "prompt_logprobs": None,
+                "prompt_token_ids": c.prompt_ids if with_ids else None,
+                "token_ids": c.token_ids if with_ids else None,
+            }
+            for i, c in enumerate(self.choices)
+        ]
+        return {
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.service.served_name,
+            "choices": choices,
+            "usage": self._usage(),
+            "system_fingerprint": None,
+            "weight_version": self.version,
+        }
+
+    def _chunk(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> str:
+        body: dict[str, Any] = {
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.service.served_name,
+            "choices": choices,
+            "weight_version": self.version,
+        }
+        if usage is not None:
+            body["usage"] = usage
+        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+    def _event_choice(self, event: TokenEvent, sent_prompt: set[int], text_offsets: list[int]) -> dict[str, Any]:
+        with_ids = bool(self.request.return_token_ids)
+        prompt_ids = None
+        if with_ids and event.index not in sent_prompt:
+            sent_prompt.add(event.index)
+            prompt_ids = self.choices[event.index].prompt_ids
+        logprobs = None
+        if self.request.logprobs is not None:
+            logprobs = self.service.logprobs_block([event], self.request.logprobs, text_offsets[event.index])
+        text_offsets[event.index] += len(event.text)
+        return {
+            "index": event.index,
+            "text": event.text,
+            "logprobs": logprobs,
+            "finish_reason": event.finish_reason,
+            "stop_reason": event.stop_reason,
+            "prompt_token_ids": prompt_ids,
+            "token_ids": [event.sample.token_id] if with_ids else None,
+        }
+
+    async def stream(self, first: list[TokenEvent]) -> AsyncIterator[str]:
+        """One chunk per sampled token per choice, then the usage chunk (if asked) and ``[DONE]``."""
+        sent_prompt: set[int] = set()
+        text_offsets = [0] * len(self.choices)
+        delivery = first
+        try:
+            while True:
+                for event in delivery:
+                    yield self._chunk([self._event_choice(event, sent_prompt, text_offsets)])
+                if self.open == 0:
+                    break
+                delivery = await self.next_delivery()
+            options = self.request.stream_options
+            if options is not None and options.include_usage:
+                yield self._chunk([], usage=self._usage())
+            yield "data: [DONE]\n\n"
+        except RollwireError as exc:
+            error = {"message": exc.message, "type": exc.code, "param": exc.param, "code": exc.status_code}
+            yield f"data: {json.dumps({'error': error})}\n\n"
+            yield "data: [DONE]\n\n"
+        finally:
+            self.cancel()
+
+
+__all__ = ["VERSION_HEADER", "CompletionService"]

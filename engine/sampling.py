@@ -1,0 +1,94 @@
+"""Sampling parameters and one batched sampling step: temperature, top-k, top-p, per-sequence seeds, logprobs.
+
+Logprobs are taken from the raw logits (before temperature and filtering), as vLLM reports them by default;
+each sequence with a seed draws from its own generator, so its samples do not depend on its batch mates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """One request's validated sampling settings, in the engine's own form."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: frozenset[int] = frozenset()
+    ignore_eos: bool = False
+    logprobs: int | None = None
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """A sampled token with its raw logprob and, when asked, the top alternatives (id, logprob), best first."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+def generator_for(seed: int | None, fallback: torch.Generator) -> torch.Generator:
+    """A private generator for a seeded sequence; unseeded ones share the engine's."""
+    if seed is None:
+        return fallback
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(seed & 0xFFFF_FFFF_FFFF_FFFF)
+    return gen
+
+
+def _filter(logits: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    """Mask logits outside top-k and the top-p nucleus (vLLM's rule: keep at least the best token)."""
+    sorted_logits, order = logits.sort(dim=-1, descending=False)
+    vocab = logits.shape[-1]
+    k = torch.where(top_k > 0, top_k.clamp(max=vocab), torch.full_like(top_k, vocab))
+    kth = sorted_logits.gather(1, (vocab - k).unsqueeze(1))
+    sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, float("-inf"))
+    probs = sorted_logits.softmax(dim=-1)
+    cumulative = probs.cumsum(dim=-1)
+    drop = cumulative <= (1 - top_p).unsqueeze(1)
+    drop[:, -1] = False
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(1, order, sorted_logits)
+
+
+def sample_step(
+    logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]
+) -> list[Sample]:
+    """Sample one token per row of ``logits`` (rows x vocab, float32 on the CPU)."""
+    logits = logits.to("cpu", torch.float32)
+    raw_logprobs = logits.log_softmax(dim=-1)
+    tokens = logits.argmax(dim=-1)
+    hot = [i for i, p in enumerate(params) if p.temperature > 0]
+    if hot:
+        rows = torch.tensor(hot, dtype=torch.long)
+        temps = torch.tensor([params[i].temperature for i in hot], dtype=torch.float32)
+        scaled = logits.index_select(0, rows) / temps.unsqueeze(1)
+        top_p = torch.tensor([params[i].top_p for i in hot], dtype=torch.float32)
+        top_k = torch.tensor([params[i].top_k for i in hot], dtype=torch.long)
+        if bool((top_p < 1).any() or (top_k > 0).any()):
+            scaled = _filter(scaled, top_p, top_k)
+        probs = scaled.softmax(dim=-1)
+        for j, i in enumerate(hot):
+            tokens[i] = torch.multinomial(probs[j], 1, generator=generators[i])[0]
+    samples: list[Sample] = []
+    for i, p in enumerate(params):
+        token = int(tokens[i])
+        top: tuple[tuple[int, float], ...] = ()
+        if p.logprobs:
+            values, ids = raw_logprobs[i].topk(p.logprobs)
+            top = tuple(zip(ids.tolist(), values.tolist(), strict=True))
+        samples.append(Sample(token, float(raw_logprobs[i, token]), top))
+    return samples
+
+
+__all__ = ["Sample", "SamplingParams", "generator_for", "sample_step"]
