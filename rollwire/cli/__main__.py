@@ -16,6 +16,7 @@ from rollwire.errors import RollwireError
 COMMANDS: dict[str, str] = {
     "engine": "rollwire.cli.engine",
     "train": "rollwire.cli.train",
+    "export": "rollwire.cli.export",
 }
 """Subcommand name -> module; modules are imported only to build the parser or run."""
 
