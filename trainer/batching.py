@@ -235,12 +235,24 @@ def micro_batches(
     packed: bool,
     pad_id: int,
 ) -> list[MicroBatch]:
-    """The micro-batches of one step: packed rows (one row each) or padded groups, each within ``capacity`` tokens."""
+    """The micro-batches of one step, each within ``capacity`` tokens (a longer sequence gets one of its own).
+
+    Packed: sequences first-fit into rows as long as the step's longest sequence, rows grouped into
+    micro-batches. Padded: one sequence per row, similar lengths together.
+    """
     if not samples:
         return []
     lengths = [len(s.token_ids) for s in samples]
     if packed:
-        return [collate(samples, [b], weights, packed=True, pad_id=pad_id) for b in pack(lengths, capacity)]
+        # rows no longer than the longest sequence: attention cost stays that of the padded layout
+        # (a dense mask does not skip the blocks between packed sequences) while padding disappears
+        row = max(lengths)
+        rows = pack(lengths, row)
+        per_batch = max(1, capacity // row)
+        return [
+            collate(samples, rows[i : i + per_batch], weights, packed=True, pad_id=pad_id)
+            for i in range(0, len(rows), per_batch)
+        ]
     return [
         collate(samples, [[i] for i in g], weights, packed=False, pad_id=pad_id) for g in pad_groups(lengths, capacity)
     ]

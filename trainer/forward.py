@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from rollwire.trainer.batching import MicroBatch
-from rollwire.trainer.losses import token_entropy, token_logprobs
+from rollwire.trainer.losses import token_logprobs
 
 
 def forward_logits(model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
@@ -27,8 +27,12 @@ def forward_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(target) for every position of ``batch`` (zero where there is no target), and optionally entropy."""
     logits = forward_logits(model, batch)
-    logp = token_logprobs(logits, batch.targets) * (batch.loss_mask > 0)
-    entropy = token_entropy(logits) if with_entropy else None
+    if not with_entropy:
+        return token_logprobs(logits, batch.targets) * (batch.loss_mask > 0), None
+    every = torch.log_softmax(logits.float(), dim=-1)  # one log-softmax serves both
+    logp = every.gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1) * (batch.loss_mask > 0)
+    with torch.no_grad():
+        entropy = -(every.exp() * every).sum(-1)
     return logp, entropy
 
 

@@ -20,8 +20,9 @@ def test_pack_is_first_fit_decreasing_and_never_cuts() -> None:
 def test_packed_padded_and_single_logprobs_agree(tiny_model: torch.nn.Module, sampler: Callable[..., Trajectory]) -> None:
     model = tiny_model
     sample_trajectory = sampler
+    shapes = [([5, 6], 3), ([5, 6, 7], 4), ([5, 6, 7, 8], 10)]  # lengths 5, 7, 14: the two short share a row
     trajs = [
-        sample_trajectory(model, [5, 6, 7, 8, 9][: 2 + k], new_tokens=3 + k, seed=k, group_id=f"g{k}") for k in range(3)
+        sample_trajectory(model, prompt, new_tokens=n, seed=k, group_id=f"g{k}") for k, (prompt, n) in enumerate(shapes)
     ]
     samples = [s for t in trajs for s in samples_from(t, 1.0)]
     weights = token_weights(samples, "token-mean")
@@ -37,9 +38,10 @@ def test_packed_padded_and_single_logprobs_agree(tiny_model: torch.nn.Module, sa
                         out[i] = logp[sel].tolist()
         return out
 
-    packed = micro_batches(samples, weights, capacity=64, packed=True, pad_id=0)
+    packed = micro_batches(samples, weights, capacity=28, packed=True, pad_id=0)
     padded = micro_batches(samples, weights, capacity=64, packed=False, pad_id=0)
-    assert len(packed) == 1 and packed[0].input_ids.shape[0] == 1  # all three in one row
+    assert len(packed) == 1 and packed[0].input_ids.shape == (2, 14)  # rows as long as the longest sequence
+    assert packed[0].position_ids[1].tolist() == [0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 0, 1]  # 7 + 5, then padding
     assert padded[0].attention_mask is not None and padded[0].input_ids.shape[0] == 3
     alone = {}
     for i in range(3):

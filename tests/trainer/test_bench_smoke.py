@@ -1,0 +1,19 @@
+"""bench/trainer.py runs end to end with a tiny N and prints its ratio table."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "trainer.py"
+
+
+def test_bench_prints_ratios(tiny_model_dir: Path) -> None:
+    argv = [sys.executable, str(BENCH), "--sequences", "4", "--repeats", "1", "--max-len", "32"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert sum("vs ceiling" in line for line in lines) == 1
+    assert sum(line.startswith(("trainer", "bare")) for line in lines) == 4
+    assert "packed/padded tokens/s" in lines[-1]
