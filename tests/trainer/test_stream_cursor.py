@@ -41,3 +41,13 @@ def test_bad_key_and_unknown_run_are_clear_errors(fake_proxy: Any) -> None:
         TrajectoryStream(StreamConfig(url, "wrong", "run", wait_s=0)).poll()
     with pytest.raises(NotFound, match="no run 'nope'"):
         TrajectoryStream(StreamConfig(url, "op-key", "nope", wait_s=0)).poll()
+
+
+def test_malformed_line_is_an_upstream_error_naming_the_line(fake_proxy: Any) -> None:
+    from rollwire.errors import UpstreamError
+
+    proxy, url = fake_proxy
+    proxy.add(_traj(1))
+    proxy.lines.append('{"cursor": 2, "not": "a trajectory"}')
+    with pytest.raises(UpstreamError, match="line 2 is not a trajectory"):
+        TrajectoryStream(StreamConfig(url, "op-key", "run", wait_s=0)).poll()
