@@ -44,15 +44,15 @@ def _check_model_dir(model: str) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    import uvicorn
-
-    from rollwire.engine.app import create_app
-
     engine = _engine_settings(args, settings)
     if engine.model:
         _check_model_dir(engine.model)
     if engine.max_batch_size < 1:
         raise InvalidRequest("--max-batch-size must be at least 1")
+    import uvicorn
+
+    from rollwire.engine.app import create_app
+
     print(f"rollwire engine: loading, then serving on http://{engine.host}:{engine.port}", flush=True)
     app = create_app(engine, settings.home)
     config = uvicorn.Config(app, host=engine.host, port=engine.port, log_level="info", lifespan="on")
