@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from rollwire.trainer.advantages import group_advantages
-from rollwire.trainer.batching import Sample, micro_batches, samples_from, token_weights
+from rollwire.trainer.batching import MicroBatch, Sample, micro_batches, samples_from, token_weights
 from rollwire.trainer.distributed import DistContext, shard
 from rollwire.trainer.forward import forward_logprobs
 from rollwire.trainer.losses import approx_kl, kl_k3, ppo_clip, weighted_sum
@@ -93,7 +93,7 @@ def prepare_grpo(groups: Sequence[Sequence[Trajectory]], config: GRPOConfig, cur
 def grpo_loss(config: GRPOConfig, ref_model: torch.nn.Module | None = None) -> LossFn:
     """The per-micro-batch loss: weighted PPO-clip (+ kl_coef * k3 KL to the reference model)."""
 
-    def loss_fn(model: torch.nn.Module, batch) -> tuple[torch.Tensor, dict[str, float]]:  # type: ignore[no-untyped-def]
+    def loss_fn(model: torch.nn.Module, batch: MicroBatch) -> tuple[torch.Tensor, dict[str, float]]:
         logp, entropy = forward_logprobs(model, batch, with_entropy=True)
         mask = batch.loss_mask
         terms = ppo_clip(
@@ -161,7 +161,12 @@ def grpo_step(
     pad_id: int,
     ref_model: torch.nn.Module | None = None,
 ) -> dict[str, float]:
-    """Train on this rank's slice of ``batch``; weights are shared over the whole global batch."""
+    """Train on this rank's slice of ``batch``; weights are shared over the whole global batch.
+
+    A batch left empty by the filters (all groups zero-variance, all stale) takes no optimizer step.
+    """
+    if not batch.samples:  # the same on every rank: all ranks build the same global batch
+        return dict(batch.stats) | {"loss": 0.0, "loss_tokens": 0.0, "skipped": 1.0}
     weights = token_weights(batch.samples, config.aggregation)
     mine = shard(list(range(len(batch.samples))), ctx)
     local = [batch.samples[i] for i in mine]

@@ -56,7 +56,11 @@ def sft_step(
     ctx: DistContext,
     pad_id: int,
 ) -> dict[str, float]:
+    """One step on the trajectories that pass the reward filter; none passing means no optimizer step."""
     samples, kept = sft_samples(trajectories, config)
+    if not samples:
+        return {"loss": 0.0, "loss_tokens": 0.0, "rollouts": float(len(trajectories)), "rollouts_kept": 0.0,
+                "skipped": 1.0}
     weights = token_weights(samples, config.aggregation)
     mine = shard(list(range(len(samples))), ctx)
     mbs = micro_batches(

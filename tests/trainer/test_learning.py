@@ -93,3 +93,15 @@ def test_sft_lowers_held_out_loss(tiny_model: torch.nn.Module, sampler: Callable
         assert metrics["rollouts_kept"] == 6
     after = sft_eval_loss(model, held_out, pad_id=0)
     assert after < before * 0.8, (before, after)
+
+
+def test_a_batch_emptied_by_the_filters_takes_no_step(
+    tiny_model: torch.nn.Module, sampler: Callable[..., Trajectory]
+) -> None:
+    before = [p.detach().clone() for p in tiny_model.parameters()]
+    optimizer = torch.optim.AdamW(tiny_model.parameters(), lr=1e-2, weight_decay=0.1)
+    flat = [[sampler(tiny_model, [1, 2], completion=GOOD, reward=1.0) for _ in range(2)]]
+    batch = prepare_grpo(flat, GRPOConfig(), 0)
+    metrics = grpo_step(tiny_model, optimizer, batch, GRPOConfig(), ctx=DistContext(), pad_id=0)
+    assert metrics["skipped"] == 1.0 and metrics["groups_zero_variance"] == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, tiny_model.parameters()))
