@@ -36,7 +36,7 @@ class TrainerState:
     pending: list[dict[str, Any]] = field(default_factory=list)
     """Trajectories taken in but not yet trained on (groups still filling)."""
     trained_rollouts: list[str] = field(default_factory=list)
-    """Every rollout id whose trajectory is in these weights, in training order."""
+    """Every rollout id a step has consumed (trained on, or left out by a reward/variance/lag filter), in order."""
 
 
 def _write_atomic(path: Path, text: str) -> None:
