@@ -35,8 +35,18 @@ def _free_port() -> int:
 def engine(model: str | None, max_batch_size: int) -> Iterator[str]:
     """A `rollwire engine` subprocess; yields its base URL once /health answers."""
     port = _free_port()
-    argv = [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "engine", "--port", str(port),
-            "--max-batch-size", str(max_batch_size)]
+    argv = [
+        sys.executable,
+        "-m",
+        "rollwire.cli",
+        "--log-level",
+        "WARNING",
+        "engine",
+        "--port",
+        str(port),
+        "--max-batch-size",
+        str(max_batch_size),
+    ]
     if model:
         argv += ["--model", model]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ))
@@ -66,8 +76,15 @@ def engine(model: str | None, max_batch_size: int) -> Iterator[str]:
 def requests_for(count: int, max_tokens: int) -> list[dict[str, Any]]:
     """Deterministic token-id prompts of 16..23 tokens; every request generates exactly ``max_tokens``."""
     return [
-        {"prompt": [(7 * i + 3 * j) % 500 + 3 for j in range(16 + i % 8)], "max_tokens": max_tokens,
-         "temperature": 1.0, "seed": i, "ignore_eos": True, "logprobs": 0, "return_token_ids": True}
+        {
+            "prompt": [(7 * i + 3 * j) % 500 + 3 for j in range(16 + i % 8)],
+            "max_tokens": max_tokens,
+            "temperature": 1.0,
+            "seed": i,
+            "ignore_eos": True,
+            "logprobs": 0,
+            "return_token_ids": True,
+        }
         for i in range(count)
     ]
 

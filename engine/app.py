@@ -16,14 +16,14 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 from pydantic import ValidationError
+from rollwire.engine.protocol import CompletionRequest, DetokenizeRequest, ReloadRequest, TokenizeRequest, WireModel
+from rollwire.engine.tokenize import detokenize, tokenize
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from rollwire.engine.protocol import CompletionRequest, DetokenizeRequest, ReloadRequest, TokenizeRequest, WireModel
-from rollwire.engine.tokenize import detokenize, tokenize
 from rollwire.errors import InvalidRequest, PayloadTooLarge, RollwireError
 from rollwire.settings import EngineSettings
 
@@ -189,7 +189,7 @@ def create_app(settings: EngineSettings, home: Path) -> Starlette:
         Route("/reload_weights", reload_weights, methods=["POST"]),
     ]
     handlers = {RollwireError: _rollwire_error, HTTPException: _http_error, Exception: _internal_error}
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)  # type: ignore[arg-type]
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
 
 
 __all__ = ["create_app", "error_body", "resolve_model_path"]

@@ -18,7 +18,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import torch
-
 from rollwire.engine.kv import KVBatch
 from rollwire.engine.model import LanguageModel, Weights
 from rollwire.engine.sampling import Sample, SamplingParams, generator_for, sample_step

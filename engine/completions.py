@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio.to_thread
-from starlette.responses import JSONResponse, Response, StreamingResponse
-
 from rollwire.engine.batcher import Batcher, EngineFailure, GenerationRequest, TokenEvent
 from rollwire.engine.model import LanguageModel
 from rollwire.engine.protocol import (
@@ -27,6 +25,8 @@ from rollwire.engine.protocol import (
     sampling_params,
     validate_completion,
 )
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
 from rollwire.errors import RollwireError, UpstreamError
 
 VERSION_HEADER = "X-Weight-Version"
@@ -61,9 +61,9 @@ class CompletionService:
         elif prompt and isinstance(prompt[0], str):
             texts = [str(p) for p in prompt]
         elif prompt and isinstance(prompt[0], int):
-            return [[int(t) for t in prompt]]  # type: ignore[union-attr]
+            return [[int(t) for t in prompt]]
         else:
-            return [[int(t) for t in p] for p in prompt or []]  # type: ignore[union-attr]
+            return [[int(t) for t in p] for p in prompt or []]
         tokenizer = self._model.tokenizer
 
         def encode() -> list[list[int]]:
@@ -125,7 +125,12 @@ class CompletionService:
                 ranked.setdefault(token_id, logprob)
             entries = list(ranked.items())[: top_n + 1]
             top_logprobs.append({decode([t]): max(lp, LOGPROB_FLOOR) for t, lp in entries})
-        return {"text_offset": offsets, "token_logprobs": token_logprobs, "tokens": tokens, "top_logprobs": top_logprobs}
+        return {
+            "text_offset": offsets,
+            "token_logprobs": token_logprobs,
+            "tokens": tokens,
+            "top_logprobs": top_logprobs,
+        }
 
     @property
     def served_name(self) -> str:

@@ -51,7 +51,7 @@ def load_weights(path: str | Path, device: torch.device, version: int) -> Weight
     folder = _checkpoint_dir(path)
     dtype: Any = torch.float32 if device.type == "cpu" else "auto"
     try:
-        module = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, local_files_only=True)
+        module: Any = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, local_files_only=True)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise InvalidRequest(f"cannot load the checkpoint in {folder}: {exc}".splitlines()[0], param="model_path")
     module.to(device).eval()
@@ -78,7 +78,10 @@ class LanguageModel:
 
     def _eos_ids(self) -> frozenset[int]:
         ids: set[int] = set()
-        for source in (self.tokenizer.eos_token_id, getattr(self.weights.module.generation_config, "eos_token_id", None)):
+        for source in (
+            self.tokenizer.eos_token_id,
+            getattr(self.weights.module.generation_config, "eos_token_id", None),
+        ):
             if isinstance(source, int):
                 ids.add(source)
             elif isinstance(source, list):

@@ -11,12 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-
 from rollwire.engine.sampling import SamplingParams
+
 from rollwire.errors import InvalidRequest, NotFound
 
 MAX_LOGPROBS = 20
 """Most top logprobs per token, vLLM's default ``--max-logprobs``."""
+
+DEFAULT_MAX_TOKENS = 16
+"""vLLM's completions default, also used when the request sends ``"max_tokens": null``."""
 
 
 class WireModel(BaseModel):
@@ -34,7 +37,7 @@ class StreamOptions(WireModel):
 class CompletionRequest(WireModel):
     model: str | None = None
     prompt: list[int] | list[list[int]] | str | list[str] | None = None
-    max_tokens: int | None = 16
+    max_tokens: int | None = DEFAULT_MAX_TOKENS
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
@@ -170,7 +173,7 @@ def validate_completion(request: CompletionRequest) -> None:
 
 def sampling_params(request: CompletionRequest, prompt_len: int, max_model_len: int) -> SamplingParams:
     """The engine's SamplingParams for one prompt; a prompt + max_tokens past the context is a 400."""
-    max_tokens = request.max_tokens if request.max_tokens is not None else max_model_len - prompt_len
+    max_tokens = request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_TOKENS  # vLLM: null -> 16
     if prompt_len + max_tokens > max_model_len:
         raise InvalidRequest(
             f"This model's maximum context length is {max_model_len} tokens. However, you requested "

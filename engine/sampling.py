@@ -61,9 +61,7 @@ def _filter(logits: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor) -> t
     return torch.empty_like(logits).scatter_(1, order, sorted_logits)
 
 
-def sample_step(
-    logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]
-) -> list[Sample]:
+def sample_step(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]) -> list[Sample]:
     """Sample one token per row of ``logits`` (rows x vocab, float32 on the CPU)."""
     logits = logits.to("cpu", torch.float32)
     raw_logprobs = logits.log_softmax(dim=-1)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import anyio.to_thread
-
+from jinja2 import TemplateError
 from rollwire.engine.model import LanguageModel
 from rollwire.engine.protocol import DetokenizeRequest, TokenizeRequest, check_model, check_token_ids
+
 from rollwire.errors import InvalidRequest
 
 
@@ -23,7 +24,7 @@ def _render_chat(model: LanguageModel, request: TokenizeRequest) -> str:
             tokenize=False,
             **kwargs,
         )
-    except Exception as exc:  # jinja and template errors from the tokenizer library: the request's fault
+    except (TemplateError, ValueError, TypeError, KeyError) as exc:  # a template the request's data breaks
         raise InvalidRequest(f"cannot render the chat template: {exc}".splitlines()[0], param="messages")
     return str(text)
 

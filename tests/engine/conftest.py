@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import torch
-
 from rollwire.engine import create_app
+
 from rollwire.serving import ServerThread
 from rollwire.settings import EngineSettings
 

@@ -7,7 +7,6 @@ from typing import Any
 import httpx
 import openai
 import pytest
-
 from rollwire.engine.protocol import MAX_LOGPROBS
 
 
@@ -58,7 +57,9 @@ def test_body_that_is_not_an_object(client: httpx.Client) -> None:
 
 
 def test_wrong_field_type(client: httpx.Client) -> None:
-    assert _error(client.post("/v1/completions", json={"prompt": [1], "max_tokens": "many"}), 400)["param"] == "max_tokens"
+    assert (
+        _error(client.post("/v1/completions", json={"prompt": [1], "max_tokens": "many"}), 400)["param"] == "max_tokens"
+    )
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,11 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "engine.py"
 
 def test_engine_bench_prints_its_table() -> None:
     result = subprocess.run(
-        [sys.executable, str(BENCH), "--requests", "4", "--max-tokens", "3"], capture_output=True, text=True, timeout=180
+        [sys.executable, str(BENCH), "--requests", "4", "--max-tokens", "3"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=180,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()

@@ -20,10 +20,14 @@ def _client(url: str) -> openai.AsyncOpenAI:
 
 async def _one(client: openai.AsyncOpenAI, model: str, prompt: list[int], max_tokens: int, stream: bool) -> list[Any]:
     """(token_ids, logprobs) per choice, for a non-streamed or streamed request with n=2."""
-    kwargs: dict[str, Any] = dict(
-        model=model, prompt=prompt, max_tokens=max_tokens, n=2, logprobs=1,
-        extra_body={"return_token_ids": True, "ignore_eos": True},
-    )
+    kwargs: dict[str, Any] = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "n": 2,
+        "logprobs": 1,
+        "extra_body": {"return_token_ids": True, "ignore_eos": True},
+    }
     if not stream:
         completion = await client.completions.create(**kwargs)
         return [((c.model_extra or {})["token_ids"], c.logprobs.token_logprobs) for c in completion.choices]

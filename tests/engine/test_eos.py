@@ -8,9 +8,9 @@ import shutil
 from pathlib import Path
 
 import httpx
+from rollwire.engine import create_app
 from transformers import AutoTokenizer
 
-from rollwire.engine import create_app
 from rollwire.serving import ServerThread
 from tests.engine.conftest import engine_settings
 

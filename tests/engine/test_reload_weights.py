@@ -10,13 +10,19 @@ from typing import Any
 import httpx
 import pytest
 import torch
-
 from rollwire.engine import create_app
+
 from rollwire.serving import ServerThread
 from tests.engine.conftest import engine_settings
 
-GREEDY = {"prompt": [20, 21, 22, 23], "max_tokens": 8, "temperature": 0, "logprobs": 0, "return_token_ids": True,
-          "ignore_eos": True}
+GREEDY = {
+    "prompt": [20, 21, 22, 23],
+    "max_tokens": 8,
+    "temperature": 0,
+    "logprobs": 0,
+    "return_token_ids": True,
+    "ignore_eos": True,
+}
 
 
 @pytest.fixture()

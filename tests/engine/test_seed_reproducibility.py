@@ -13,8 +13,15 @@ def _ids(body: dict[str, Any]) -> list[list[int]]:
 
 
 def _request(seed: int | None, n: int = 1) -> dict[str, Any]:
-    return {"prompt": [12, 13, 14], "max_tokens": 16, "temperature": 1.0, "seed": seed, "n": n,
-            "ignore_eos": True, "return_token_ids": True}
+    return {
+        "prompt": [12, 13, 14],
+        "max_tokens": 16,
+        "temperature": 1.0,
+        "seed": seed,
+        "n": n,
+        "ignore_eos": True,
+        "return_token_ids": True,
+    }
 
 
 def test_same_seed_same_tokens_alone_and_in_a_batch(engine_url: str) -> None:

@@ -22,8 +22,15 @@ def greedy(engine_url: str) -> dict[str, Any]:
 
 
 def _run(url: str, stream: bool = False, **fields: Any) -> dict[str, Any]:
-    body = {"prompt": PROMPT, "max_tokens": 24, "temperature": 0, "ignore_eos": True, "return_token_ids": True,
-            "stream": stream, **fields}
+    body = {
+        "prompt": PROMPT,
+        "max_tokens": 24,
+        "temperature": 0,
+        "ignore_eos": True,
+        "return_token_ids": True,
+        "stream": stream,
+        **fields,
+    }
     if not stream:
         return dict(httpx.post(f"{url}/v1/completions", json=body, timeout=60).json()["choices"][0])
     text, ids, last = "", [], {}
