@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -105,3 +106,19 @@ def test_a_batch_emptied_by_the_filters_takes_no_step(
     metrics = grpo_step(tiny_model, optimizer, batch, GRPOConfig(), ctx=DistContext(), pad_id=0)
     assert metrics["skipped"] == 1.0 and metrics["groups_zero_variance"] == 1
     assert all(torch.equal(a, b) for a, b in zip(before, tiny_model.parameters()))
+
+
+def test_kl_to_reference_is_zero_at_start_and_grows(
+    tiny_model: torch.nn.Module, tiny_model_dir: Path, sampler: Callable[..., Trajectory]
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    ref = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
+    optimizer = torch.optim.AdamW(tiny_model.parameters(), lr=1e-2)
+    config = GRPOConfig(kl_coef=0.1, aggregation="sequence-mean", ratio_cap=3.0)
+    group = [sampler(tiny_model, [3, 4], completion=c, reward=r) for c, r in ((GOOD, 1.0), (BAD, 0.0))]
+    first = grpo_step(tiny_model, optimizer, prepare_grpo([group], config, 0), config, ctx=DistContext(), pad_id=0,
+                      ref_model=ref)
+    second = grpo_step(tiny_model, optimizer, prepare_grpo([group], config, 0), config, ctx=DistContext(), pad_id=0,
+                       ref_model=ref)
+    assert first["kl_ref"] < 1e-9 < second["kl_ref"]
