@@ -234,6 +234,15 @@ class _Run:
             body["usage"] = usage
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
+    def _running(self, event: TokenEvent, counts: list[int]) -> dict[str, Any] | None:
+        """Per-chunk usage, only with ``stream_options.continuous_usage_stats`` (vLLM's per-choice counts)."""
+        options = self.request.stream_options
+        if options is None or not options.include_usage or not options.continuous_usage_stats:
+            return None
+        prompt_tokens = len(self.choices[event.index].prompt_ids)
+        done = counts[event.index]
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": done, "total_tokens": prompt_tokens + done}
+
     def _event_choice(self, event: TokenEvent, sent_prompt: set[int], text_offsets: list[int]) -> dict[str, Any]:
         with_ids = bool(self.request.return_token_ids)
         prompt_ids = None
@@ -258,11 +267,15 @@ class _Run:
         """One chunk per sampled token per choice, then the usage chunk (if asked) and ``[DONE]``."""
         sent_prompt: set[int] = set()
         text_offsets = [0] * len(self.choices)
+        counts = [0] * len(self.choices)
         delivery = first
         try:
             while True:
                 for event in delivery:
-                    yield self._chunk([self._event_choice(event, sent_prompt, text_offsets)])
+                    counts[event.index] += 1
+                    yield self._chunk(
+                        [self._event_choice(event, sent_prompt, text_offsets)], self._running(event, counts)
+                    )
                 if self.open == 0:
                     break
                 delivery = await self.next_delivery()
