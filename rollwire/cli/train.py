@@ -2,7 +2,9 @@
 
 Reads /admin/v1/trajectories/stream from the last checkpoint's cursor (restart-safe), trains, writes a
 Hugging Face checkpoint, pushes it to the bundled engine and/or vLLM and publishes the new policy version.
-Runs the same under torchrun (DDP; --strategy fsdp for FSDP2).
+Runs the same under torchrun (DDP; --strategy fsdp for FSDP2); there, name the run with --run-id
+(torchrun reads a bare --run as its own --run-path):
+    torchrun --nproc-per-node 2 $(which rollwire) train --run-id RUN --proxy URL ...
 """
 
 from __future__ import annotations
@@ -64,8 +66,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             kind = float
         if name == "max_policy_lag":
             kind = int
+        names = ["--" + dest.replace("_", "-")]
+        if dest == "run":  # torchrun's own parser takes a bare --run for an abbreviation of its --run-path
+            names.append("--run-id")
         parser.add_argument(
-            "--" + dest.replace("_", "-"), dest=dest, type=kind, default=None, choices=CHOICES.get(dest),
+            *names, dest=dest, type=kind, default=None, choices=CHOICES.get(dest),
             help=f"{info.description} (default: {info.default!r})",
         )
     for dest, name in SWITCHES.items():
