@@ -1,4 +1,10 @@
-"""Per-step metrics: one JSON line per step in a file, and one short line on the console."""
+"""Per-step metrics: one JSON line per step in a file, and one short line on the console.
+
+GRPO lines carry reward_mean/std, advantage_mean/std/min/max, clip_fraction, ratio_mean and
+ratio_deviation_max (max |ratio - 1|), approx_kl, entropy, kl_ref (with a reference model), grad_norm,
+tokens_per_s (tokens forwarded, padding included, per second of the step), policy_lag_mean/max,
+groups / groups_zero_variance / rollouts_stale, policy_version and the step's rollout_ids.
+"""
 
 from __future__ import annotations
 
