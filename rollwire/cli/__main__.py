@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from rollwire.errors import RollwireError
 
 COMMANDS: dict[str, str] = {
+    "agent": "rollwire.cli.agent",
     "demo": "rollwire.cli.demo",
     "engine": "rollwire.cli.engine",
     "train": "rollwire.cli.train",

@@ -1,0 +1,33 @@
+"""Adapter for the reference agent (``rollwire agent``): the default harness of the demo."""
+
+from __future__ import annotations
+
+import sys
+
+from rollwire.harness_adapters.base import Launch, RolloutContext
+
+
+class ReferenceAgentAdapter:
+    """Runs ``python -m rollwire.cli agent`` with the rollout's URLs in the environment."""
+
+    name = "reference"
+
+    def __init__(self, max_turns: int = 4, max_tokens: int = 128, temperature: float = 1.0) -> None:
+        self.max_turns = max_turns
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+
+    def launch(self, ctx: RolloutContext) -> Launch:
+        argv = (
+            sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "agent",
+            "--max-turns", str(self.max_turns),
+            "--max-tokens", str(self.max_tokens),
+            "--temperature", str(self.temperature),
+            "--final-answer", "final_answer.txt",
+            ctx.prompt,
+        )  # fmt: skip
+        env = {"OPENAI_BASE_URL": ctx.base_url, "OPENAI_API_KEY": ctx.token, "ROLLWIRE_MCP_URL": ctx.mcp_url}
+        return Launch(argv=argv, env=env, final_answer_path="final_answer.txt")
+
+
+__all__ = ["ReferenceAgentAdapter"]
