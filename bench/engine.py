@@ -1,6 +1,6 @@
 """Engine throughput: the same completion requests run one at a time, then at concurrency 1, 4 and 16.
 
-    python bench/engine.py [--requests 32] [--max-tokens 64] [--model PATH]
+    python bench/engine.py [--requests 32] [--max-tokens 64] [--model PATH] [--threads N]
 
 Starts `rollwire engine` in a subprocess on a loopback port (the tiny model by default), sends token-id
 prompts with fixed lengths (ignore_eos, so every request generates exactly --max-tokens), and prints one
@@ -32,7 +32,7 @@ def _free_port() -> int:
 
 
 @contextmanager
-def engine(model: str | None, max_batch_size: int) -> Iterator[str]:
+def engine(model: str | None, max_batch_size: int, threads: int | None) -> Iterator[str]:
     """A `rollwire engine` subprocess; yields its base URL once /health answers."""
     port = _free_port()
     argv = [
@@ -49,6 +49,8 @@ def engine(model: str | None, max_batch_size: int) -> Iterator[str]:
     ]
     if model:
         argv += ["--model", model]
+    if threads is not None:
+        argv += ["--threads", str(threads)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ))
     url = f"http://127.0.0.1:{port}"
     try:
@@ -121,10 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=32, help="requests per run (default 32)")
     parser.add_argument("--max-tokens", type=int, default=64, help="tokens generated per request (default 64)")
     parser.add_argument("--model", default=None, help="local HF checkpoint folder (default: the tiny model)")
+    parser.add_argument("--threads", type=int, default=None, help="the engine's torch threads (default: its own)")
     args = parser.parse_args(argv)
     bodies = requests_for(args.requests, args.max_tokens)
     rows: list[tuple[str, int, int, float]] = []
-    with engine(args.model, max(CONCURRENCY)) as url:
+    with engine(args.model, max(CONCURRENCY), args.threads) as url:
         one_at_a_time(url, bodies[:2])  # warm-up
         print(f"running {args.requests} requests x {args.max_tokens} tokens one at a time ...", flush=True)
         tokens, seconds = one_at_a_time(url, bodies)

@@ -29,6 +29,9 @@ class EngineSettings(BaseModel):
     max_model_len: int = Field(0, description="Context length; 0 means the model config's.")
     device: str = Field("auto", description="torch device: auto, cpu or cuda.")
     max_body_bytes: int = Field(8 * 1024 * 1024, description="Engine request bodies above this get 413.")
+    threads: int = Field(
+        1, description="torch intra-op threads of an engine process (set by the CLI); 0 keeps torch's default."
+    )
 
 
 class ProxySettings(BaseModel):

@@ -23,13 +23,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batch-size", type=int, default=None, help=fields["max_batch_size"].description)
     parser.add_argument("--max-model-len", type=int, default=None, help=fields["max_model_len"].description)
     parser.add_argument("--device", default=None, help=fields["device"].description)
+    parser.add_argument("--threads", type=int, default=None, help=f"{fields['threads'].description} (default 1)")
 
 
 def _engine_settings(args: argparse.Namespace, settings: Settings) -> EngineSettings:
     """Flags beat env vars, which beat the defaults."""
     overrides = {
         name: getattr(args, name)
-        for name in ("host", "port", "model", "served_model_name", "max_batch_size", "max_model_len", "device")
+        for name in (
+            "host",
+            "port",
+            "model",
+            "served_model_name",
+            "max_batch_size",
+            "max_model_len",
+            "device",
+            "threads",
+        )
         if getattr(args, name) is not None
     }
     return settings.engine.model_copy(update=overrides)
@@ -49,10 +59,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         _check_model_dir(engine.model)
     if engine.max_batch_size < 1:
         raise InvalidRequest("--max-batch-size must be at least 1")
+    if engine.threads < 0:
+        raise InvalidRequest("--threads must be 0 (torch's default) or more")
+    import torch
     import uvicorn
 
     from rollwire.engine.app import create_app
 
+    if engine.threads:
+        # One thread by default: on a small machine shared with the proxy, harnesses and trainer, more intra-op
+        # threads than free cores make every decode step wait on preempted workers (bench/engine.py shows it).
+        torch.set_num_threads(engine.threads)
     print(f"rollwire engine: loading, then serving on http://{engine.host}:{engine.port}", flush=True)
     app = create_app(engine, settings.home)
     config = uvicorn.Config(app, host=engine.host, port=engine.port, log_level="info", lifespan="on")

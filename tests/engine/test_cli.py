@@ -16,7 +16,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_help_lists_the_flags() -> None:
     result = _cli("--help")
     assert result.returncode == 0
-    for flag in ("--host", "--port", "--model", "--max-batch-size"):
+    for flag in ("--host", "--port", "--model", "--max-batch-size", "--threads"):
         assert flag in result.stdout
 
 
@@ -25,3 +25,8 @@ def test_missing_model_folder_is_one_line_and_exit_1(tmp_path: Path) -> None:
     assert result.returncode == 1
     err = result.stderr.strip()
     assert err.startswith("rollwire engine:") and "does not exist" in err and "\n" not in err
+
+
+def test_negative_threads_is_a_usage_error() -> None:
+    result = _cli("--threads", "-1")
+    assert result.returncode == 1 and "--threads" in result.stderr
