@@ -102,7 +102,7 @@ class CompletionService:
                 run.stream(first), media_type="text/event-stream", headers={VERSION_HEADER: str(run.version)}
             )
         try:
-            await run.collect(first)
+            await run.collect()
         finally:
             run.cancel()
         return JSONResponse(run.body(), headers={VERSION_HEADER: str(run.version)})
@@ -180,7 +180,7 @@ class _Run:
                 job.cancelled.set()
             self.service._batcher.wake()
 
-    async def collect(self, first: list[TokenEvent]) -> None:
+    async def collect(self) -> None:
         while self.open > 0:
             await self.next_delivery()
 
