@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,18 +13,17 @@ from rollwire.engine import create_app
 from rollwire.serving import ServerThread
 from rollwire.settings import EngineSettings
 
-LOGPROB_TOLERANCE = 1e-4
-"""Engine logprobs vs a direct float32 forward pass: batching and padding change only the summation order."""
 
-
-def engine_settings(model_dir: Path, **overrides: Any) -> EngineSettings:
-    return EngineSettings(model=str(model_dir), device="cpu", **overrides)
+@pytest.fixture(scope="session")
+def logprob_tolerance() -> float:
+    """Engine logprobs vs a direct float32 forward pass: batching and padding change only the summation order."""
+    return 1e-4
 
 
 @pytest.fixture(scope="module")
 def engine_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A running engine serving the tiny model, shared by one test module."""
-    app = create_app(engine_settings(tiny_model_dir), tmp_path_factory.mktemp("home"))
+    app = create_app(EngineSettings(model=str(tiny_model_dir), device="cpu"), tmp_path_factory.mktemp("home"))
     with ServerThread(app) as server:
         yield server.url
 
@@ -37,17 +36,24 @@ def reference_model(tiny_model_dir: Path) -> Any:
     return AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
 
 
-def forward_logprobs(model: Any, prompt_ids: list[int], sampled_ids: list[int]) -> list[float]:
+@pytest.fixture(scope="session")
+def forward_logprobs(reference_model: Any) -> Callable[[list[int], list[int]], list[float]]:
     """log_softmax of one plain forward pass over prompt + sampled ids, at each sampled token."""
-    ids = torch.tensor([prompt_ids + sampled_ids])
-    with torch.inference_mode():
-        logits = model(input_ids=ids).logits[0].float()
-    logprobs = logits.log_softmax(dim=-1)
-    start = len(prompt_ids) - 1
-    return [float(logprobs[start + j, t]) for j, t in enumerate(sampled_ids)]
+
+    def compute(prompt_ids: list[int], sampled_ids: list[int]) -> list[float]:
+        ids = torch.tensor([prompt_ids + sampled_ids])
+        with torch.inference_mode():
+            logits = reference_model(input_ids=ids).logits[0].float()
+        logprobs = logits.log_softmax(dim=-1)
+        start = len(prompt_ids) - 1
+        return [float(logprobs[start + j, t]) for j, t in enumerate(sampled_ids)]
+
+    return compute
 
 
-def served_model_name(url: str) -> str:
+@pytest.fixture(scope="module")
+def model_name(engine_url: str) -> str:
+    """The name the module's engine serves under."""
     import httpx
 
-    return str(httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"])
+    return str(httpx.get(f"{engine_url}/v1/models", timeout=10).json()["data"][0]["id"])

@@ -9,8 +9,6 @@ import anyio
 import openai
 import pytest
 
-from tests.engine.conftest import LOGPROB_TOLERANCE, forward_logprobs, served_model_name
-
 PROMPTS = [[5, 9, 100], [31, 2, 77, 8, 300, 41, 12, 9, 10, 11], [400], [60, 61, 62, 63, 64, 65]]
 
 
@@ -40,29 +38,29 @@ async def _one(client: openai.AsyncOpenAI, model: str, prompt: list[int], max_to
     return [(ids[i], lps[i]) for i in (0, 1)]
 
 
-def test_concurrent_requests_match_forward_passes(engine_url: str, reference_model: Any) -> None:
+def test_concurrent_requests_match_forward_passes(
+    engine_url: str, forward_logprobs: Any, logprob_tolerance: float, model_name: str
+) -> None:
     async def main() -> list[list[Any]]:
         client = _client(engine_url)
-        model = served_model_name(engine_url)
         with anyio.fail_after(60):
             return await asyncio.gather(
-                *(_one(client, model, p, 6 + 3 * i, stream=i % 2 == 1) for i, p in enumerate(PROMPTS))
+                *(_one(client, model_name, p, 6 + 3 * i, stream=i % 2 == 1) for i, p in enumerate(PROMPTS))
             )
 
     results = asyncio.run(main())
     for i, (prompt, choices) in enumerate(zip(PROMPTS, results, strict=True)):
         for sampled, logprobs in choices:
             assert len(sampled) == 6 + 3 * i
-            expected = forward_logprobs(reference_model, prompt, sampled)
-            assert logprobs == pytest.approx(expected, abs=LOGPROB_TOLERANCE)
+            expected = forward_logprobs(prompt, sampled)
+            assert logprobs == pytest.approx(expected, abs=logprob_tolerance)
 
 
-def test_a_second_request_runs_while_the_first_is_generating(engine_url: str) -> None:
+def test_a_second_request_runs_while_the_first_is_generating(engine_url: str, model_name: str) -> None:
     """B's first token arrives while A is still streaming: they share steps rather than queueing."""
 
     async def main() -> tuple[bool, int]:
         client = _client(engine_url)
-        model = served_model_name(engine_url)
         a_started = asyncio.Event()
         b_done = asyncio.Event()
         a_tokens_when_b_done = -1
@@ -71,7 +69,7 @@ def test_a_second_request_runs_while_the_first_is_generating(engine_url: str) ->
             nonlocal a_tokens_when_b_done
             count = 0
             stream = await client.completions.create(
-                model=model, prompt=[3, 4, 5], max_tokens=4000, stream=True, extra_body={"ignore_eos": True}
+                model=model_name, prompt=[3, 4, 5], max_tokens=4000, stream=True, extra_body={"ignore_eos": True}
             )
             async for chunk in stream:
                 count += len(chunk.choices)
@@ -84,7 +82,7 @@ def test_a_second_request_runs_while_the_first_is_generating(engine_url: str) ->
 
         async def run_b() -> None:
             await a_started.wait()
-            await client.completions.create(model=model, prompt=[8, 9], max_tokens=5)
+            await client.completions.create(model=model_name, prompt=[8, 9], max_tokens=5)
             b_done.set()
 
         with anyio.fail_after(60):

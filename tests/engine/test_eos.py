@@ -12,13 +12,13 @@ from rollwire.engine import create_app
 from transformers import AutoTokenizer
 
 from rollwire.serving import ServerThread
-from tests.engine.conftest import engine_settings
+from rollwire.settings import EngineSettings
 
 BODY = {"prompt": [70, 71, 72], "max_tokens": 12, "temperature": 0, "return_token_ids": True}
 
 
 def test_eos_stops_unless_ignored(tiny_model_dir: Path, tmp_path: Path) -> None:
-    with ServerThread(create_app(engine_settings(tiny_model_dir), tmp_path)) as server:
+    with ServerThread(create_app(EngineSettings(model=str(tiny_model_dir), device="cpu"), tmp_path)) as server:
         reference = httpx.post(f"{server.url}/v1/completions", json={**BODY, "ignore_eos": True}, timeout=60).json()
     ids = reference["choices"][0]["token_ids"]
     eos = ids[4]
@@ -30,7 +30,7 @@ def test_eos_stops_unless_ignored(tiny_model_dir: Path, tmp_path: Path) -> None:
     config["eos_token_id"] = [config["eos_token_id"], eos]
     config_path.write_text(json.dumps(config))
 
-    with ServerThread(create_app(engine_settings(model), tmp_path)) as server:
+    with ServerThread(create_app(EngineSettings(model=str(model), device="cpu"), tmp_path)) as server:
         stopped = httpx.post(f"{server.url}/v1/completions", json=BODY, timeout=60).json()["choices"][0]
         ignored = httpx.post(f"{server.url}/v1/completions", json={**BODY, "ignore_eos": True}, timeout=60).json()
     assert stopped["finish_reason"] == "stop" and stopped["stop_reason"] is None

@@ -7,8 +7,6 @@ from typing import Any
 import openai
 import pytest
 
-from tests.engine.conftest import LOGPROB_TOLERANCE, forward_logprobs, served_model_name
-
 PROMPT = [17, 240, 33, 501, 90, 7, 412]
 
 
@@ -16,9 +14,11 @@ def _client(url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
 
 
-def test_non_streaming_logprobs_equal_a_forward_pass(engine_url: str, reference_model: Any) -> None:
+def test_non_streaming_logprobs_equal_a_forward_pass(
+    engine_url: str, forward_logprobs: Any, logprob_tolerance: float, model_name: str
+) -> None:
     completion = _client(engine_url).completions.create(
-        model=served_model_name(engine_url),
+        model=model_name,
         prompt=PROMPT,
         max_tokens=12,
         temperature=1.0,
@@ -32,8 +32,8 @@ def test_non_streaming_logprobs_equal_a_forward_pass(engine_url: str, reference_
     assert len(sampled) == 12 and choice.finish_reason == "length"
     assert choice.logprobs is not None
     returned = choice.logprobs.token_logprobs
-    expected = forward_logprobs(reference_model, PROMPT, sampled)
-    assert returned == pytest.approx(expected, abs=LOGPROB_TOLERANCE)
+    expected = forward_logprobs(PROMPT, sampled)
+    assert returned == pytest.approx(expected, abs=logprob_tolerance)
     # each step's top_logprobs holds the sampled token first, then the single best one (logprobs=1)
     for token, logprob, top in zip(choice.logprobs.tokens, returned, choice.logprobs.top_logprobs or [], strict=True):
         assert top[token] == pytest.approx(logprob) and 1 <= len(top) <= 2
@@ -42,9 +42,11 @@ def test_non_streaming_logprobs_equal_a_forward_pass(engine_url: str, reference_
     assert completion.usage is not None and completion.usage.completion_tokens == 12
 
 
-def test_streaming_chunks_carry_ids_and_the_same_logprobs(engine_url: str, reference_model: Any) -> None:
+def test_streaming_chunks_carry_ids_and_the_same_logprobs(
+    engine_url: str, forward_logprobs: Any, logprob_tolerance: float, model_name: str
+) -> None:
     stream = _client(engine_url).completions.create(
-        model=served_model_name(engine_url),
+        model=model_name,
         prompt=PROMPT,
         max_tokens=10,
         logprobs=1,
@@ -70,11 +72,9 @@ def test_streaming_chunks_carry_ids_and_the_same_logprobs(engine_url: str, refer
     assert prompt_ids_seen[0] == PROMPT and all(p is None for p in prompt_ids_seen[1:])
     assert len(sampled) == 10 and versions == {0}
     assert usage is not None and usage.completion_tokens == 10 and usage.prompt_tokens == len(PROMPT)
-    assert logprobs == pytest.approx(forward_logprobs(reference_model, PROMPT, sampled), abs=LOGPROB_TOLERANCE)
+    assert logprobs == pytest.approx(forward_logprobs(PROMPT, sampled), abs=logprob_tolerance)
 
 
-def test_version_header_on_completions(engine_url: str) -> None:
-    response = _client(engine_url).completions.with_raw_response.create(
-        model=served_model_name(engine_url), prompt=PROMPT, max_tokens=2
-    )
+def test_version_header_on_completions(engine_url: str, model_name: str) -> None:
+    response = _client(engine_url).completions.with_raw_response.create(model=model_name, prompt=PROMPT, max_tokens=2)
     assert response.headers["x-weight-version"] == "0"

@@ -7,10 +7,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.engine.conftest import LOGPROB_TOLERANCE, forward_logprobs
 
-
-def test_prompt_list_fans_out_into_indexed_choices(engine_url: str, reference_model: Any) -> None:
+def test_prompt_list_fans_out_into_indexed_choices(
+    engine_url: str, forward_logprobs: Any, logprob_tolerance: float
+) -> None:
     prompts = [[11, 12], [200, 201, 202, 203, 204]]
     body = {"prompt": prompts, "n": 2, "max_tokens": 5, "logprobs": 0, "ignore_eos": True, "return_token_ids": True}
     reply = httpx.post(f"{engine_url}/v1/completions", json=body, timeout=60).json()
@@ -18,8 +18,8 @@ def test_prompt_list_fans_out_into_indexed_choices(engine_url: str, reference_mo
     assert [c["index"] for c in choices] == [0, 1, 2, 3]
     assert [c["prompt_token_ids"] for c in choices] == [prompts[0], prompts[0], prompts[1], prompts[1]]
     for choice in choices:
-        expected = forward_logprobs(reference_model, choice["prompt_token_ids"], choice["token_ids"])
-        assert choice["logprobs"]["token_logprobs"] == pytest.approx(expected, abs=LOGPROB_TOLERANCE)
+        expected = forward_logprobs(choice["prompt_token_ids"], choice["token_ids"])
+        assert choice["logprobs"]["token_logprobs"] == pytest.approx(expected, abs=logprob_tolerance)
     assert reply["usage"] == {
         "prompt_tokens": 7,
         "completion_tokens": 20,

@@ -13,7 +13,7 @@ import torch
 from rollwire.engine import create_app
 
 from rollwire.serving import ServerThread
-from tests.engine.conftest import engine_settings
+from rollwire.settings import EngineSettings
 
 GREEDY = {
     "prompt": [20, 21, 22, 23],
@@ -28,7 +28,7 @@ GREEDY = {
 @pytest.fixture()
 def own_engine(tiny_model_dir: Path, tmp_path: Path) -> Iterator[str]:
     """A private engine: reloading must not change the weights other test modules see."""
-    with ServerThread(create_app(engine_settings(tiny_model_dir), tmp_path)) as server:
+    with ServerThread(create_app(EngineSettings(model=str(tiny_model_dir), device="cpu"), tmp_path)) as server:
         yield server.url
 
 
