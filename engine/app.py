@@ -21,7 +21,7 @@ from rollwire.engine.tokenize import detokenize, tokenize
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from rollwire.errors import InvalidRequest, PayloadTooLarge, RollwireError
@@ -93,7 +93,7 @@ async def _parse(request: Request, model: type[WireT]) -> WireT:
 
 async def completions(request: Request) -> Response:
     body = await _parse(request, CompletionRequest)
-    return await _engine(request).completions.respond(body)
+    return await _engine(request).completions.respond(body, request.receive)
 
 
 async def tokenize_route(request: Request) -> Response:
@@ -123,6 +123,19 @@ async def models(request: Request) -> Response:
 
 async def health(request: Request) -> Response:
     return Response(status_code=200)
+
+
+async def metrics(request: Request) -> Response:
+    """The two gauges of vLLM's Prometheus /metrics a router or test looks at (sequences, not requests)."""
+    engine = _engine(request)
+    label = f'{{model_name="{engine.served_name}"}}'
+    lines = [
+        "# TYPE vllm:num_requests_running gauge",
+        f"vllm:num_requests_running{label} {engine.batcher.num_running}",
+        "# TYPE vllm:num_requests_waiting gauge",
+        f"vllm:num_requests_waiting{label} {engine.batcher.num_waiting}",
+    ]
+    return PlainTextResponse("\n".join(lines) + "\n")
 
 
 async def weight_version(request: Request) -> Response:
@@ -185,6 +198,7 @@ def create_app(settings: EngineSettings, home: Path) -> Starlette:
         Route("/detokenize", detokenize_route, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
         Route("/weight_version", weight_version, methods=["GET"]),
         Route("/reload_weights", reload_weights, methods=["POST"]),
     ]

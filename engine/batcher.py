@@ -90,6 +90,15 @@ class Batcher:
         self.steps = 0
         self.rows_decoded = 0
 
+    @property
+    def num_running(self) -> int:
+        """Sequences in the running batch (read from other threads: a snapshot, not a lock-held count)."""
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        return sum(r.n for r in list(self._waiting))
+
     def start(self) -> None:
         self._thread.start()
 

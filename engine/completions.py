@@ -11,10 +11,11 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+import anyio
 import anyio.to_thread
 from rollwire.engine.batcher import Batcher, EngineFailure, GenerationRequest, TokenEvent
 from rollwire.engine.model import LanguageModel
@@ -26,10 +27,12 @@ from rollwire.engine.protocol import (
     validate_completion,
 )
 from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive
 
 from rollwire.errors import RollwireError, UpstreamError
 
 VERSION_HEADER = "X-Weight-Version"
+T = TypeVar("T")
 LOGPROB_FLOOR = -9999.0
 """vLLM's stand-in for -inf, which JSON cannot carry."""
 
@@ -44,6 +47,28 @@ class _Choice:
     text: str = ""
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+
+
+async def _unless_disconnected(receive: Receive, work: Callable[[], Awaitable[T]]) -> T | None:
+    """``work()``, or None as soon as the client disconnects (its body has been read, so receive only waits)."""
+    result: T | None = None
+    failure: RollwireError | None = None
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            group.cancel_scope.cancel()
+
+        group.start_soon(watch)
+        try:
+            result = await work()
+        except RollwireError as exc:  # re-raised below, not wrapped in the task group's ExceptionGroup
+            failure = exc
+        group.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return result
 
 
 class CompletionService:
@@ -71,7 +96,8 @@ class CompletionService:
 
         return await anyio.to_thread.run_sync(encode)
 
-    async def respond(self, request: CompletionRequest) -> Response:
+    async def respond(self, request: CompletionRequest, receive: Receive) -> Response:
+        """The completion body or stream; a client that disconnects has its sequences dropped from the batch."""
         check_model(request.model, self._served_name)
         validate_completion(request)
         prompts = await self._prompts(request)
@@ -82,7 +108,10 @@ class CompletionService:
         queue: asyncio.Queue[list[TokenEvent] | EngineFailure] = asyncio.Queue()
 
         def sink(item: list[TokenEvent] | EngineFailure) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the server's event loop has closed: nobody is left to read these
+                pass
 
         jobs = [
             GenerationRequest(ids, p, sink, n=request.n, first_index=i * request.n)
@@ -93,18 +122,21 @@ class CompletionService:
         for job in jobs:
             self._batcher.submit(job)
         try:
-            first = await run.next_delivery()
+            first = await _unless_disconnected(receive, run.next_delivery)
+            if first is None:
+                run.cancel()
+                return Response(status_code=499)  # the client left; nobody reads this
+            if request.stream:
+                return StreamingResponse(
+                    run.stream(first), media_type="text/event-stream", headers={VERSION_HEADER: str(run.version)}
+                )
+            if await _unless_disconnected(receive, run.collect) is None:
+                run.cancel()
+                return Response(status_code=499)
         except BaseException:
             run.cancel()
             raise
-        if request.stream:
-            return StreamingResponse(
-                run.stream(first), media_type="text/event-stream", headers={VERSION_HEADER: str(run.version)}
-            )
-        try:
-            await run.collect()
-        finally:
-            run.cancel()
+        run.cancel()
         return JSONResponse(run.body(), headers={VERSION_HEADER: str(run.version)})
 
     def logprobs_block(self, events: list[TokenEvent], top_n: int, text_offset: int) -> dict[str, Any]:
@@ -180,9 +212,10 @@ class _Run:
                 job.cancelled.set()
             self.service._batcher.wake()
 
-    async def collect(self) -> None:
+    async def collect(self) -> bool:
         while self.open > 0:
             await self.next_delivery()
+        return True
 
     def _usage(self) -> dict[str, Any]:
         prompt_tokens = sum(len(job.prompt_ids) for job in self.jobs)
