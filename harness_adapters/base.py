@@ -1,0 +1,75 @@
+"""The Adapter protocol and the Launch it returns: how one harness runs one rollout, for every runtime.
+
+An adapter is pure: given what the orchestrator knows about one rollout (``RolloutContext``) it says
+which command to run, with which environment and which config files in the rollout's workspace
+(``Launch``). The runtimes (a local subprocess, a Kubernetes Pod) turn a Launch into a process; no
+adapter knows which runtime runs it. Writing a new adapter means writing one ``launch`` method.
+
+Conventions every runtime honours:
+- ``files`` are written into the rollout's own workspace before the command starts (never the
+  user's home); the command runs with the workspace as its working directory and
+  ``ROLLWIRE_WORKSPACE`` pointing at it.
+- The harness ends by exiting; its exit status is recorded. Its final answer is the text it leaves
+  in ``final_answer_path`` (relative to the workspace; on Kubernetes it travels back as the
+  container's termination message, so keep it under 4 KiB), and the tail of its combined
+  stdout/stderr is kept as the log tail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+WORKSPACE_ENV = "ROLLWIRE_WORKSPACE"
+"""Environment variable every runtime sets to the rollout's workspace folder."""
+
+DEFAULT_FINAL_ANSWER = "final_answer.txt"
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutContext:
+    """What the orchestrator tells an adapter about one rollout; the token is secret (never log it)."""
+
+    run_id: str
+    rollout_id: str
+    task_id: str
+    prompt: str
+    token: str
+    base_url: str  # OpenAI-compatible: <proxy>/r/<token>/v1
+    anthropic_base_url: str  # Anthropic-compatible: <proxy>/r/<token>
+    mcp_url: str  # streamable-HTTP MCP gateway: <gateway>/r/<token>/mcp
+    deadline_s: float
+    sample_index: int = 0
+    task_meta: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """One harness invocation, runtime-neutral: what to run, with what, and where its results land."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    files: Mapping[str, str] = field(default_factory=dict)  # workspace-relative path -> text content
+    image: str | None = None  # container image for Kubernetes; None means the configured default
+    deadline_s: float | None = None  # None means the orchestrator's deadline
+    final_answer_path: str = DEFAULT_FINAL_ANSWER  # workspace-relative
+
+    def __post_init__(self) -> None:
+        if not self.argv:
+            raise ValueError("Launch.argv must name a command")
+        for path in (*self.files, self.final_answer_path):
+            if path.startswith("/") or ".." in path.split("/"):
+                raise ValueError(f"workspace path must be relative and stay inside the workspace: {path!r}")
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    """Runs one harness: ``launch`` builds the Launch for one rollout (pure, no side effects)."""
+
+    name: str
+
+    def launch(self, ctx: RolloutContext) -> Launch: ...
+
+
+__all__ = ["DEFAULT_FINAL_ANSWER", "WORKSPACE_ENV", "Adapter", "Launch", "RolloutContext"]
