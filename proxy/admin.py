@@ -1,0 +1,166 @@
+"""Operator API under ``/admin/v1``: runs, rollouts (token + ready base URLs), finishing with a reward,
+traces, and the policy version for engines that cannot report one. Store work runs off the event loop."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from typing import Any
+
+import anyio.to_thread
+from sqlalchemy import func
+from sqlalchemy.engine import Engine
+from sqlmodel import select
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from rollwire.errors import Conflict, InvalidRequest, NotFound
+from rollwire.proxy.auth import hash_token, new_token
+from rollwire.reconstruct import load_calls, reconstruct
+from rollwire.store import Rollout, RolloutStatus, Run, decode_ids, now_ns, session_scope
+
+_finish_lock = threading.Lock()
+"""finished_seq is max + 1; one writer at a time in this process (the unique index guards others)."""
+
+
+def _state(request: Request) -> Any:
+    return request.app.state.proxy
+
+
+def create_run(engine: Engine, body: dict[str, Any]) -> Run:
+    run = Run(id=str(body.get("id") or "run-" + secrets.token_hex(6)), name=str(body.get("name", "")),
+              kind=str(body.get("kind", "adhoc")), config=dict(body.get("config") or {}))
+    with session_scope(engine) as session:
+        if session.get(Run, run.id) is not None:
+            raise Conflict(f"run {run.id!r} exists")
+        session.add(run)
+    return run
+
+
+def rollout_links(base: str, token: str) -> dict[str, str]:
+    root = f"{base.rstrip('/')}/r/{token}"
+    return {"base_url": root + "/v1", "anthropic_base_url": root, "mcp_url": root + "/mcp"}
+
+
+def create_rollouts(engine: Engine, run_id: str, body: dict[str, Any], base: str) -> list[dict[str, Any]]:
+    count = body.get("count", 1)
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 10_000:
+        raise InvalidRequest("count must be an integer in [1, 10000]", param="count")
+    out = []
+    with session_scope(engine) as session:
+        if session.get(Run, run_id) is None:
+            raise NotFound(f"no run {run_id!r}")
+        for i in range(count):
+            token = new_token()
+            rollout = Rollout(
+                id="ro-" + secrets.token_hex(8), run_id=run_id, token_hash=hash_token(token),
+                task_id=body.get("task_id"), group_id=body.get("group_id"),
+                sample_index=int(body.get("sample_index_start", 0)) + i, attempt=int(body.get("attempt", 0)),
+                meta=dict(body.get("meta") or {}),
+            )
+            session.add(rollout)
+            out.append({"id": rollout.id, "token": token, **rollout_links(base, token)})
+    return out
+
+
+def set_status(engine: Engine, rollout_id: str, body: dict[str, Any]) -> Rollout:
+    """Move a rollout to a status; a final one gets the next stream cursor, once."""
+    try:
+        status = RolloutStatus(body.get("status", "finished"))
+    except ValueError:
+        raise InvalidRequest(f"unknown status {body.get('status')!r}", param="status") from None
+    reward = body.get("reward")
+    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
+        raise InvalidRequest("reward must be a number or null", param="reward")
+    with _finish_lock, session_scope(engine) as session:
+        rollout = session.get(Rollout, rollout_id)
+        if rollout is None:
+            raise NotFound(f"no rollout {rollout_id!r}")
+        if RolloutStatus(rollout.status).is_final:
+            raise Conflict(f"rollout {rollout_id} is already {rollout.status}")
+        rollout.status = status
+        for name in ("reward_breakdown", "final_answer", "exit_code", "log_tail", "error"):
+            if name in body:
+                setattr(rollout, name, body[name] if name != "reward_breakdown" else dict(body[name] or {}))
+        if reward is not None:
+            rollout.reward = float(reward)
+        if status == RolloutStatus.RUNNING and rollout.started_ns is None:
+            rollout.started_ns = now_ns()
+        if status.is_final:
+            top = session.exec(select(func.max(Rollout.finished_seq))).one()
+            rollout.finished_seq = int(top or 0) + 1
+            rollout.finished_ns = now_ns()
+        session.add(rollout)
+    return rollout
+
+
+def rollout_view(engine: Engine, rollout_id: str) -> dict[str, Any]:
+    with session_scope(engine) as session:
+        rollout = session.get(Rollout, rollout_id)
+    if rollout is None:
+        raise NotFound(f"no rollout {rollout_id!r}")
+    calls = [
+        {"id": c.id, "segment_index": c.segment_index, "segment_break": c.segment_break, "finish_reason": c.finish_reason,
+         "prompt_tokens": len(decode_ids(c.prompt_ids)), "completion_tokens": len(decode_ids(c.completion_ids)),
+         "reused_prefix_len": c.reused_prefix_len, "policy_version": c.policy_version, "latency_ms": c.latency_ms,
+         "started_ns": c.started_ns, "status": c.status}
+        for c in load_calls(engine, rollout_id)
+    ]
+    data = rollout.model_dump(exclude={"token_hash"})
+    return {**data, "calls": calls}
+
+
+async def _json(request: Request) -> dict[str, Any]:
+    body = await request.app.state.proxy.read_json(request)
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    return body
+
+
+async def runs_route(request: Request) -> Response:
+    run = await anyio.to_thread.run_sync(create_run, _state(request).engine, await _json(request))
+    return JSONResponse(run.model_dump(), status_code=201)
+
+
+async def rollouts_route(request: Request) -> Response:
+    state = _state(request)
+    body = await _json(request)
+    base = str(request.base_url)
+    out = await anyio.to_thread.run_sync(create_rollouts, state.engine, request.path_params["run"], body, base)
+    return JSONResponse(out, status_code=201)
+
+
+async def finish_route(request: Request) -> Response:
+    state = _state(request)
+    body = await _json(request)
+    body.setdefault("status", "finished")
+    rollout = await anyio.to_thread.run_sync(set_status, state.engine, request.path_params["id"], body)
+    if rollout.finished_seq is not None:
+        state.notify_finished()
+    return JSONResponse({"id": rollout.id, "status": rollout.status, "cursor": rollout.finished_seq})
+
+
+async def status_route(request: Request) -> Response:
+    return await finish_route(request)
+
+
+async def rollout_route(request: Request) -> Response:
+    view = await anyio.to_thread.run_sync(rollout_view, _state(request).engine, request.path_params["id"])
+    return JSONResponse(view)
+
+
+async def trajectory_route(request: Request) -> Response:
+    trajectory = await anyio.to_thread.run_sync(reconstruct, _state(request).engine, request.path_params["id"])
+    return JSONResponse(trajectory.to_dict())
+
+
+async def policy_version_route(request: Request) -> Response:
+    body = await _json(request)
+    version = body.get("version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise InvalidRequest("version must be an integer", param="version")
+    _state(request).generator.served.policy_version = version
+    return JSONResponse({"version": version})
+
+
+__all__ = ["create_rollouts", "create_run", "rollout_links", "set_status"]

@@ -1,0 +1,192 @@
+"""The proxy's Starlette app: rollout routes (``/r/{token}/v1/...`` or a Bearer token on ``/v1/...``), the
+admin API, body limits and OpenAI-shaped errors; the lifespan owns the httpx client, store and tokenizer."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from rollwire.errors import InvalidRequest, PayloadTooLarge, RollwireError, Unauthorized
+from rollwire.proxy import admin
+from rollwire.proxy.auth import TokenAuth
+from rollwire.proxy.dialects.chat import ChatDialect
+from rollwire.proxy.generate import Generator
+from rollwire.proxy.parsers import reasoning_parser, tool_parser
+from rollwire.proxy.recorder import Recorder
+from rollwire.proxy.render import Renderer
+from rollwire.proxy.session import POLICIES
+from rollwire.proxy.sse import SSE_HEADERS
+from rollwire.proxy.stream import stream_route
+from rollwire.proxy.upstream import make_client
+from rollwire.settings import ProxySettings
+from rollwire.store import open_engine
+
+logger = logging.getLogger(__name__)
+
+CHAT = ChatDialect()
+DIALECTS = {CHAT.name: (CHAT.parse_request, CHAT.answer_message)}
+
+
+class ProxyState:
+    """What the routes share; built in lifespan."""
+
+    def __init__(self, settings: ProxySettings, engine: Any, generator: Generator, auth: TokenAuth) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.generator = generator
+        self.auth = auth
+        self._finished = anyio.Event()
+
+    async def read_json(self, request: Request) -> Any:
+        limit = self.settings.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise PayloadTooLarge(f"request body of {declared} bytes is over the {limit}-byte limit")
+        body = bytearray()
+        async for piece in request.stream():
+            body += piece
+            if len(body) > limit:
+                raise PayloadTooLarge(f"request body is over the {limit}-byte limit")
+        try:
+            return json.loads(body)
+        except ValueError as exc:
+            raise InvalidRequest(f"malformed JSON body: {exc}") from None
+
+    def notify_finished(self) -> None:
+        self._finished.set()
+        self._finished = anyio.Event()
+
+    def finished_event(self) -> anyio.Event:
+        return self._finished
+
+
+def _state(request: Request) -> ProxyState:
+    state: ProxyState = request.app.state.proxy
+    return state
+
+
+async def chat_completions(request: Request) -> Response:
+    state = _state(request)
+    caller = await state.auth.caller(request)
+    raw = await state.read_json(request)
+    conv = CHAT.parse_request(raw)
+    generation, body = await state.generator.generate(caller, conv, CHAT, raw)
+    if not conv.stream:
+        return JSONResponse(body)
+    return StreamingResponse(CHAT.stream_events(generation, conv), media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+async def models(request: Request) -> Response:
+    state = _state(request)
+    await state.auth.caller(request)
+    served = await state.generator.served_name()
+    names = [served] + [a for a in state.settings.model_aliases if a not in ("*", served)]
+    cards = [{"id": n, "object": "model", "created": 0, "owned_by": "rollwire"} for n in names]
+    return JSONResponse({"object": "list", "data": cards})
+
+
+async def health(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+def _admin(handler: Any) -> Any:
+    async def guarded(request: Request) -> Response:
+        _state(request).auth.check_operator(request)
+        response: Response = await handler(request)
+        return response
+
+    return guarded
+
+
+async def _rollwire_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RollwireError)
+    if exc.status_code >= 500:
+        logger.error("proxy error on %s: %s", request.url.path, exc.message)
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+    return JSONResponse(CHAT.error_body(exc), status_code=exc.status_code, headers=headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    body = {"error": {"message": str(exc.detail), "type": kind, "param": None, "code": kind}}
+    return JSONResponse(body, status_code=exc.status_code)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    logger.exception("unhandled proxy error")
+    body = {"error": {"message": f"internal error: {exc.__class__.__name__}", "type": "internal_error", "param": None, "code": "internal_error"}}
+    return JSONResponse(body, status_code=500)
+
+
+def _routes() -> list[Route]:
+    rollout = [
+        Route("/r/{token}/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/r/{token}/v1/models", models, methods=["GET"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+    ]
+    a = "/admin/v1"
+    operator = [
+        Route(f"{a}/runs", _admin(admin.runs_route), methods=["POST"]),
+        Route(f"{a}/runs/{{run}}/rollouts", _admin(admin.rollouts_route), methods=["POST"]),
+        Route(f"{a}/rollouts/{{id}}/finish", _admin(admin.finish_route), methods=["POST"]),
+        Route(f"{a}/rollouts/{{id}}/status", _admin(admin.status_route), methods=["POST"]),
+        Route(f"{a}/rollouts/{{id}}", _admin(admin.rollout_route), methods=["GET"]),
+        Route(f"{a}/rollouts/{{id}}/trajectory", _admin(admin.trajectory_route), methods=["GET"]),
+        Route(f"{a}/policy_version", _admin(admin.policy_version_route), methods=["POST"]),
+        Route(f"{a}/trajectories/stream", _admin(stream_route), methods=["GET"]),
+    ]
+    return rollout + operator
+
+
+def model_folder(settings: ProxySettings, home: Path) -> Path:
+    """The tokenizer + template folder: ``settings.model`` or the tiny default model (what the engine serves)."""
+    if settings.model:
+        return Path(settings.model).expanduser()
+    from rollwire.tiny_model import ensure_tiny_model
+
+    return ensure_tiny_model(home)
+
+
+def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key: str | None = None) -> Starlette:
+    """The proxy app. Parsers and the splice policy are checked here, so a bad name fails at start-up."""
+    if settings.splice_policy not in POLICIES:
+        raise InvalidRequest(f"unknown splice policy {settings.splice_policy!r}; known: {', '.join(POLICIES)}")
+    tools, reasoning = tool_parser(settings.tool_parser), reasoning_parser(settings.reasoning_parser)
+    key = operator_key or settings.operator_key or secrets.token_urlsafe(24)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        engine = await anyio.to_thread.run_sync(open_engine, store_url)
+        folder = await anyio.to_thread.run_sync(model_folder, settings, home)
+        renderer = await anyio.to_thread.run_sync(Renderer.from_folder, folder)
+        async with make_client(settings.upstream_timeout_s) as client:
+            generator = Generator(settings, client, renderer, Recorder(engine, DIALECTS), tools, reasoning)
+            app.state.proxy = ProxyState(settings, engine, generator, TokenAuth(engine, key))
+            try:
+                yield
+            finally:
+                engine.dispose()
+
+    handlers = {RollwireError: _rollwire_error, HTTPException: _http_error, Exception: _internal_error}
+    app = Starlette(routes=_routes(), lifespan=lifespan, exception_handlers=handlers)
+    app.state.operator_key = key
+    return app
+
+
+__all__ = ["DIALECTS", "ProxyState", "create_app", "model_folder"]

@@ -1,0 +1,129 @@
+"""Dialect-neutral request/response model: every dialect parses into these and renders from them.
+
+Chat Completions, Responses and Anthropic Messages all reduce to a list of messages (with tool calls and
+reasoning), a tool list, a tool choice and sampling parameters; the shared generation path only sees these.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+    """The arguments as the JSON text the model produced (or the harness sent back)."""
+
+    def key(self) -> tuple[str, Any]:
+        """Identity for history matching: name + parsed arguments (harnesses re-serialize JSON)."""
+        try:
+            args: Any = json.dumps(json.loads(self.arguments), sort_keys=True)
+        except ValueError:
+            args = self.arguments.strip()
+        return (self.name, args)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: str
+    content: str = ""
+    reasoning: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def key(self) -> tuple[Any, ...]:
+        """What must be unchanged for a message to count as carried back (reasoning is often dropped)."""
+        return (
+            self.role,
+            self.content.strip(),
+            tuple(c.key() for c in self.tool_calls),
+            self.tool_call_id if self.role == "tool" else None,
+        )
+
+    def to_template(self) -> dict[str, Any]:
+        """The message as Hugging Face chat templates expect it."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.reasoning:
+            out["reasoning_content"] = self.reasoning
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _template_args(c)}}
+                for c in self.tool_calls
+            ]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            out["name"] = self.name
+        return out
+
+
+def _template_args(call: ToolCall) -> Any:
+    """Templates serialize dict arguments themselves (``tojson``); a non-JSON string is passed through."""
+    try:
+        return json.loads(call.arguments)
+    except ValueError:
+        return call.arguments
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    n: int = 1
+    top_logprobs: int | None = None
+    """Top alternatives per token the client asked for (None: no logprobs in the response)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    model: str
+    messages: tuple[Message, ...]
+    tools: tuple[dict[str, Any], ...] = ()
+    """Tool definitions in the OpenAI function shape ``{"type": "function", "function": {...}}``."""
+    tool_choice: str = "auto"
+    """auto, none, required, or the name of one tool that must be called."""
+    sampling: Sampling = field(default_factory=Sampling)
+    stream: bool = False
+    include_usage: bool = False
+    parallel_tool_calls: bool = True
+
+    def tools_key(self) -> str:
+        return json.dumps(list(self.tools), sort_keys=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """One generated answer, parsed out of the sampled ids."""
+
+    index: int
+    message: Message
+    finish_reason: str
+    sampled_ids: list[int]
+    logprobs: list[float]
+    top_logprobs: list[dict[str, float]] | None = None
+    tokens: list[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """What a dialect renders: the choices, usage and the ids of the recorded calls."""
+
+    id: str
+    created: int
+    model: str
+    choices: list[Choice]
+    prompt_tokens: int
+    completion_tokens: int
+    policy_version: int
+    call_ids: list[int] = field(default_factory=list)
+
+
+__all__ = ["Choice", "Conversation", "Generation", "Message", "Sampling", "ToolCall"]

@@ -1,0 +1,226 @@
+"""OpenAI Chat Completions: request validation into a Conversation, response/stream/error bodies back."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from rollwire.errors import InvalidRequest, RollwireError
+from rollwire.proxy.conversation import Conversation, Generation, Message, Sampling, ToolCall
+from rollwire.proxy.sse import DONE, data_event
+
+ROLES = {"system", "developer", "user", "assistant", "tool"}
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+MAX_N = 16
+
+
+def _text(content: Any, where: str) -> str:
+    """String content, or the text of content parts (other part types are refused, naming the field)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise InvalidRequest(f"{where}.content must be a string or a list of content parts", param=f"{where}.content")
+    out = []
+    for i, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") not in ("text", "input_text", "output_text"):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise InvalidRequest(f"{where}.content[{i}]: unsupported content part {kind!r}", param=f"{where}.content")
+        out.append(str(part.get("text", "")))
+    return "".join(out)
+
+
+def _tool_calls(raw: Any, where: str) -> tuple[ToolCall, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise InvalidRequest(f"{where}.tool_calls must be a list", param=f"{where}.tool_calls")
+    calls = []
+    for i, call in enumerate(raw):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise InvalidRequest(f"{where}.tool_calls[{i}] needs function.name", param=f"{where}.tool_calls")
+        args = fn.get("arguments", "{}")
+        calls.append(ToolCall(str(call.get("id", "")), fn["name"], args if isinstance(args, str) else json.dumps(args)))
+    return tuple(calls)
+
+
+def _message(raw: Any, i: int) -> Message:
+    where = f"messages[{i}]"
+    if not isinstance(raw, dict):
+        raise InvalidRequest(f"{where} must be an object", param=where)
+    role = raw.get("role")
+    if role not in ROLES:
+        raise InvalidRequest(f"{where}.role must be one of {sorted(ROLES)}, got {role!r}", param=f"{where}.role")
+    if role == "tool" and not isinstance(raw.get("tool_call_id"), str):
+        raise InvalidRequest(f"{where}: a tool message needs tool_call_id", param=f"{where}.tool_call_id")
+    reasoning = raw.get("reasoning_content", raw.get("reasoning"))
+    return Message(
+        role="system" if role == "developer" else role,
+        content=_text(raw.get("content"), where),
+        reasoning=reasoning if isinstance(reasoning, str) and reasoning else None,
+        tool_calls=_tool_calls(raw.get("tool_calls"), where) if role == "assistant" else (),
+        tool_call_id=raw.get("tool_call_id") if role == "tool" else None,
+        name=raw.get("name") if isinstance(raw.get("name"), str) else None,
+    )
+
+
+def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise InvalidRequest("tools must be a list of function tools", param="tools")
+    out = []
+    for i, tool in enumerate(raw):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict):
+            raise InvalidRequest(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}", param=f"tools[{i}]")
+        name = fn.get("name")
+        if not isinstance(name, str) or not TOOL_NAME.match(name):
+            raise InvalidRequest(f"tools[{i}].function.name must match {TOOL_NAME.pattern}", param=f"tools[{i}].function.name")
+        params = fn.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(params, dict) or params.get("type", "object") != "object":
+            raise InvalidRequest(f"tools[{i}].function.parameters must be a JSON Schema object", param=f"tools[{i}].function.parameters")
+        out.append({"type": "function", "function": {**fn, "parameters": params}})
+    return tuple(out)
+
+
+def _tool_choice(raw: Any, tools: tuple[dict[str, Any], ...]) -> str:
+    if raw is None:
+        return "auto" if tools else "none"
+    if raw in ("auto", "none", "required"):
+        if raw == "required" and not tools:
+            raise InvalidRequest("tool_choice 'required' needs tools", param="tool_choice")
+        return str(raw)
+    name = raw.get("function", {}).get("name") if isinstance(raw, dict) and isinstance(raw.get("function"), dict) else None
+    if not isinstance(name, str):
+        raise InvalidRequest("tool_choice must be auto, none, required or {'type':'function','function':{'name':...}}", param="tool_choice")
+    if name not in {t["function"]["name"] for t in tools}:
+        raise InvalidRequest(f"tool_choice names {name!r}, which is not in tools", param="tool_choice")
+    return "fn:" + name
+
+
+def _number(body: dict[str, Any], name: str, kind: type, low: float, high: float) -> Any:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) or not low <= value <= high:
+        raise InvalidRequest(f"{name} must be a {kind.__name__} in [{low}, {high}], got {value!r}", param=name)
+    return kind(value)
+
+
+def _sampling(body: dict[str, Any]) -> Sampling:
+    stop = body.get("stop")
+    stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+    if not all(isinstance(s, str) for s in stops) or len(stops) > 4:
+        raise InvalidRequest("stop must be a string or a list of up to 4 strings", param="stop")
+    max_tokens = _number(body, "max_completion_tokens", int, 1, 1 << 30)
+    top = _number(body, "top_logprobs", int, 0, 20)
+    return Sampling(
+        max_tokens=max_tokens if max_tokens is not None else _number(body, "max_tokens", int, 1, 1 << 30),
+        temperature=_number(body, "temperature", float, 0, 2),
+        top_p=_number(body, "top_p", float, 1e-9, 1),
+        seed=_number(body, "seed", int, -(1 << 63), 1 << 63),
+        stop=stops,
+        n=_number(body, "n", int, 1, MAX_N) or 1,
+        top_logprobs=(top or 0) if body.get("logprobs") else None,
+    )
+
+
+class ChatDialect:
+    name = "chat"
+
+    def parse_request(self, body: Any) -> Conversation:
+        if not isinstance(body, dict):
+            raise InvalidRequest("the request body must be a JSON object")
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise InvalidRequest("model is required", param="model")
+        raw = body.get("messages")
+        if not isinstance(raw, list) or not raw:
+            raise InvalidRequest("messages must be a non-empty list", param="messages")
+        tools = _tools(body.get("tools"))
+        options = body.get("stream_options") or {}
+        return Conversation(
+            model=model,
+            messages=tuple(_message(m, i) for i, m in enumerate(raw)),
+            tools=tools,
+            tool_choice=_tool_choice(body.get("tool_choice"), tools),
+            sampling=_sampling(body),
+            stream=bool(body.get("stream")),
+            include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
+            parallel_tool_calls=body.get("parallel_tool_calls") is not False,
+        )
+
+    def _message_body(self, message: Message) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": "assistant", "content": message.content or (None if message.tool_calls else "")}
+        if message.reasoning is not None:
+            out["reasoning_content"] = message.reasoning
+        if message.tool_calls:
+            out["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in message.tool_calls
+            ]
+        return out
+
+    def _logprobs(self, choice: Any) -> dict[str, Any] | None:
+        if choice.tokens is None:
+            return None
+        content = []
+        for j, (token, lp) in enumerate(zip(choice.tokens, choice.logprobs)):
+            tops = (choice.top_logprobs or [{}])[j] if choice.top_logprobs and j < len(choice.top_logprobs) else {}
+            content.append({
+                "token": token, "logprob": lp, "bytes": list(token.encode()),
+                "top_logprobs": [{"token": t, "logprob": v, "bytes": list(t.encode())} for t, v in (tops or {}).items()],
+            })
+        return {"content": content, "refusal": None}
+
+    def _usage(self, gen: Generation) -> dict[str, int]:
+        total = gen.prompt_tokens + gen.completion_tokens
+        return {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens, "total_tokens": total}
+
+    def response_body(self, generation: Generation) -> dict[str, Any]:
+        choices = [
+            {"index": c.index, "message": self._message_body(c.message), "logprobs": self._logprobs(c), "finish_reason": c.finish_reason}
+            for c in generation.choices
+        ]
+        return {
+            "id": generation.id, "object": "chat.completion", "created": generation.created, "model": generation.model,
+            "choices": choices, "usage": self._usage(generation), "system_fingerprint": None,
+            "weight_version": generation.policy_version,
+        }
+
+    def answer_message(self, response_body: dict[str, Any], index: int) -> Message:
+        raw = next(c for c in response_body["choices"] if c["index"] == index)["message"]
+        return _message(raw, index)
+
+    def stream_events(self, generation: Generation, conv: Conversation) -> Iterator[str]:
+        head = {"id": generation.id, "object": "chat.completion.chunk", "created": generation.created, "model": generation.model}
+        usage_field: dict[str, Any] = {"usage": None} if conv.include_usage else {}
+
+        def chunk(index: int, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> str:
+            return data_event({**head, "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}], **usage_field})
+
+        for c in generation.choices:
+            yield chunk(c.index, {"role": "assistant", "content": ""})
+            if c.message.reasoning is not None:
+                yield chunk(c.index, {"reasoning_content": c.message.reasoning})
+            if c.message.content:
+                yield chunk(c.index, {"content": c.message.content}, logprobs=self._logprobs(c))
+            for i, call in enumerate(c.message.tool_calls):
+                opening = {"index": i, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+                yield chunk(c.index, {"tool_calls": [opening]})
+                yield chunk(c.index, {"tool_calls": [{"index": i, "function": {"arguments": call.arguments}}]})
+            yield chunk(c.index, {}, c.finish_reason)
+        if conv.include_usage:
+            yield data_event({**head, "choices": [], "usage": self._usage(generation)})
+        yield DONE
+
+    def error_body(self, exc: RollwireError) -> dict[str, Any]:
+        return {"error": {"message": exc.message, "type": exc.code, "param": exc.param, "code": exc.code}}
+
+
+__all__ = ["ChatDialect"]

@@ -1,0 +1,154 @@
+"""The one generation path every dialect calls: resolve the model -> plan the prompt (render + splice) ->
+upstream -> parse sampled ids -> record, committed before the response is handed back."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+import httpx
+
+from rollwire.errors import NotFound, UpstreamError
+from rollwire.proxy.auth import Caller
+from rollwire.proxy.conversation import Choice, Conversation, Generation, Message
+from rollwire.proxy.dialects.base import Dialect
+from rollwire.proxy.parsers.base import ReasoningParser, ToolParser
+from rollwire.proxy.recorder import Recorder
+from rollwire.proxy.render import Renderer
+from rollwire.proxy.session import Plan, plan_prompt
+from rollwire.proxy.upstream import Sampled, UpstreamResult, complete, completion_body
+from rollwire.settings import ProxySettings
+from rollwire.store import ModelCall, encode_floats, encode_ids, now_ns
+
+
+@dataclass
+class Served:
+    """The upstream's model name, learnt on first use (the upstream may start after the proxy)."""
+
+    name: str | None = None
+    policy_version: int | None = None
+    """Set through the admin API for engines that cannot report a version (real vLLM)."""
+
+
+class Generator:
+    def __init__(
+        self,
+        settings: ProxySettings,
+        client: httpx.AsyncClient,
+        renderer: Renderer,
+        recorder: Recorder,
+        tools: ToolParser,
+        reasoning: ReasoningParser,
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.renderer = renderer
+        self.recorder = recorder
+        self.tools = tools
+        self.reasoning = reasoning
+        self.served = Served()
+
+    async def served_name(self) -> str:
+        if self.served.name is None:
+            url = self.settings.upstream.rstrip("/") + "/v1/models"
+            try:
+                response = await self.client.get(url)
+                self.served.name = str(response.json()["data"][0]["id"])
+            except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+                raise UpstreamError(f"cannot list the upstream's models at {url}: {exc.__class__.__name__}") from None
+        return self.served.name
+
+    async def resolve_model(self, requested: str) -> str:
+        served = await self.served_name()
+        aliases = self.settings.model_aliases
+        target = aliases.get(requested) or (aliases.get("*") if "*" in aliases else None) or requested
+        if target != served:
+            raise NotFound(f"The model `{requested}` does not exist.", param="model")
+        return served
+
+    def _prefill(self, conv: Conversation) -> str:
+        if conv.tool_choice == "required":
+            return self.tools.prefill_required
+        if conv.tool_choice.startswith("fn:"):
+            return self.tools.prefill_named(conv.tool_choice[3:])
+        return ""
+
+    def _choice(self, index: int, sampled: Sampled, conv: Conversation, prefill: str) -> Choice:
+        ids = sampled.token_ids
+        body = ids[:-1] if ids and ids[-1] in self.renderer.end_ids else ids
+        text = prefill + self.renderer.decode(body)
+        reasoning, rest = self.reasoning.split(text)
+        calls: list[Any] = []
+        if conv.tools and conv.tool_choice != "none":
+            rest, calls = self.tools.parse(rest)
+            if not conv.parallel_tool_calls:
+                calls = calls[:1]
+        finish = "tool_calls" if calls and sampled.finish_reason == "stop" else sampled.finish_reason
+        tokens = None
+        if conv.sampling.top_logprobs is not None:
+            tokens = sampled.tokens or self.renderer.token_strings(ids)
+        message = Message(role="assistant", content=rest, reasoning=reasoning, tool_calls=tuple(calls))
+        return Choice(index, message, finish, ids, sampled.logprobs, sampled.top_logprobs, tokens)
+
+    async def _plan(self, caller: Caller, conv: Conversation, prefill: str) -> Plan:
+        priors = await self.recorder.priors(caller.rollout_id)
+        policy = self.settings.splice_policy
+        return await anyio.to_thread.run_sync(plan_prompt, conv, priors, self.renderer, policy, prefill)
+
+    async def generate(
+        self, caller: Caller, conv: Conversation, dialect: Dialect, raw: dict[str, Any]
+    ) -> tuple[Generation, dict[str, Any]]:
+        """Answer ``conv`` for ``caller``; the calls are committed to the store when this returns."""
+        started = now_ns()
+        served = await self.resolve_model(conv.model)
+        prefill = self._prefill(conv)
+        plan = await self._plan(caller, conv, prefill)
+        stop_ids = sorted(self.renderer.end_ids)
+        result = await complete(self.client, self.settings.upstream, completion_body(served, plan.prompt_ids, conv.sampling, stop_ids))
+        if result.prompt_ids and result.prompt_ids != plan.prompt_ids:
+            raise UpstreamError("the upstream reports a different prompt than the proxy sent")
+        choices = [self._choice(i, s, conv, prefill) for i, s in enumerate(result.choices)]
+        version = self.served.policy_version if self.served.policy_version is not None else (result.weight_version or 0)
+        generation = Generation(
+            id="chatcmpl-" + secrets.token_hex(12),
+            created=int(time.time()),
+            model=conv.model,
+            choices=choices,
+            prompt_tokens=len(plan.prompt_ids),
+            completion_tokens=sum(len(c.sampled_ids) for c in choices),
+            policy_version=version,
+        )
+        body = dialect.response_body(generation)
+        rows = self._rows(caller, conv, dialect, raw, body, plan, result, generation, started)
+        generation.call_ids.extend(await self.recorder.record(rows))
+        return generation, body
+
+    def _rows(
+        self, caller: Caller, conv: Conversation, dialect: Dialect, raw: dict[str, Any], body: dict[str, Any],
+        plan: Plan, result: UpstreamResult, generation: Generation, started: int,
+    ) -> list[ModelCall]:
+        ended = now_ns()
+        rows = []
+        request_json = json.dumps(raw, ensure_ascii=False)
+        response_json = json.dumps(body, ensure_ascii=False)
+        for choice in generation.choices:
+            first = choice.index == 0
+            rows.append(ModelCall(
+                rollout_id=caller.rollout_id, dialect=dialect.name, requested_model=conv.model,
+                served_model=self.served.name or "", request_json=request_json, response_json=response_json,
+                prompt_ids=encode_ids(plan.prompt_ids), completion_ids=encode_ids(choice.sampled_ids),
+                completion_logprobs=encode_floats(choice.logprobs), choice_index=choice.index,
+                finish_reason=choice.finish_reason, policy_version=generation.policy_version,
+                segment_index=plan.segment_index if first else plan.next_free + choice.index - 1,
+                segment_break=plan.segment_break if first else f"choice {choice.index} of {len(generation.choices)}",
+                reused_prefix_len=plan.reused_prefix_len, latency_ms=(ended - started) / 1e6,
+                started_ns=started, ended_ns=ended,
+            ))
+        return rows
+
+
+__all__ = ["Generator", "Served"]

@@ -1,0 +1,60 @@
+"""The served model's tokenizer + chat template: messages -> prompt text -> ids, ids -> text.
+
+Loading and rendering are CPU work, so the async wrappers run them off the event loop.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+
+from rollwire.errors import InvalidRequest
+
+END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>")
+"""End-of-turn tokens of common chat templates; the tokenizer's eos is always one too."""
+
+
+class Renderer:
+    """Sync template operations (session.py calls them); ``a*`` variants for the event loop."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        if not getattr(tokenizer, "chat_template", None):
+            raise InvalidRequest("the model folder has no chat template; the proxy needs one to render prompts")
+        self.tokenizer = tokenizer
+        vocab = tokenizer.get_vocab()
+        ends = {tokenizer.eos_token_id} | {vocab[t] for t in END_OF_TURN if t in vocab}
+        self.end_ids: frozenset[int] = frozenset(i for i in ends if i is not None)
+        names = [t for t in END_OF_TURN if t in vocab] or [tokenizer.eos_token]
+        self.end_text: str = names[0]
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> Renderer:
+        from rollwire.tokenizers import load_tokenizer
+
+        return cls(load_tokenizer(folder))
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+        try:
+            text = self.tokenizer.apply_chat_template(
+                messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
+            )
+        except Exception as exc:  # jinja errors (template raise_exception, bad message shapes)
+            raise InvalidRequest(f"the chat template cannot render these messages: {exc}".splitlines()[0]) from None
+        return str(text)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self.tokenizer.decode(ids, skip_special_tokens=False))
+
+    def token_strings(self, ids: list[int]) -> list[str]:
+        return [str(t) for t in self.tokenizer.convert_ids_to_tokens(ids)]
+
+    async def adecode(self, ids: list[int]) -> str:
+        return await anyio.to_thread.run_sync(self.decode, ids)
+
+
+__all__ = ["END_OF_TURN", "Renderer"]

@@ -1,0 +1,162 @@
+"""Session splicing: a request that extends an earlier call of its rollout reuses that call's exact ids.
+
+The prompt is the earlier call's prompt ids + its sampled ids + only the newly rendered tail, so what the
+engine sees (and what training uses) is never a re-tokenization of sampled text. When the history was
+rewritten, or under the ``render`` policy when the template's re-render differs, the call starts a new
+segment and says why. Pure: the template operations come in as an object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rollwire.proxy.conversation import Conversation
+
+POLICIES = ("splice", "render")
+
+MARKER = "\u2063rollwire-splice-marker\u2063"
+"""Content of a stand-in assistant message; the tail is what the template renders after it."""
+
+
+class TemplateOps(Protocol):
+    end_ids: frozenset[int]
+    end_text: str
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], add_generation_prompt: bool) -> str: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PriorCall:
+    """An earlier answered call of the same rollout (one choice of it)."""
+
+    call_id: int
+    request_keys: tuple[Any, ...]
+    tools_key: str
+    answer_key: Any
+    prompt_ids: list[int]
+    sampled_ids: list[int]
+    segment_index: int
+    continued: bool
+    """A later call already continues this one's segment."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    prompt_ids: list[int]
+    segment_index: int
+    segment_break: str | None
+    reused_prefix_len: int
+    spliced_from: int | None = None
+    next_free: int = 0
+    """The lowest segment index no call uses yet (for sibling choices of an n>1 request)."""
+
+
+def _extends(conv: Conversation, prior: PriorCall) -> bool:
+    keys = [m.key() for m in conv.messages]
+    k = len(prior.request_keys)
+    return (
+        len(keys) > k
+        and tuple(keys[:k]) == prior.request_keys
+        and keys[k] == prior.answer_key
+        and conv.tools_key() == prior.tools_key
+    )
+
+
+def _why_not(conv: Conversation, prior: PriorCall) -> str:
+    """A readable reason why ``conv`` does not continue ``prior``."""
+    keys = [m.key() for m in conv.messages]
+    k = len(prior.request_keys)
+    if conv.tools_key() != prior.tools_key:
+        return f"tools changed since call {prior.call_id}"
+    for i, (old, new) in enumerate(zip(prior.request_keys, keys)):
+        if old != new:
+            return f"history rewritten: message {i} differs from call {prior.call_id}'s request"
+    if len(keys) <= k:
+        return f"history shortened: {len(keys)} messages, call {prior.call_id} had {k}"
+    return f"assistant message {k} is not call {prior.call_id}'s answer as sampled"
+
+
+def tail_text(ops: TemplateOps, conv: Conversation, start: int, ended: bool) -> str | None:
+    """Text after a sampled answer that ended (``ended``: with an end-of-turn token) up to the generation prompt.
+
+    Renders a stand-in user/assistant pair + messages[start:] and cuts after the stand-in's turn, so how the
+    template re-renders earlier turns (dropped reasoning, reformatted tool calls) does not matter.
+    """
+    stand_in = [{"role": "user", "content": "."}, {"role": "assistant", "content": MARKER}]
+    tail = [m.to_template() for m in conv.messages[start:]]
+    full = ops.render(stand_in + tail, list(conv.tools), True)
+    at = full.find(MARKER)
+    if at < 0:
+        return None
+    after = full[at + len(MARKER) :]
+    end = after.find(ops.end_text)
+    if end < 0:
+        return None
+    close_end = end + len(ops.end_text)
+    while close_end < len(after) and after[close_end] == "\n":
+        close_end += 1
+    close = after[end:close_end] if not ended else after[end + len(ops.end_text) : close_end]
+    return close + after[close_end:]
+
+
+def _next_segment(priors: list[PriorCall]) -> int:
+    return max((p.segment_index for p in priors), default=-1) + 1
+
+
+def _splice(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, prefill: str) -> Plan | None:
+    prior = next((p for p in reversed(priors) if _extends(conv, p)), None)
+    if prior is None:
+        return None
+    ended = bool(prior.sampled_ids) and prior.sampled_ids[-1] in ops.end_ids
+    text = tail_text(ops, conv, len(prior.request_keys) + 1, ended)
+    if text is None:
+        return None
+    reused = prior.prompt_ids + prior.sampled_ids
+    prompt = reused + ops.encode(text + prefill)
+    if prior.continued:
+        reason = f"branches from call {prior.call_id}, whose segment was already continued"
+        return Plan(prompt, _next_segment(priors), reason, len(reused), prior.call_id)
+    return Plan(prompt, prior.segment_index, None, len(reused), prior.call_id)
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _rendered(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, prefill: str, policy: str) -> Plan:
+    messages = [m.to_template() for m in conv.messages]
+    prompt = ops.encode(ops.render(messages, list(conv.tools), True) + prefill)
+    if not priors:
+        return Plan(prompt, 0, None, 0)
+    heads = [p for p in priors if not p.continued]
+    for prior in reversed(heads):
+        reused = prior.prompt_ids + prior.sampled_ids
+        if prompt[: len(reused)] == reused:
+            return Plan(prompt, prior.segment_index, None, len(reused), prior.call_id)
+    last = priors[-1]
+    if policy == "splice":
+        reason = _why_not(conv, last)
+    else:
+        at = _common_prefix(prompt, last.prompt_ids + last.sampled_ids)
+        reason = f"re-rendered prompt diverges from call {last.call_id}'s tokens at position {at}"
+    return Plan(prompt, _next_segment(priors), reason, 0)
+
+
+def plan_prompt(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, policy: str, prefill: str = "") -> Plan:
+    """The prompt ids for ``conv`` and the segment they belong to, under ``policy`` (splice or render)."""
+    plan = _splice(conv, priors, ops, prefill) if policy == "splice" else None
+    if plan is None:
+        plan = _rendered(conv, priors, ops, prefill, policy)
+    free = max(_next_segment(priors), plan.segment_index + 1)
+    return Plan(plan.prompt_ids, plan.segment_index, plan.segment_break, plan.reused_prefix_len, plan.spliced_from, free)
+
+
+__all__ = ["MARKER", "POLICIES", "Plan", "PriorCall", "TemplateOps", "plan_prompt", "tail_text"]

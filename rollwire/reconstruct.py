@@ -1,0 +1,106 @@
+"""ModelCall rows -> Segments -> Trajectory: the only code that builds trajectories.
+
+Within a segment every call's prompt extends the tokens so far; its new prompt tokens get loss mask 0 and
+its sampled tokens mask 1 with their behaviour logprobs and policy version. A call that does not extend
+its segment (it should not happen: the proxy starts a new segment then) is split off with a reason rather
+than silently mixed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy.engine import Engine
+from sqlmodel import select
+
+from rollwire.errors import NotFound
+from rollwire.store import ModelCall, Rollout, decode_floats, decode_ids, session_scope
+from rollwire.trajectory import Segment, Trajectory
+
+
+@dataclass
+class _Builder:
+    break_reason: str | None
+    tokens: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    call_ids: list[int] = field(default_factory=list)
+
+    def extends(self, prompt: list[int]) -> bool:
+        return prompt[: len(self.tokens)] == self.tokens
+
+    def add(self, call: ModelCall) -> None:
+        prompt = decode_ids(call.prompt_ids)
+        sampled = decode_ids(call.completion_ids)
+        lps = decode_floats(call.completion_logprobs)
+        if len(lps) != len(sampled):
+            lps = (lps + [0.0] * len(sampled))[: len(sampled)]
+        fresh = prompt[len(self.tokens) :]
+        self.tokens += fresh + sampled
+        self.mask += [0] * len(fresh) + [1] * len(sampled)
+        self.logprobs += [0.0] * len(fresh) + lps
+        self.versions += [-1] * len(fresh) + [call.policy_version] * len(sampled)
+        self.call_ids.append(int(call.id or 0))
+
+    def segment(self) -> Segment:
+        return Segment(self.tokens, self.mask, self.logprobs, self.versions, self.break_reason, self.call_ids)
+
+
+def segments_from_calls(calls: Sequence[ModelCall]) -> list[Segment]:
+    """Group complete calls by segment (in call order) and lay out their tokens."""
+    builders: dict[int, _Builder] = {}
+    order: list[_Builder] = []
+    for call in sorted(calls, key=lambda c: (c.started_ns, c.id or 0)):
+        if call.status != "complete":
+            continue
+        builder = builders.get(call.segment_index)
+        prompt = decode_ids(call.prompt_ids)
+        if builder is None or not builder.extends(prompt):
+            reason = call.segment_break if builder is None else f"call {call.id} does not extend its segment"
+            builder = _Builder(reason if order else None)
+            builders[call.segment_index] = builder
+            order.append(builder)
+        builder.add(call)
+    return [b.segment() for b in order]
+
+
+def build_trajectory(rollout: Rollout, calls: Sequence[ModelCall]) -> Trajectory:
+    return Trajectory(
+        rollout_id=rollout.id,
+        run_id=rollout.run_id,
+        task_id=rollout.task_id,
+        group_id=rollout.group_id,
+        reward=rollout.reward,
+        status=str(rollout.status.value if hasattr(rollout.status, "value") else rollout.status),
+        segments=segments_from_calls(calls),
+        cursor=rollout.finished_seq or 0,
+        metadata={
+            "sample_index": rollout.sample_index,
+            "attempt": rollout.attempt,
+            "reward_breakdown": rollout.reward_breakdown,
+            "final_answer": rollout.final_answer,
+            "exit_code": rollout.exit_code,
+            "error": rollout.error,
+            **({"meta": rollout.meta} if rollout.meta else {}),
+        },
+    )
+
+
+def load_calls(engine: Engine, rollout_id: str) -> list[ModelCall]:
+    with session_scope(engine) as session:
+        query = select(ModelCall).where(ModelCall.rollout_id == rollout_id).order_by(ModelCall.id)  # type: ignore[arg-type]
+        return list(session.exec(query).all())
+
+
+def reconstruct(engine: Engine, rollout_id: str) -> Trajectory:
+    """The trajectory of one rollout (finished or not) from the store."""
+    with session_scope(engine) as session:
+        rollout = session.get(Rollout, rollout_id)
+    if rollout is None:
+        raise NotFound(f"no rollout {rollout_id!r}")
+    return build_trajectory(rollout, load_calls(engine, rollout_id))
+
+
+__all__ = ["build_trajectory", "load_calls", "reconstruct", "segments_from_calls"]

@@ -1,0 +1,72 @@
+"""Proxy fixtures: the bundled engine over the tiny model, a proxy in front of it, and rollouts to call with."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from rollwire.proxy.app import create_app
+from rollwire.serving import ServerThread
+from rollwire.settings import EngineSettings, ProxySettings
+
+OPERATOR_KEY = "test-operator-key"
+
+
+@pytest.fixture(scope="session")
+def engine_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One engine serving the tiny model for the whole proxy suite."""
+    from rollwire.engine import create_app as create_engine
+
+    app = create_engine(EngineSettings(model=str(tiny_model_dir), device="cpu"), tmp_path_factory.mktemp("engine"))
+    with ServerThread(app) as server:
+        yield server.url
+
+
+@pytest.fixture(scope="session")
+def served_model(engine_url: str) -> str:
+    return str(httpx.get(f"{engine_url}/v1/models", timeout=10).json()["data"][0]["id"])
+
+
+@dataclass
+class Proxy:
+    url: str
+    store_url: str
+    admin: httpx.Client
+
+    def new_rollout(self, **fields: Any) -> dict[str, Any]:
+        run = self.admin.post("/admin/v1/runs", json={}).json()["id"]
+        rollout = self.admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": 1, **fields})
+        rollout.raise_for_status()
+        return {"run": run, **rollout.json()[0]}
+
+
+@pytest.fixture()
+def start_proxy(tiny_model_dir: Path, tmp_path: Path) -> Iterator[Callable[..., Proxy]]:
+    """Start a proxy (settings overridable) in front of any upstream; stopped after the test."""
+    servers: list[ServerThread] = []
+    clients: list[httpx.Client] = []
+
+    def start(upstream: str, store_url: str | None = None, **overrides: Any) -> Proxy:
+        settings = ProxySettings(upstream=upstream, model=str(tiny_model_dir), **overrides)
+        url = store_url or f"sqlite:///{tmp_path / f'proxy{len(servers)}.db'}"
+        server = ServerThread(create_app(settings, url, tmp_path, operator_key=OPERATOR_KEY)).start()
+        servers.append(server)
+        client = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {OPERATOR_KEY}"}, timeout=60)
+        clients.append(client)
+        return Proxy(server.url, url, client)
+
+    yield start
+    for client in clients:
+        client.close()
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture()
+def proxy(start_proxy: Callable[..., Proxy], engine_url: str) -> Proxy:
+    return start_proxy(engine_url)
