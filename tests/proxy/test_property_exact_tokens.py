@@ -1,0 +1,143 @@
+"""Must-show 2: random multi-turn tool conversations through proxy + engine; every segment's sampled tokens
+are exactly what the engine sampled (with its logprobs) and every other token exactly what it was shown."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rollwire.proxy.app import create_app
+from rollwire.reconstruct import reconstruct
+from rollwire.serving import ServerThread
+from rollwire.settings import EngineSettings, ProxySettings
+from rollwire.store import open_engine
+
+OPERATOR = "property-operator"
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
+
+
+class EngineTap:
+    """ASGI wrapper around the engine that keeps, independently of the proxy, each completion's request and answer."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.calls: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/v1/completions":
+            await self.app(scope, receive, send)
+            return
+        request = bytearray()
+
+        async def tap_receive() -> Any:
+            message = await receive()
+            request.extend(message.get("body", b""))
+            return message
+
+        response = bytearray()
+
+        async def tap_send(message: Any) -> None:
+            if message["type"] == "http.response.body":
+                response.extend(message.get("body", b""))
+                if not message.get("more_body"):
+                    self.calls.append((json.loads(request), json.loads(response)))
+            await send(message)
+
+        await self.app(scope, tap_receive, tap_send)
+
+
+@pytest.fixture(scope="module")
+def stack(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, EngineTap, str]]:
+    from rollwire.engine import create_app as create_engine
+
+    home = tmp_path_factory.mktemp("prop")
+    tap = EngineTap(create_engine(EngineSettings(model=str(tiny_model_dir), device="cpu"), home))
+    store = f"sqlite:///{home / 'store.db'}"
+    with ServerThread(tap) as engine:
+        proxy_app = create_app(ProxySettings(upstream=engine.url, model=str(tiny_model_dir)), store, home, OPERATOR)
+        with ServerThread(proxy_app) as proxy:
+            yield proxy.url, tap, store
+
+
+words = st.text(alphabet="abcdefghij klmnop?!.,{}\"", min_size=1, max_size=30)
+step = st.tuples(st.sampled_from(["user", "tool", "tool2", "rewrite"]), words)
+script = st.tuples(
+    words, st.lists(step, min_size=1, max_size=3), st.integers(1, 8), st.sampled_from([0.0, 1.0]), st.integers(0, 99)
+)
+
+
+def _answer(message: dict[str, Any]) -> dict[str, Any]:
+    """The assistant message as a harness carries it back."""
+    return {k: v for k, v in message.items() if k in ("role", "content", "tool_calls", "reasoning_content")}
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(script=script)
+def test_segments_are_exactly_what_the_engine_saw_and_sampled(stack: tuple[str, EngineTap, str], script: Any) -> None:
+    url, tap, store = stack
+    first, steps, max_tokens, temperature, seed = script
+    admin = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {OPERATOR}"}, timeout=60)
+    run = admin.post("/admin/v1/runs", json={}).json()["id"]
+    rollout = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": 1}).json()[0]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "sys"}, {"role": "user", "content": first}]
+    start = len(tap.calls)
+    with httpx.Client(base_url=rollout["base_url"], timeout=60) as client:
+        for i in range(len(steps) + 1):
+            body = {"model": "m", "messages": messages, "tools": TOOLS, "max_tokens": max_tokens,
+                    "temperature": temperature, "seed": seed + i}
+            response = client.post("/chat/completions", json={**body, "model": _served(client)})
+            assert response.status_code == 200, response.text
+            if i == len(steps):
+                break
+            kind, text = steps[i]
+            messages = messages + [_answer(response.json()["choices"][0]["message"])]
+            if kind == "rewrite":  # the harness edits its history: a new segment, still exact
+                messages[1] = {"role": "user", "content": messages[1]["content"] + " (edited)"}
+            if kind in ("tool", "tool2"):
+                messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": text})
+                if kind == "tool2":
+                    messages.append({"role": "tool", "tool_call_id": f"call_{i}b", "content": text[::-1]})
+            else:
+                messages.append({"role": "user", "content": text})
+    admin.post(f"/admin/v1/rollouts/{rollout['id']}/finish", json={"reward": 1.0}).raise_for_status()
+    admin.close()
+    seen = tap.calls[start:]
+    trajectory = reconstruct(open_engine(store), rollout["id"])
+    assert sum(len(s.call_ids) for s in trajectory.segments) == len(seen) == len(steps) + 1
+    index = 0
+    for segment in trajectory.segments:
+        mask: list[int] = []
+        logprobs: list[float] = []
+        for _ in segment.call_ids:
+            request, answer = seen[index]
+            index += 1
+            prompt, sampled = request["prompt"], answer["choices"][0]["token_ids"]
+            assert answer["choices"][0]["prompt_token_ids"] == prompt
+            # the engine's prompt is everything of the segment so far, unchanged
+            assert segment.token_ids[: len(prompt)] == prompt
+            assert segment.token_ids[len(prompt) : len(prompt) + len(sampled)] == sampled
+            fresh = len(prompt) - len(mask)
+            mask += [0] * fresh + [1] * len(sampled)
+            logprobs += [0.0] * fresh + [float(x) for x in answer["choices"][0]["logprobs"]["token_logprobs"]]
+        assert len(segment.token_ids) == len(mask)
+        assert segment.loss_mask == mask
+        assert segment.logprobs == pytest.approx(logprobs, abs=1e-6)  # stored as float32
+        assert all((v >= 0) == (m == 1) for v, m in zip(segment.policy_versions, segment.loss_mask))
+    rewrites = sum(1 for kind, _ in steps if kind == "rewrite")
+    assert len(trajectory.segments) == 1 + rewrites
+
+
+_SERVED: dict[str, str] = {}
+
+
+def _served(client: httpx.Client) -> str:
+    if "name" not in _SERVED:
+        _SERVED["name"] = client.get("/models").json()["data"][0]["id"]
+    return _SERVED["name"]
