@@ -12,7 +12,7 @@ from typing import Any
 import anyio.to_thread
 import httpx
 
-from rollwire.errors import NotFound, UpstreamError
+from rollwire.errors import NotFound, UpstreamError, UpstreamTimeout
 from rollwire.proxy.auth import Caller
 from rollwire.proxy.conversation import Choice, Conversation, Generation, Message
 from rollwire.proxy.dialects.base import Dialect
@@ -58,6 +58,8 @@ class Generator:
             try:
                 response = await self.client.get(url)
                 self.served.name = str(response.json()["data"][0]["id"])
+            except httpx.TimeoutException:
+                raise UpstreamTimeout(f"the upstream's model list at {url} timed out") from None
             except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
                 raise UpstreamError(f"cannot list the upstream's models at {url}: {exc.__class__.__name__}") from None
         return self.served.name
