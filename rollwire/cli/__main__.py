@@ -19,6 +19,8 @@ COMMANDS: dict[str, str] = {
     "engine": "rollwire.cli.engine",
     "train": "rollwire.cli.train",
     "export": "rollwire.cli.export",
+    "proxy": "rollwire.cli.proxy",
+    "traces": "rollwire.cli.traces",
 }
 """Subcommand name -> module; modules are imported only to build the parser or run."""
 

@@ -1,0 +1,69 @@
+"""Serve the token-faithful proxy: OpenAI Chat Completions on /r/<token>/v1 (or a Bearer token on /v1) in front
+of a vLLM-compatible engine, recording every call's exact prompt and sampled token ids in the trace store,
+plus the operator API under /admin/v1 (runs, rollouts, rewards, traces, the trajectory stream).
+
+At start it creates an ad-hoc run with one rollout and prints its ready base URL and the operator key.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rollwire.errors import InvalidRequest
+from rollwire.settings import ProxySettings, Settings
+
+HELP = "serve the token-faithful OpenAI-compatible proxy in front of an engine"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    fields = ProxySettings.model_fields
+    parser.add_argument("--host", default=None, help=f"{fields['host'].description} (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=None, help=f"{fields['port'].description} (default 8000)")
+    parser.add_argument("--upstream", default=None, metavar="URL", help=fields["upstream"].description)
+    parser.add_argument("--model", default=None, metavar="PATH", help=fields["model"].description)
+    parser.add_argument("--db", default=None, metavar="URL", help="SQLAlchemy URL of the trace store (default SQLite in the home folder)")
+    parser.add_argument("--operator-key", default=None, help=fields["operator_key"].description)
+    parser.add_argument("--splice-policy", default=None, choices=["splice", "render"], help=fields["splice_policy"].description)
+    parser.add_argument("--tool-parser", default=None, help=fields["tool_parser"].description)
+    parser.add_argument("--reasoning-parser", default=None, help=fields["reasoning_parser"].description)
+    parser.add_argument("--upstream-timeout", type=float, default=None, dest="upstream_timeout_s", help=fields["upstream_timeout_s"].description)
+
+
+def _proxy_settings(args: argparse.Namespace, settings: Settings) -> ProxySettings:
+    names = ("host", "port", "upstream", "model", "operator_key", "splice_policy", "tool_parser", "reasoning_parser", "upstream_timeout_s")
+    return settings.proxy.model_copy(update={n: getattr(args, n) for n in names if getattr(args, n) is not None})
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    proxy = _proxy_settings(args, settings)
+    if not 0 < proxy.port < 65536:
+        raise InvalidRequest("--port must be in 1..65535")
+    store_url = args.db or settings.store_url()
+    import secrets
+
+    import uvicorn
+
+    from rollwire.proxy.admin import create_rollouts, create_run
+    from rollwire.proxy.app import create_app
+    from rollwire.store import open_engine
+
+    key = proxy.operator_key or secrets.token_urlsafe(24)
+    app = create_app(proxy, store_url, settings.home, operator_key=key)
+    engine = open_engine(store_url)
+    run_row = create_run(engine, {"name": "adhoc", "kind": "adhoc"})
+    base = f"http://{proxy.host}:{proxy.port}"
+    rollout = create_rollouts(engine, run_row.id, {"count": 1}, base)[0]
+    engine.dispose()
+    import socket
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((proxy.host, proxy.port))
+    sock.listen(2048)  # bound before the URL is printed: a client that reads it can connect at once
+    print(f"rollwire proxy: serving on {base} in front of {proxy.upstream}", flush=True)
+    print(f"  base URL (ad-hoc run {run_row.id}, rollout {rollout['id']}): {rollout['base_url']}", flush=True)
+    print(f"  operator key: {key}", flush=True)
+    config = uvicorn.Config(app, host=proxy.host, port=proxy.port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    server.run(sockets=[sock])
+    return 0 if server.started else 1
