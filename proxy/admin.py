@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 import anyio.to_thread
+from rollwire.proxy.auth import hash_token, new_token
 from sqlalchemy import func
 from sqlalchemy.engine import Engine
 from sqlmodel import select
@@ -15,7 +16,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from rollwire.errors import Conflict, InvalidRequest, NotFound
-from rollwire.proxy.auth import hash_token, new_token
 from rollwire.reconstruct import load_calls, reconstruct
 from rollwire.store import Rollout, RolloutStatus, Run, decode_ids, now_ns, session_scope
 
@@ -28,8 +28,12 @@ def _state(request: Request) -> Any:
 
 
 def create_run(engine: Engine, body: dict[str, Any]) -> Run:
-    run = Run(id=str(body.get("id") or "run-" + secrets.token_hex(6)), name=str(body.get("name", "")),
-              kind=str(body.get("kind", "adhoc")), config=dict(body.get("config") or {}))
+    run = Run(
+        id=str(body.get("id") or "run-" + secrets.token_hex(6)),
+        name=str(body.get("name", "")),
+        kind=str(body.get("kind", "adhoc")),
+        config=dict(body.get("config") or {}),
+    )
     with session_scope(engine) as session:
         if session.get(Run, run.id) is not None:
             raise Conflict(f"run {run.id!r} exists")
@@ -53,9 +57,13 @@ def create_rollouts(engine: Engine, run_id: str, body: dict[str, Any], base: str
         for i in range(count):
             token = new_token()
             rollout = Rollout(
-                id="ro-" + secrets.token_hex(8), run_id=run_id, token_hash=hash_token(token),
-                task_id=body.get("task_id"), group_id=body.get("group_id"),
-                sample_index=int(body.get("sample_index_start", 0)) + i, attempt=int(body.get("attempt", 0)),
+                id="ro-" + secrets.token_hex(8),
+                run_id=run_id,
+                token_hash=hash_token(token),
+                task_id=body.get("task_id"),
+                group_id=body.get("group_id"),
+                sample_index=int(body.get("sample_index_start", 0)) + i,
+                attempt=int(body.get("attempt", 0)),
                 meta=dict(body.get("meta") or {}),
             )
             session.add(rollout)
@@ -100,10 +108,19 @@ def rollout_view(engine: Engine, rollout_id: str) -> dict[str, Any]:
     if rollout is None:
         raise NotFound(f"no rollout {rollout_id!r}")
     calls = [
-        {"id": c.id, "segment_index": c.segment_index, "segment_break": c.segment_break, "finish_reason": c.finish_reason,
-         "prompt_tokens": len(decode_ids(c.prompt_ids)), "completion_tokens": len(decode_ids(c.completion_ids)),
-         "reused_prefix_len": c.reused_prefix_len, "policy_version": c.policy_version, "latency_ms": c.latency_ms,
-         "started_ns": c.started_ns, "status": c.status}
+        {
+            "id": c.id,
+            "segment_index": c.segment_index,
+            "segment_break": c.segment_break,
+            "finish_reason": c.finish_reason,
+            "prompt_tokens": len(decode_ids(c.prompt_ids)),
+            "completion_tokens": len(decode_ids(c.completion_ids)),
+            "reused_prefix_len": c.reused_prefix_len,
+            "policy_version": c.policy_version,
+            "latency_ms": c.latency_ms,
+            "started_ns": c.started_ns,
+            "status": c.status,
+        }
         for c in load_calls(engine, rollout_id)
     ]
     data = rollout.model_dump(exclude={"token_hash"})

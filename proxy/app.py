@@ -13,13 +13,6 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
-
-from rollwire.errors import InvalidRequest, PayloadTooLarge, RollwireError, Unauthorized
 from rollwire.proxy import admin
 from rollwire.proxy.auth import TokenAuth
 from rollwire.proxy.dialects.chat import ChatDialect
@@ -31,6 +24,13 @@ from rollwire.proxy.session import POLICIES
 from rollwire.proxy.sse import SSE_HEADERS
 from rollwire.proxy.stream import stream_route
 from rollwire.proxy.upstream import make_client
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from rollwire.errors import InvalidRequest, PayloadTooLarge, RollwireError, Unauthorized
 from rollwire.settings import ProxySettings
 from rollwire.store import open_engine
 
@@ -128,7 +128,14 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
     logger.exception("unhandled proxy error")
-    body = {"error": {"message": f"internal error: {exc.__class__.__name__}", "type": "internal_error", "param": None, "code": "internal_error"}}
+    body = {
+        "error": {
+            "message": f"internal error: {exc.__class__.__name__}",
+            "type": "internal_error",
+            "param": None,
+            "code": "internal_error",
+        }
+    }
     return JSONResponse(body, status_code=500)
 
 

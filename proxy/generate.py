@@ -11,8 +11,6 @@ from typing import Any
 
 import anyio.to_thread
 import httpx
-
-from rollwire.errors import NotFound, UpstreamError, UpstreamTimeout
 from rollwire.proxy.auth import Caller
 from rollwire.proxy.conversation import Choice, Conversation, Generation, Message
 from rollwire.proxy.dialects.base import Dialect
@@ -21,6 +19,8 @@ from rollwire.proxy.recorder import Recorder
 from rollwire.proxy.render import Renderer
 from rollwire.proxy.session import Plan, plan_prompt
 from rollwire.proxy.upstream import Sampled, UpstreamResult, complete, completion_body
+
+from rollwire.errors import NotFound, UpstreamError, UpstreamTimeout
 from rollwire.settings import ProxySettings
 from rollwire.store import ModelCall, encode_floats, encode_ids, now_ns
 
@@ -110,7 +110,9 @@ class Generator:
         prefill = self._prefill(conv)
         plan = await self._plan(caller, conv, prefill)
         stop_ids = sorted(self.renderer.end_ids)
-        result = await complete(self.client, self.settings.upstream, completion_body(served, plan.prompt_ids, conv.sampling, stop_ids))
+        result = await complete(
+            self.client, self.settings.upstream, completion_body(served, plan.prompt_ids, conv.sampling, stop_ids)
+        )
         if result.prompt_ids and result.prompt_ids != plan.prompt_ids:
             raise UpstreamError("the upstream reports a different prompt than the proxy sent")
         choices = [self._choice(i, s, conv, prefill) for i, s in enumerate(result.choices)]
@@ -130,8 +132,16 @@ class Generator:
         return generation, body
 
     def _rows(
-        self, caller: Caller, conv: Conversation, dialect: Dialect, raw: dict[str, Any], body: dict[str, Any],
-        plan: Plan, result: UpstreamResult, generation: Generation, started: int,
+        self,
+        caller: Caller,
+        conv: Conversation,
+        dialect: Dialect,
+        raw: dict[str, Any],
+        body: dict[str, Any],
+        plan: Plan,
+        result: UpstreamResult,
+        generation: Generation,
+        started: int,
     ) -> list[ModelCall]:
         ended = now_ns()
         rows = []
@@ -139,17 +149,30 @@ class Generator:
         response_json = json.dumps(body, ensure_ascii=False)
         for choice in generation.choices:
             first = choice.index == 0
-            rows.append(ModelCall(
-                rollout_id=caller.rollout_id, dialect=dialect.name, requested_model=conv.model,
-                served_model=self.served.name or "", request_json=request_json, response_json=response_json,
-                prompt_ids=encode_ids(plan.prompt_ids), completion_ids=encode_ids(choice.sampled_ids),
-                completion_logprobs=encode_floats(choice.logprobs), choice_index=choice.index,
-                finish_reason=choice.finish_reason, policy_version=generation.policy_version,
-                segment_index=plan.segment_index if first else plan.next_free + choice.index - 1,
-                segment_break=plan.segment_break if first else f"choice {choice.index} of {len(generation.choices)}",
-                reused_prefix_len=plan.reused_prefix_len, latency_ms=(ended - started) / 1e6,
-                started_ns=started, ended_ns=ended,
-            ))
+            rows.append(
+                ModelCall(
+                    rollout_id=caller.rollout_id,
+                    dialect=dialect.name,
+                    requested_model=conv.model,
+                    served_model=self.served.name or "",
+                    request_json=request_json,
+                    response_json=response_json,
+                    prompt_ids=encode_ids(plan.prompt_ids),
+                    completion_ids=encode_ids(choice.sampled_ids),
+                    completion_logprobs=encode_floats(choice.logprobs),
+                    choice_index=choice.index,
+                    finish_reason=choice.finish_reason,
+                    policy_version=generation.policy_version,
+                    segment_index=plan.segment_index if first else plan.next_free + choice.index - 1,
+                    segment_break=plan.segment_break
+                    if first
+                    else f"choice {choice.index} of {len(generation.choices)}",
+                    reused_prefix_len=plan.reused_prefix_len,
+                    latency_ms=(ended - started) / 1e6,
+                    started_ns=started,
+                    ended_ns=ended,
+                )
+            )
         return rows
 
 

@@ -8,11 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio.to_thread
+from rollwire.proxy.conversation import Conversation, Message
+from rollwire.proxy.session import PriorCall
 from sqlalchemy.engine import Engine
 from sqlmodel import select
 
-from rollwire.proxy.conversation import Conversation, Message
-from rollwire.proxy.session import PriorCall
+from rollwire.errors import InvalidRequest
 from rollwire.store import ModelCall, decode_ids, session_scope
 
 RequestParser = Callable[[dict[str, Any]], Conversation]
@@ -29,7 +30,7 @@ def _prior(row: ModelCall, parse: RequestParser, answer: AnswerParser, continued
     try:
         conv = parse(json.loads(row.request_json))
         message = answer(json.loads(row.response_json), row.choice_index)
-    except Exception:  # a row an older version wrote differently cannot be spliced onto; it just is not a prior
+    except (ValueError, KeyError, TypeError, StopIteration, InvalidRequest):  # an unreadable row is just not a prior
         return None
     return PriorCall(
         call_id=int(row.id or 0),
@@ -43,7 +44,9 @@ def _prior(row: ModelCall, parse: RequestParser, answer: AnswerParser, continued
     )
 
 
-def load_priors(engine: Engine, rollout_id: str, dialects: dict[str, tuple[RequestParser, AnswerParser]]) -> list[PriorCall]:
+def load_priors(
+    engine: Engine, rollout_id: str, dialects: dict[str, tuple[RequestParser, AnswerParser]]
+) -> list[PriorCall]:
     rows = _rows(engine, rollout_id)
     last_in_segment = {row.segment_index: row.id for row in rows}
     out = []

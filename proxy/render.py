@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
+from jinja2 import TemplateError
 
 from rollwire.errors import InvalidRequest
 
@@ -40,7 +41,7 @@ class Renderer:
             text = self.tokenizer.apply_chat_template(
                 messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
             )
-        except Exception as exc:  # jinja errors (template raise_exception, bad message shapes)
+        except (TemplateError, TypeError, ValueError, KeyError) as exc:  # raise_exception, bad message shapes
             raise InvalidRequest(f"the chat template cannot render these messages: {exc}".splitlines()[0]) from None
         return str(text)
 

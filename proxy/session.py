@@ -23,7 +23,9 @@ class TemplateOps(Protocol):
     end_ids: frozenset[int]
     end_text: str
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], add_generation_prompt: bool) -> str: ...
+    def render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], add_generation_prompt: bool
+    ) -> str: ...
 
     def encode(self, text: str) -> list[int]: ...
 
@@ -156,7 +158,9 @@ def plan_prompt(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, p
     if plan is None:
         plan = _rendered(conv, priors, ops, prefill, policy)
     free = max(_next_segment(priors), plan.segment_index + 1)
-    return Plan(plan.prompt_ids, plan.segment_index, plan.segment_break, plan.reused_prefix_len, plan.spliced_from, free)
+    return Plan(
+        plan.prompt_ids, plan.segment_index, plan.segment_break, plan.reused_prefix_len, plan.spliced_from, free
+    )
 
 
 __all__ = ["MARKER", "POLICIES", "Plan", "PriorCall", "TemplateOps", "plan_prompt", "tail_text"]

@@ -41,7 +41,7 @@ def finished_after(engine: Engine, run: str, after: int) -> list[str]:
             raise NotFound(f"no run {run!r}")
         query = (
             select(Rollout)
-            .where(Rollout.run_id == run, Rollout.finished_seq != None, Rollout.finished_seq > after)  # noqa: E711
+            .where(Rollout.run_id == run, Rollout.finished_seq != None, Rollout.finished_seq > after)
             .order_by(Rollout.finished_seq)  # type: ignore[arg-type]
             .limit(BATCH)
         )

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from rollwire.proxy.conversation import Sampling
 
 from rollwire.errors import InvalidRequest, NotFound, UpstreamError, UpstreamTimeout
-from rollwire.proxy.conversation import Sampling
 
 
 def make_client(timeout_s: float) -> httpx.AsyncClient:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from rollwire.errors import RollwireError
 from rollwire.proxy.conversation import Conversation, Generation, Message
+
+from rollwire.errors import RollwireError
 
 
 class Dialect(Protocol):

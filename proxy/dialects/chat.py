@@ -7,9 +7,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from rollwire.errors import InvalidRequest, RollwireError
 from rollwire.proxy.conversation import Conversation, Generation, Message, Sampling, ToolCall
 from rollwire.proxy.sse import DONE, data_event
+
+from rollwire.errors import InvalidRequest, RollwireError
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -80,10 +81,14 @@ def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
             raise InvalidRequest(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}", param=f"tools[{i}]")
         name = fn.get("name")
         if not isinstance(name, str) or not TOOL_NAME.match(name):
-            raise InvalidRequest(f"tools[{i}].function.name must match {TOOL_NAME.pattern}", param=f"tools[{i}].function.name")
+            raise InvalidRequest(
+                f"tools[{i}].function.name must match {TOOL_NAME.pattern}", param=f"tools[{i}].function.name"
+            )
         params = fn.get("parameters", {"type": "object", "properties": {}})
         if not isinstance(params, dict) or params.get("type", "object") != "object":
-            raise InvalidRequest(f"tools[{i}].function.parameters must be a JSON Schema object", param=f"tools[{i}].function.parameters")
+            raise InvalidRequest(
+                f"tools[{i}].function.parameters must be a JSON Schema object", param=f"tools[{i}].function.parameters"
+            )
         out.append({"type": "function", "function": {**fn, "parameters": params}})
     return tuple(out)
 
@@ -95,9 +100,14 @@ def _tool_choice(raw: Any, tools: tuple[dict[str, Any], ...]) -> str:
         if raw == "required" and not tools:
             raise InvalidRequest("tool_choice 'required' needs tools", param="tool_choice")
         return str(raw)
-    name = raw.get("function", {}).get("name") if isinstance(raw, dict) and isinstance(raw.get("function"), dict) else None
+    name = (
+        raw.get("function", {}).get("name") if isinstance(raw, dict) and isinstance(raw.get("function"), dict) else None
+    )
     if not isinstance(name, str):
-        raise InvalidRequest("tool_choice must be auto, none, required or {'type':'function','function':{'name':...}}", param="tool_choice")
+        raise InvalidRequest(
+            "tool_choice must be auto, none, required or {'type':'function','function':{'name':...}}",
+            param="tool_choice",
+        )
     if name not in {t["function"]["name"] for t in tools}:
         raise InvalidRequest(f"tool_choice names {name!r}, which is not in tools", param="tool_choice")
     return "fn:" + name
@@ -107,7 +117,11 @@ def _number(body: dict[str, Any], name: str, kind: type, low: float, high: float
     value = body.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) or not low <= value <= high:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float) if kind is float else int)
+        or not low <= value <= high
+    ):
         raise InvalidRequest(f"{name} must be a {kind.__name__} in [{low}, {high}], got {value!r}", param=name)
     return kind(value)
 
@@ -172,10 +186,16 @@ class ChatDialect:
         content = []
         for j, (token, lp) in enumerate(zip(choice.tokens, choice.logprobs)):
             tops = (choice.top_logprobs or [{}])[j] if choice.top_logprobs and j < len(choice.top_logprobs) else {}
-            content.append({
-                "token": token, "logprob": lp, "bytes": list(token.encode()),
-                "top_logprobs": [{"token": t, "logprob": v, "bytes": list(t.encode())} for t, v in (tops or {}).items()],
-            })
+            content.append(
+                {
+                    "token": token,
+                    "logprob": lp,
+                    "bytes": list(token.encode()),
+                    "top_logprobs": [
+                        {"token": t, "logprob": v, "bytes": list(t.encode())} for t, v in (tops or {}).items()
+                    ],
+                }
+            )
         return {"content": content, "refusal": None}
 
     def _usage(self, gen: Generation) -> dict[str, int]:
@@ -184,12 +204,22 @@ class ChatDialect:
 
     def response_body(self, generation: Generation) -> dict[str, Any]:
         choices = [
-            {"index": c.index, "message": self._message_body(c.message), "logprobs": self._logprobs(c), "finish_reason": c.finish_reason}
+            {
+                "index": c.index,
+                "message": self._message_body(c.message),
+                "logprobs": self._logprobs(c),
+                "finish_reason": c.finish_reason,
+            }
             for c in generation.choices
         ]
         return {
-            "id": generation.id, "object": "chat.completion", "created": generation.created, "model": generation.model,
-            "choices": choices, "usage": self._usage(generation), "system_fingerprint": None,
+            "id": generation.id,
+            "object": "chat.completion",
+            "created": generation.created,
+            "model": generation.model,
+            "choices": choices,
+            "usage": self._usage(generation),
+            "system_fingerprint": None,
             "weight_version": generation.policy_version,
         }
 
@@ -198,11 +228,22 @@ class ChatDialect:
         return _message(raw, index)
 
     def stream_events(self, generation: Generation, conv: Conversation) -> Iterator[str]:
-        head = {"id": generation.id, "object": "chat.completion.chunk", "created": generation.created, "model": generation.model}
+        head = {
+            "id": generation.id,
+            "object": "chat.completion.chunk",
+            "created": generation.created,
+            "model": generation.model,
+        }
         usage_field: dict[str, Any] = {"usage": None} if conv.include_usage else {}
 
         def chunk(index: int, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> str:
-            return data_event({**head, "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}], **usage_field})
+            return data_event(
+                {
+                    **head,
+                    "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+                    **usage_field,
+                }
+            )
 
         for c in generation.choices:
             yield chunk(c.index, {"role": "assistant", "content": ""})
@@ -211,7 +252,12 @@ class ChatDialect:
             if c.message.content:
                 yield chunk(c.index, {"content": c.message.content}, logprobs=self._logprobs(c))
             for i, call in enumerate(c.message.tool_calls):
-                opening = {"index": i, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+                opening = {
+                    "index": i,
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": ""},
+                }
                 yield chunk(c.index, {"tool_calls": [opening]})
                 yield chunk(c.index, {"tool_calls": [{"index": i, "function": {"arguments": call.arguments}}]})
             yield chunk(c.index, {}, c.finish_reason)

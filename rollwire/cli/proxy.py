@@ -21,16 +21,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=None, help=f"{fields['port'].description} (default 8000)")
     parser.add_argument("--upstream", default=None, metavar="URL", help=fields["upstream"].description)
     parser.add_argument("--model", default=None, metavar="PATH", help=fields["model"].description)
-    parser.add_argument("--db", default=None, metavar="URL", help="SQLAlchemy URL of the trace store (default SQLite in the home folder)")
+    parser.add_argument(
+        "--db",
+        default=None,
+        metavar="URL",
+        help="SQLAlchemy URL of the trace store (default SQLite in the home folder)",
+    )
     parser.add_argument("--operator-key", default=None, help=fields["operator_key"].description)
-    parser.add_argument("--splice-policy", default=None, choices=["splice", "render"], help=fields["splice_policy"].description)
+    parser.add_argument(
+        "--splice-policy", default=None, choices=["splice", "render"], help=fields["splice_policy"].description
+    )
     parser.add_argument("--tool-parser", default=None, help=fields["tool_parser"].description)
     parser.add_argument("--reasoning-parser", default=None, help=fields["reasoning_parser"].description)
-    parser.add_argument("--upstream-timeout", type=float, default=None, dest="upstream_timeout_s", help=fields["upstream_timeout_s"].description)
+    parser.add_argument(
+        "--upstream-timeout",
+        type=float,
+        default=None,
+        dest="upstream_timeout_s",
+        help=fields["upstream_timeout_s"].description,
+    )
 
 
 def _proxy_settings(args: argparse.Namespace, settings: Settings) -> ProxySettings:
-    names = ("host", "port", "upstream", "model", "operator_key", "splice_policy", "tool_parser", "reasoning_parser", "upstream_timeout_s")
+    names = (
+        "host",
+        "port",
+        "upstream",
+        "model",
+        "operator_key",
+        "splice_policy",
+        "tool_parser",
+        "reasoning_parser",
+        "upstream_timeout_s",
+    )
     return settings.proxy.model_copy(update={n: getattr(args, n) for n in names if getattr(args, n) is not None})
 
 

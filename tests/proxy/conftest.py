@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 import pytest
-
 from rollwire.proxy.app import create_app
+
 from rollwire.serving import ServerThread
 from rollwire.settings import EngineSettings, ProxySettings
 

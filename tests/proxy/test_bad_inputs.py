@@ -35,14 +35,50 @@ CASES: list[tuple[str, Callable[[str], dict[str, Any]], int, str]] = [
     ("malformed json", lambda m: {"content": b'{"model": "x", "messages": ['}, 400, "malformed JSON"),
     ("empty messages", lambda m: {"json": {"model": m, "messages": []}}, 400, "messages must be a non-empty list"),
     ("unknown model", lambda m: {"json": {**GOOD, "model": "no-such-model"}}, 404, "does not exist"),
-    ("tool without function", lambda m: {"json": {**GOOD, "model": m, "tools": [{"type": "function"}]}}, 400, "tools[0]"),
-    ("tool bad name", lambda m: {"json": {**GOOD, "model": m, "tools": [{"type": "function", "function": {"name": "a b"}}]}}, 400, "name must match"),
-    ("tool bad schema", lambda m: {"json": {**GOOD, "model": m, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]}}, 400, "JSON Schema object"),
+    (
+        "tool without function",
+        lambda m: {"json": {**GOOD, "model": m, "tools": [{"type": "function"}]}},
+        400,
+        "tools[0]",
+    ),
+    (
+        "tool bad name",
+        lambda m: {"json": {**GOOD, "model": m, "tools": [{"type": "function", "function": {"name": "a b"}}]}},
+        400,
+        "name must match",
+    ),
+    (
+        "tool bad schema",
+        lambda m: {
+            "json": {
+                **GOOD,
+                "model": m,
+                "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}],
+            }
+        },
+        400,
+        "JSON Schema object",
+    ),
     ("required without tools", lambda m: {"json": {**GOOD, "model": m, "tool_choice": "required"}}, 400, "needs tools"),
-    ("bad role", lambda m: {"json": {"model": m, "messages": [{"role": "robot", "content": "x"}]}}, 400, "role must be"),
+    (
+        "bad role",
+        lambda m: {"json": {"model": m, "messages": [{"role": "robot", "content": "x"}]}},
+        400,
+        "role must be",
+    ),
     ("bad temperature", lambda m: {"json": {**GOOD, "model": m, "temperature": 7}}, 400, "temperature"),
-    ("image part", lambda m: {"json": {"model": m, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}}, 400, "unsupported content part"),
-    ("oversized body", lambda m: {"json": {**GOOD, "model": m, "messages": [{"role": "user", "content": "x" * 300_000}]}}, 413, "over the"),
+    (
+        "image part",
+        lambda m: {"json": {"model": m, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}},
+        400,
+        "unsupported content part",
+    ),
+    (
+        "oversized body",
+        lambda m: {"json": {**GOOD, "model": m, "messages": [{"role": "user", "content": "x" * 300_000}]}},
+        413,
+        "over the",
+    ),
 ]
 
 
@@ -57,7 +93,9 @@ def test_bad_input_is_a_clear_4xx_and_writes_nothing(
 ) -> None:
     rollout = small_proxy.new_rollout()
     headers = {"Content-Type": "application/json"}
-    response = httpx.post(f"{rollout['base_url']}/chat/completions", headers=headers, timeout=30, **request_kwargs(served_model))
+    response = httpx.post(
+        f"{rollout['base_url']}/chat/completions", headers=headers, timeout=30, **request_kwargs(served_model)
+    )
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert message in error["message"] and error["type"]

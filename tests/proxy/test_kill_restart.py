@@ -26,8 +26,22 @@ def _port() -> int:
 
 
 def _start(engine_url: str, db: str, model: Path, port: int) -> tuple[subprocess.Popen[str], str]:
-    cmd = [sys.executable, "-m", "rollwire.cli", "proxy", "--port", str(port), "--upstream", engine_url,
-           "--db", db, "--model", str(model), "--operator-key", "k"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rollwire.cli",
+        "proxy",
+        "--port",
+        str(port),
+        "--upstream",
+        engine_url,
+        "--db",
+        db,
+        "--model",
+        str(model),
+        "--operator-key",
+        "k",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ})
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -42,7 +56,9 @@ def _start(engine_url: str, db: str, model: Path, port: int) -> tuple[subprocess
     return proc, base
 
 
-def test_sigkill_loses_no_answered_call(engine_url: str, served_model: str, tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_sigkill_loses_no_answered_call(
+    engine_url: str, served_model: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
     db = f"sqlite:///{tmp_path / 'store.db'}"
     port = _port()
     proc, base = _start(engine_url, db, tiny_model_dir, port)
@@ -50,7 +66,9 @@ def test_sigkill_loses_no_answered_call(engine_url: str, served_model: str, tiny
     try:
         with httpx.Client(base_url=base, timeout=60) as client:
             for i in range(N):
-                answer = client.post("/chat/completions", json={"model": served_model, "messages": messages, "max_tokens": 4, "seed": i})
+                answer = client.post(
+                    "/chat/completions", json={"model": served_model, "messages": messages, "max_tokens": 4, "seed": i}
+                )
                 assert answer.status_code == 200
                 messages = messages + [answer.json()["choices"][0]["message"], {"role": "user", "content": f"more {i}"}]
     finally:
@@ -63,7 +81,9 @@ def test_sigkill_loses_no_answered_call(engine_url: str, served_model: str, tiny
     proc2, _ = _start(engine_url, db, tiny_model_dir, port)
     try:
         with httpx.Client(base_url=base, timeout=60) as client:  # the old token still works after the restart
-            answer = client.post("/chat/completions", json={"model": served_model, "messages": messages, "max_tokens": 4})
+            answer = client.post(
+                "/chat/completions", json={"model": served_model, "messages": messages, "max_tokens": 4}
+            )
             assert answer.status_code == 200
     finally:
         proc2.send_signal(signal.SIGKILL)
@@ -71,9 +91,9 @@ def test_sigkill_loses_no_answered_call(engine_url: str, served_model: str, tiny
         if proc2.stdout:
             proc2.stdout.close()
     engine = open_engine(db)
+    from rollwire.proxy.auth import hash_token
     from sqlmodel import Session, select
 
-    from rollwire.proxy.auth import hash_token
     from rollwire.store import Rollout
 
     with Session(engine) as session:

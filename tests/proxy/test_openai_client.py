@@ -41,7 +41,12 @@ def test_non_streamed_usage_and_shape(proxy: Proxy, served_model: str) -> None:
 def test_streamed_matches_usage(proxy: Proxy, served_model: str) -> None:
     client = _client(proxy)
     stream = client.chat.completions.create(
-        model=served_model, messages=MESSAGES, tools=TOOLS, max_tokens=10, seed=3, stream=True,
+        model=served_model,
+        messages=MESSAGES,
+        tools=TOOLS,
+        max_tokens=10,
+        seed=3,
+        stream=True,
         stream_options={"include_usage": True},
     )
     chunks = list(stream)
@@ -65,7 +70,11 @@ def test_named_tool_choice_opens_the_call_in_the_prompt(proxy: Proxy, served_mod
     """A named tool_choice is honoured by a prompt prefill; unparseable output comes back as text."""
     client = _client(proxy)
     out = client.chat.completions.create(
-        model=served_model, messages=MESSAGES, tools=TOOLS, max_tokens=6, seed=5,
+        model=served_model,
+        messages=MESSAGES,
+        tools=TOOLS,
+        max_tokens=6,
+        seed=5,
         tool_choice={"type": "function", "function": {"name": "get_weather"}},
     )
     message = out.choices[0].message
@@ -79,5 +88,8 @@ def test_tool_choice_naming_an_unknown_tool_is_400(proxy: Proxy, served_model: s
     client = _client(proxy)
     with pytest.raises(openai.BadRequestError, match="not in tools"):
         client.chat.completions.create(
-            model=served_model, messages=MESSAGES, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}
+            model=served_model,
+            messages=MESSAGES,
+            tools=TOOLS,
+            tool_choice={"type": "function", "function": {"name": "nope"}},
         )

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-
-from rollwire.errors import InvalidRequest
 from rollwire.proxy.app import create_app
 from rollwire.proxy.parsers import reasoning_parser, tool_parser
+
+from rollwire.errors import InvalidRequest
 from rollwire.settings import ProxySettings
 
 
@@ -26,7 +26,9 @@ def test_hermes_parses_blocks_and_keeps_bad_ones_as_text() -> None:
 
 def test_llama3_json() -> None:
     parser = tool_parser("llama3_json")
-    content, calls = parser.parse('<|python_tag|>{"name": "a", "parameters": {"x": 2}}; {"name": "b", "parameters": {}}')
+    content, calls = parser.parse(
+        '<|python_tag|>{"name": "a", "parameters": {"x": 2}}; {"name": "b", "parameters": {}}'
+    )
     assert content == "" and [(c.name, json.loads(c.arguments)) for c in calls] == [("a", {"x": 2}), ("b", {})]
     assert parser.parse("The answer is 4.") == ("The answer is 4.", [])
     assert parser.parse('{"name": "a", "parameters": {}} trailing')[1] == []

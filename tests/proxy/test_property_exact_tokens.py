@@ -12,15 +12,20 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from rollwire.proxy.app import create_app
+
 from rollwire.reconstruct import reconstruct
 from rollwire.serving import ServerThread
 from rollwire.settings import EngineSettings, ProxySettings
 from rollwire.store import open_engine
 
 OPERATOR = "property-operator"
-TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}},
+    }
+]
 
 
 class EngineTap:
@@ -66,7 +71,7 @@ def stack(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
             yield proxy.url, tap, store
 
 
-words = st.text(alphabet="abcdefghij klmnop?!.,{}\"", min_size=1, max_size=30)
+words = st.text(alphabet='abcdefghij klmnop?!.,{}"', min_size=1, max_size=30)
 step = st.tuples(st.sampled_from(["user", "tool", "tool2", "rewrite"]), words)
 script = st.tuples(
     words, st.lists(step, min_size=1, max_size=3), st.integers(1, 8), st.sampled_from([0.0, 1.0]), st.integers(0, 99)
@@ -90,8 +95,14 @@ def test_segments_are_exactly_what_the_engine_saw_and_sampled(stack: tuple[str, 
     start = len(tap.calls)
     with httpx.Client(base_url=rollout["base_url"], timeout=60) as client:
         for i in range(len(steps) + 1):
-            body = {"model": "m", "messages": messages, "tools": TOOLS, "max_tokens": max_tokens,
-                    "temperature": temperature, "seed": seed + i}
+            body = {
+                "model": "m",
+                "messages": messages,
+                "tools": TOOLS,
+                "max_tokens": max_tokens,
+                "temperature": temperature,
+                "seed": seed + i,
+            }
             response = client.post("/chat/completions", json={**body, "model": _served(client)})
             assert response.status_code == 200, response.text
             if i == len(steps):

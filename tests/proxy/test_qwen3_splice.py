@@ -8,18 +8,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from rollwire.proxy.conversation import Conversation, Message
 from rollwire.proxy.parsers.hermes import HermesToolParser
 from rollwire.proxy.parsers.qwen3 import Qwen3ReasoningParser
 from rollwire.proxy.render import Renderer
 from rollwire.proxy.session import Plan, PriorCall, plan_prompt
+
 from rollwire.reconstruct import segments_from_calls
 from rollwire.store import ModelCall, encode_floats, encode_ids
 from rollwire.tokenizers import qwen_tokenizer
 from rollwire.trajectory import Segment
 
-TOOLS = ({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},)
+TOOLS = (
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    },
+)
 
 
 @pytest.fixture(scope="module")
@@ -57,13 +65,44 @@ def _drive(renderer: Renderer, policy: str) -> tuple[list[Plan], list[Segment], 
     for i, (conv, sampled) in enumerate(zip(_conversations(renderer, samples), samples)):
         plan = plan_prompt(conv, priors, renderer, policy)
         plans.append(plan)
-        priors = [PriorCall(p.call_id, p.request_keys, p.tools_key, p.answer_key, p.prompt_ids, p.sampled_ids,
-                            p.segment_index, p.continued or p.segment_index == plan.segment_index) for p in priors]
-        priors.append(PriorCall(i + 1, tuple(m.key() for m in conv.messages), conv.tools_key(),
-                                _answer(renderer, sampled).key(), plan.prompt_ids, sampled, plan.segment_index, False))
-        rows.append(ModelCall(id=i + 1, rollout_id="r", prompt_ids=encode_ids(plan.prompt_ids), started_ns=i,
-                              completion_ids=encode_ids(sampled), completion_logprobs=encode_floats([-0.5] * len(sampled)),
-                              segment_index=plan.segment_index, segment_break=plan.segment_break, policy_version=3))
+        priors = [
+            PriorCall(
+                p.call_id,
+                p.request_keys,
+                p.tools_key,
+                p.answer_key,
+                p.prompt_ids,
+                p.sampled_ids,
+                p.segment_index,
+                p.continued or p.segment_index == plan.segment_index,
+            )
+            for p in priors
+        ]
+        priors.append(
+            PriorCall(
+                i + 1,
+                tuple(m.key() for m in conv.messages),
+                conv.tools_key(),
+                _answer(renderer, sampled).key(),
+                plan.prompt_ids,
+                sampled,
+                plan.segment_index,
+                False,
+            )
+        )
+        rows.append(
+            ModelCall(
+                id=i + 1,
+                rollout_id="r",
+                prompt_ids=encode_ids(plan.prompt_ids),
+                started_ns=i,
+                completion_ids=encode_ids(sampled),
+                completion_logprobs=encode_floats([-0.5] * len(sampled)),
+                segment_index=plan.segment_index,
+                segment_break=plan.segment_break,
+                policy_version=3,
+            )
+        )
     return plans, segments_from_calls(rows), samples
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from rollwire.proxy.conversation import Conversation, Message
 from rollwire.proxy.render import Renderer
 from rollwire.proxy.session import PriorCall, plan_prompt
@@ -17,8 +16,25 @@ def renderer(tiny_model_dir: Path) -> Renderer:
     return Renderer.from_folder(tiny_model_dir)
 
 
-def _prior(call_id: int, conv: Conversation, answer: Message, prompt: list[int], sampled: list[int], segment: int = 0, continued: bool = False) -> PriorCall:
-    return PriorCall(call_id, tuple(m.key() for m in conv.messages), conv.tools_key(), answer.key(), prompt, sampled, segment, continued)
+def _prior(
+    call_id: int,
+    conv: Conversation,
+    answer: Message,
+    prompt: list[int],
+    sampled: list[int],
+    segment: int = 0,
+    continued: bool = False,
+) -> PriorCall:
+    return PriorCall(
+        call_id,
+        tuple(m.key() for m in conv.messages),
+        conv.tools_key(),
+        answer.key(),
+        prompt,
+        sampled,
+        segment,
+        continued,
+    )
 
 
 def _setup(renderer: Renderer) -> tuple[Conversation, Message, PriorCall]:
@@ -36,13 +52,20 @@ def test_splice_is_prompt_plus_sampled_plus_tail(renderer: Renderer) -> None:
     plan = plan_prompt(nxt, [prior], renderer, "splice")
     reused = prior.prompt_ids + prior.sampled_ids
     assert plan.prompt_ids[: len(reused)] == reused and plan.reused_prefix_len == len(reused)
-    assert renderer.decode(plan.prompt_ids[len(reused) :]) == "\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        renderer.decode(plan.prompt_ids[len(reused) :]) == "\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert plan.segment_index == 0 and plan.segment_break is None and plan.spliced_from == 1
 
 
 def test_a_length_cut_answer_gets_its_end_of_turn_in_the_tail(renderer: Renderer) -> None:
     first, answer, prior = _setup(renderer)
-    cut = PriorCall(*[getattr(prior, f) for f in ("call_id", "request_keys", "tools_key", "answer_key", "prompt_ids")], prior.sampled_ids[:-1], 0, False)
+    cut = PriorCall(
+        *[getattr(prior, f) for f in ("call_id", "request_keys", "tools_key", "answer_key", "prompt_ids")],
+        prior.sampled_ids[:-1],
+        0,
+        False,
+    )
     plan = plan_prompt(Conversation("m", first.messages + (answer, Message("user", "x"))), [cut], renderer, "splice")
     assert renderer.decode(plan.prompt_ids[plan.reused_prefix_len :]).startswith("<|im_end|>\n<|im_start|>user")
 
@@ -51,11 +74,14 @@ def test_a_length_cut_answer_gets_its_end_of_turn_in_the_tail(renderer: Renderer
     ("edit", "reason"),
     [
         (lambda a: (Message("user", "HI"), a, Message("user", "more")), "message 0"),
-        (lambda a: (Message("user", "hi"), Message("assistant", "edited"), Message("user", "more")), "not call 1's answer"),
+        (
+            lambda a: (Message("user", "hi"), Message("assistant", "edited"), Message("user", "more")),
+            "not call 1's answer",
+        ),
     ],
 )
 def test_rewritten_history_starts_a_new_segment_with_the_reason(renderer: Renderer, edit: object, reason: str) -> None:
-    first, answer, prior = _setup(renderer)
+    _, answer, prior = _setup(renderer)
     plan = plan_prompt(Conversation("m", edit(answer)), [prior], renderer, "splice")  # type: ignore[operator]
     assert plan.segment_index == 1 and plan.segment_break is not None and reason in plan.segment_break
     assert plan.reused_prefix_len == 0
@@ -64,9 +90,20 @@ def test_rewritten_history_starts_a_new_segment_with_the_reason(renderer: Render
 def test_tools_change_and_branches(renderer: Renderer) -> None:
     first, answer, prior = _setup(renderer)
     tools = ({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},)
-    plan = plan_prompt(Conversation("m", first.messages + (answer, Message("user", "x")), tools), [prior], renderer, "splice")
+    plan = plan_prompt(
+        Conversation("m", first.messages + (answer, Message("user", "x")), tools), [prior], renderer, "splice"
+    )
     assert plan.segment_break is not None and "tools changed" in plan.segment_break
-    continued = PriorCall(*[getattr(prior, f) for f in ("call_id", "request_keys", "tools_key", "answer_key", "prompt_ids", "sampled_ids")], 0, True)
-    branch = plan_prompt(Conversation("m", first.messages + (answer, Message("user", "y"))), [continued], renderer, "splice")
+    continued = PriorCall(
+        *[
+            getattr(prior, f)
+            for f in ("call_id", "request_keys", "tools_key", "answer_key", "prompt_ids", "sampled_ids")
+        ],
+        0,
+        True,
+    )
+    branch = plan_prompt(
+        Conversation("m", first.messages + (answer, Message("user", "y"))), [continued], renderer, "splice"
+    )
     assert branch.segment_index == 1 and branch.segment_break is not None and "branches" in branch.segment_break
     assert branch.reused_prefix_len == len(prior.prompt_ids) + len(prior.sampled_ids)

@@ -24,7 +24,10 @@ TWO_CALLS = (
     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
     '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
 )
-TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}} for n in ("get_weather", "get_time")]
+TOOLS = [
+    {"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
+    for n in ("get_weather", "get_time")
+]
 MESSAGES = [{"role": "user", "content": "Paris?"}]
 
 
@@ -49,8 +52,14 @@ def scripted(tiny_model_dir: Path) -> Iterator[tuple[str, Script]]:
         body = await request.json()
         script.prompts.append(body["prompt"])
         ids = script.ids()
-        choice = {"index": 0, "text": "", "finish_reason": "stop", "token_ids": ids, "prompt_token_ids": body["prompt"],
-                  "logprobs": {"token_logprobs": [-0.25] * len(ids), "tokens": [f"t{i}" for i in ids], "top_logprobs": None}}
+        choice = {
+            "index": 0,
+            "text": "",
+            "finish_reason": "stop",
+            "token_ids": ids,
+            "prompt_token_ids": body["prompt"],
+            "logprobs": {"token_logprobs": [-0.25] * len(ids), "tokens": [f"t{i}" for i in ids], "top_logprobs": None},
+        }
         return JSONResponse({"id": "x", "choices": [choice], "weight_version": 7})
 
     app = Starlette(routes=[Route("/v1/models", models), Route("/v1/completions", completions, methods=["POST"])])
@@ -64,7 +73,9 @@ def _client(start_proxy: Callable[..., Proxy], url: str) -> tuple[Proxy, openai.
     return proxy, openai.OpenAI(base_url=rollout["base_url"], api_key="x", max_retries=0), rollout
 
 
-def test_parallel_calls_and_reasoning_non_streamed(start_proxy: Callable[..., Proxy], scripted: tuple[str, Script]) -> None:
+def test_parallel_calls_and_reasoning_non_streamed(
+    start_proxy: Callable[..., Proxy], scripted: tuple[str, Script]
+) -> None:
     url, script = scripted
     script.text = TWO_CALLS
     proxy, client, rollout = _client(start_proxy, url)
@@ -72,8 +83,10 @@ def test_parallel_calls_and_reasoning_non_streamed(start_proxy: Callable[..., Pr
     message = out.choices[0].message
     assert out.choices[0].finish_reason == "tool_calls"
     assert [(c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls or []] == [
-        ("get_weather", {"city": "Paris"}), ("get_time", {})]
-    assert getattr(message, "reasoning_content") == "plan it"
+        ("get_weather", {"city": "Paris"}),
+        ("get_time", {}),
+    ]
+    assert message.reasoning_content == "plan it"
     assert out.usage is not None and out.usage.completion_tokens == len(script.ids())
     trajectory = proxy.admin.get(f"/admin/v1/rollouts/{rollout['id']}/trajectory").json()
     assert trajectory["segments"][0]["policy_versions"][-1] == 7
@@ -83,7 +96,9 @@ def test_tool_call_deltas_assemble(start_proxy: Callable[..., Proxy], scripted: 
     url, script = scripted
     script.text = TWO_CALLS
     _, client, _ = _client(start_proxy, url)
-    stream = client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS, stream=True, stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model="m", messages=MESSAGES, tools=TOOLS, stream=True, stream_options={"include_usage": True}
+    )
     calls: dict[int, dict[str, str]] = {}
     reasoning, finish, usage = "", None, None
     for chunk in stream:
@@ -96,7 +111,10 @@ def test_tool_call_deltas_assemble(start_proxy: Callable[..., Proxy], scripted: 
                 call["id"] += delta.id or ""
                 call["name"] += (delta.function.name or "") if delta.function else ""
                 call["arguments"] += (delta.function.arguments or "") if delta.function else ""
-    assert [(c["name"], json.loads(c["arguments"])) for c in calls.values()] == [("get_weather", {"city": "Paris"}), ("get_time", {})]
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls.values()] == [
+        ("get_weather", {"city": "Paris"}),
+        ("get_time", {}),
+    ]
     assert all(c["id"].startswith("call_") for c in calls.values())
     assert finish == "tool_calls" and reasoning == "plan it"
     assert usage is not None and usage.completion_tokens == len(script.ids())
@@ -113,14 +131,16 @@ def test_tool_choice_none_and_parallel_off(start_proxy: Callable[..., Proxy], sc
     assert [c.function.name for c in single.choices[0].message.tool_calls or []] == ["get_weather"]
 
 
-def test_required_prefills_the_prompt_and_unparseable_is_text(start_proxy: Callable[..., Proxy], scripted: tuple[str, Script]) -> None:
+def test_required_prefills_the_prompt_and_unparseable_is_text(
+    start_proxy: Callable[..., Proxy], scripted: tuple[str, Script]
+) -> None:
     url, script = scripted
     _, client, _ = _client(start_proxy, url)
     script.text = 'get_time", "arguments": {}}\n</tool_call>'
     out = client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS, tool_choice="required")
     assert [c.function.name for c in out.choices[0].message.tool_calls or []] == ["get_time"]
     prefill = script.tokenizer('<tool_call>\n{"name": "', add_special_tokens=False)["input_ids"]
-    assert script.prompts[-1][-len(prefill):] == prefill  # the opening is prompt, not sampled
+    assert script.prompts[-1][-len(prefill) :] == prefill  # the opening is prompt, not sampled
     script.text = '<tool_call>\n{"name": "get_time", "arguments": {broken</tool_call>'
     broken = client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS)
     assert broken.choices[0].message.tool_calls is None

@@ -12,7 +12,9 @@ from rollwire.cli.__main__ import main
 from tests.proxy.conftest import Proxy
 
 
-def test_ls_show_export(proxy: Proxy, served_model: str, tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_ls_show_export(
+    proxy: Proxy, served_model: str, tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     rollout = proxy.new_rollout()
     body = {"model": served_model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
     assert httpx.post(f"{rollout['base_url']}/chat/completions", json=body, timeout=60).status_code == 200

@@ -14,9 +14,15 @@ from trainer.stream import StreamConfig, TrajectoryStream
 
 def _rollouts(proxy: Proxy, served: str, count: int) -> tuple[str, list[dict[str, str]]]:
     run = proxy.admin.post("/admin/v1/runs", json={"name": "s"}).json()["id"]
-    made = proxy.admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": count, "task_id": "t", "group_id": "g"}).json()
+    made = proxy.admin.post(
+        f"/admin/v1/runs/{run}/rollouts", json={"count": count, "task_id": "t", "group_id": "g"}
+    ).json()
     for r in made:
-        answer = httpx.post(f"{r['base_url']}/chat/completions", json={"model": served, "messages": [{"role": "user", "content": "x"}], "max_tokens": 3}, timeout=60)
+        answer = httpx.post(
+            f"{r['base_url']}/chat/completions",
+            json={"model": served, "messages": [{"role": "user", "content": "x"}], "max_tokens": 3},
+            timeout=60,
+        )
         assert answer.status_code == 200
     return run, made
 
@@ -32,7 +38,12 @@ def test_cursor_resume_without_gaps_or_duplicates(proxy: Proxy, served_model: st
     assert all(t.segments[0].num_sampled >= 1 and t.group_id == "g" for t in first)
     cursor = stream.cursor
     stream.close()
-    assert proxy.admin.post(f"/admin/v1/rollouts/{made[3]['id']}/finish", json={"status": "failed", "error": "x"}).status_code == 200
+    assert (
+        proxy.admin.post(
+            f"/admin/v1/rollouts/{made[3]['id']}/finish", json={"status": "failed", "error": "x"}
+        ).status_code
+        == 200
+    )
     resumed = TrajectoryStream(StreamConfig(proxy.url, "test-operator-key", run, wait_s=0))
     resumed.cursor = cursor
     again = resumed.poll()
