@@ -114,4 +114,11 @@ def test_train_from_the_proxy_stream_and_push_back(
     trained = AutoModelForCausalLM.from_pretrained(str(out / "step-000001"), dtype=torch.float32).eval()
     assert _gap(trained, [fresh])[0] < LOGPROB_TOLERANCE
     assert _gap(tiny_model, [fresh])[0] > 10 * LOGPROB_TOLERANCE  # the weights really changed
+
+    exported = tmp_path / "trl.jsonl"
+    argv = ["export", "--proxy", proxy, "--operator-key", KEY, "--run", run, "--flavor", "trl", "--out", str(exported)]
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in exported.read_text().splitlines()]
+    by_ids = {tuple(t.segments[0].token_ids): t.segments[0].loss_mask for t in _read_all(proxy, run)}
+    assert len(rows) == 5 and all(by_ids[tuple(r["input_ids"])] == r["assistant_masks"] for r in rows)
     admin.close()
