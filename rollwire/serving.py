@@ -14,7 +14,9 @@ class ServerThread:
     """``with ServerThread(app) as server: server.url`` serves ``app`` on 127.0.0.1, an ephemeral port by default."""
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP (not 0): asyncio sets TCP_NODELAY only on sockets whose proto says TCP; without it every
+        # keep-alive response waits ~40 ms on delayed ACKs.
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, port))
         self.host, self.port = self._sock.getsockname()[:2]

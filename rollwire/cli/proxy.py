@@ -79,7 +79,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     engine.dispose()
     import socket
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # proto TCP: asyncio sets TCP_NODELAY
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((proxy.host, proxy.port))
     sock.listen(2048)  # bound before the URL is printed: a client that reads it can connect at once
