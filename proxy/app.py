@@ -16,6 +16,8 @@ import anyio.to_thread
 from rollwire.proxy import admin
 from rollwire.proxy.auth import TokenAuth
 from rollwire.proxy.dialects.chat import ChatDialect
+from rollwire.proxy.dialects.routes import DIALECTS as FRONT_DIALECTS
+from rollwire.proxy.dialects.routes import dialect_routes
 from rollwire.proxy.generate import Generator
 from rollwire.proxy.parsers import reasoning_parser, tool_parser
 from rollwire.proxy.recorder import Recorder
@@ -37,7 +39,7 @@ from rollwire.store import open_engine
 logger = logging.getLogger(__name__)
 
 CHAT = ChatDialect()
-DIALECTS = {CHAT.name: (CHAT.parse_request, CHAT.answer_message)}
+DIALECTS = {CHAT.name: (CHAT.parse_request, CHAT.answer_message), **FRONT_DIALECTS}
 
 
 class ProxyState:
@@ -158,7 +160,7 @@ def _routes() -> list[Route]:
         Route(f"{a}/policy_version", _admin(admin.policy_version_route), methods=["POST"]),
         Route(f"{a}/trajectories/stream", _admin(stream_route), methods=["GET"]),
     ]
-    return rollout + operator
+    return rollout + dialect_routes() + operator
 
 
 def model_folder(settings: ProxySettings, home: Path) -> Path:

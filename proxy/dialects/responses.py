@@ -1,0 +1,288 @@
+"""OpenAI Responses API (what Codex CLI speaks): ``input`` items into a Conversation, and the response
+object and its typed stream events (with ``sequence_number``) back out of a Generation."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from rollwire.proxy.conversation import Conversation, Generation, Message, Sampling, ToolCall
+from rollwire.proxy.dialects.responses_stream import response_events
+
+from rollwire.errors import InvalidRequest, RollwireError
+
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+MESSAGE_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
+TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
+
+
+def _text(content: Any, where: str) -> str:
+    """A string, or the text of text parts; anything else (images, files, audio) is refused by name."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise InvalidRequest(f"{where} must be a string or a list of content parts", param=where)
+    out = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+        if kind not in TEXT_PARTS:
+            raise InvalidRequest(f"{where}[{j}]: unsupported content part type {kind!r}", param=f"{where}[{j}].type")
+        out.append(str(part.get("text", "")))
+    return "".join(out)
+
+
+class _Items:
+    """Folds Responses input items into chat messages: function calls join the assistant turn before them,
+    reasoning items attach to the assistant turn after them."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.reasoning: str | None = None
+
+    def _assistant(self, content: str = "", calls: tuple[ToolCall, ...] = ()) -> None:
+        last = self.messages[-1] if self.messages else None
+        if calls and last is not None and last.role == "assistant" and self.reasoning is None:
+            self.messages[-1] = Message(
+                "assistant", last.content, last.reasoning, last.tool_calls + calls, None, last.name
+            )
+            return
+        self.messages.append(Message("assistant", content, self.reasoning, calls))
+        self.reasoning = None
+
+    def add(self, item: Any, where: str) -> None:
+        if not isinstance(item, dict):
+            raise InvalidRequest(f"{where} must be an object", param=where)
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in MESSAGE_ROLES:
+                raise InvalidRequest(f"{where}.role must be one of {sorted(MESSAGE_ROLES)}", param=f"{where}.role")
+            text = _text(item.get("content"), f"{where}.content")
+            if role == "assistant":
+                self._assistant(text)
+            else:
+                self.messages.append(Message(MESSAGE_ROLES[role], text))
+        elif kind == "function_call":
+            name, call_id = item.get("name"), item.get("call_id")
+            if not isinstance(name, str) or not isinstance(call_id, str):
+                raise InvalidRequest(f"{where}: a function_call needs name and call_id", param=f"{where}.call_id")
+            args = item.get("arguments", "{}")
+            self._assistant(calls=(ToolCall(call_id, name, args if isinstance(args, str) else json.dumps(args)),))
+        elif kind == "function_call_output":
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str):
+                raise InvalidRequest(f"{where}: a function_call_output needs call_id", param=f"{where}.call_id")
+            self.messages.append(Message("tool", _text(item.get("output"), f"{where}.output"), tool_call_id=call_id))
+        elif kind == "reasoning":
+            parts = item.get("content") or item.get("summary") or []
+            self.reasoning = _text(parts, f"{where}.content") or None
+        else:
+            raise InvalidRequest(f"{where}.type {kind!r} is not supported by this proxy", param=f"{where}.type")
+
+
+def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise InvalidRequest("tools must be a list of function tools", param="tools")
+    out = []
+    for i, tool in enumerate(raw):
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind != "function":
+            raise InvalidRequest(
+                f"tools[{i}].type {kind!r} is not supported (only 'function')", param=f"tools[{i}].type"
+            )
+        name = tool.get("name")
+        if not isinstance(name, str) or not TOOL_NAME.match(name):
+            raise InvalidRequest(f"tools[{i}].name must match {TOOL_NAME.pattern}", param=f"tools[{i}].name")
+        params = tool.get("parameters") or {"type": "object", "properties": {}}
+        if not isinstance(params, dict) or params.get("type", "object") != "object":
+            raise InvalidRequest(f"tools[{i}].parameters must be a JSON Schema object", param=f"tools[{i}].parameters")
+        fn = {"name": name, "description": str(tool.get("description") or ""), "parameters": params}
+        out.append({"type": "function", "function": fn})
+    return tuple(out)
+
+
+def _tool_choice(raw: Any, tools: tuple[dict[str, Any], ...]) -> str:
+    if raw is None:
+        return "auto" if tools else "none"
+    if raw in ("auto", "none", "required"):
+        if raw == "required" and not tools:
+            raise InvalidRequest("tool_choice 'required' needs tools", param="tool_choice")
+        return str(raw)
+    name = raw.get("name") if isinstance(raw, dict) and raw.get("type") == "function" else None
+    if not isinstance(name, str):
+        raise InvalidRequest(
+            "tool_choice must be auto, none, required or {'type':'function','name':...}", param="tool_choice"
+        )
+    if name not in {t["function"]["name"] for t in tools}:
+        raise InvalidRequest(f"tool_choice names {name!r}, which is not in tools", param="tool_choice")
+    return "fn:" + name
+
+
+def _number(body: dict[str, Any], name: str, kind: type, low: float, high: float) -> Any:
+    value = body.get(name)
+    if value is None:
+        return None
+    numeric = (int, float) if kind is float else int
+    if isinstance(value, bool) or not isinstance(value, numeric) or not low <= value <= high:
+        raise InvalidRequest(f"{name} must be a {kind.__name__} in [{low}, {high}], got {value!r}", param=name)
+    return kind(value)
+
+
+def _check_unsupported(body: dict[str, Any]) -> None:
+    """Fields whose meaning the proxy cannot honour are refused by name rather than silently ignored."""
+    if body.get("background"):
+        raise InvalidRequest("background responses are not supported", param="background")
+    text = body.get("text")
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if isinstance(fmt, dict) and fmt.get("type", "text") != "text":
+        raise InvalidRequest(f"text.format {fmt.get('type')!r} is not supported (only 'text')", param="text.format")
+    if body.get("previous_response_id") is not None:
+        raise InvalidRequest(
+            "previous_response_id is not stored for this rollout; send the whole input with store: false",
+            param="previous_response_id",
+        )
+
+
+def _ids(generation: Generation) -> tuple[str, str]:
+    """The response id and the suffix its item ids share, derived from the generation id."""
+    suffix = generation.id.split("-", 1)[-1]
+    return "resp_" + suffix, suffix
+
+
+class ResponsesDialect:
+    name = "responses"
+
+    def parse_request(self, body: Any) -> Conversation:
+        if not isinstance(body, dict):
+            raise InvalidRequest("the request body must be a JSON object")
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise InvalidRequest("model is required", param="model")
+        _check_unsupported(body)
+        items = _Items()
+        instructions = body.get("instructions")
+        if instructions is not None:
+            if not isinstance(instructions, str):
+                raise InvalidRequest("instructions must be a string", param="instructions")
+            items.messages.append(Message("system", instructions))
+        raw = body.get("input")
+        if isinstance(raw, str):
+            items.messages.append(Message("user", raw))
+        elif isinstance(raw, list) and raw:
+            for i, item in enumerate(raw):
+                items.add(item, f"input[{i}]")
+        else:
+            raise InvalidRequest("input must be a string or a non-empty list of items", param="input")
+        tools = _tools(body.get("tools"))
+        sampling = Sampling(
+            max_tokens=_number(body, "max_output_tokens", int, 1, 1 << 30),
+            temperature=_number(body, "temperature", float, 0, 2),
+            top_p=_number(body, "top_p", float, 1e-9, 1),
+        )
+        return Conversation(
+            model=model,
+            messages=tuple(items.messages),
+            tools=tools,
+            tool_choice=_tool_choice(body.get("tool_choice"), tools),
+            sampling=sampling,
+            stream=bool(body.get("stream")),
+            parallel_tool_calls=body.get("parallel_tool_calls") is not False,
+        )
+
+    def _output(self, generation: Generation) -> list[dict[str, Any]]:
+        _, suffix = _ids(generation)
+        message = generation.choices[0].message
+        out: list[dict[str, Any]] = []
+        if message.reasoning is not None:
+            content = [{"type": "reasoning_text", "text": message.reasoning}]
+            out.append({"type": "reasoning", "id": f"rs_{suffix}", "summary": [], "content": content})
+        if message.content or not message.tool_calls:
+            part = {"type": "output_text", "text": message.content, "annotations": [], "logprobs": []}
+            out.append(
+                {
+                    "type": "message",
+                    "id": f"msg_{suffix}",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [part],
+                }
+            )
+        for i, call in enumerate(message.tool_calls):
+            out.append(
+                {
+                    "type": "function_call",
+                    "id": f"fc_{suffix}_{i}",
+                    "call_id": call.id,
+                    "name": call.name,
+                    "arguments": call.arguments,
+                    "status": "completed",
+                }
+            )
+        return out
+
+    def _envelope(self, generation: Generation, status: str, output: list[dict[str, Any]]) -> dict[str, Any]:
+        response_id, _ = _ids(generation)
+        finish = generation.choices[0].finish_reason
+        incomplete = status == "incomplete"
+        return {
+            "id": response_id,
+            "object": "response",
+            "created_at": generation.created,
+            "status": status,
+            "model": generation.model,
+            "output": output,
+            "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+            "instructions": None,
+            "metadata": {},
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "temperature": None,
+            "top_p": None,
+            "text": {"format": {"type": "text"}},
+            "truncation": "disabled",
+            "store": False,
+            "usage": self._usage(generation) if status != "in_progress" else None,
+            "weight_version": generation.policy_version,
+            "finish_reason": finish,
+        }
+
+    def _usage(self, generation: Generation) -> dict[str, Any]:
+        return {
+            "input_tokens": generation.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": generation.completion_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": generation.prompt_tokens + generation.completion_tokens,
+        }
+
+    def _status(self, generation: Generation) -> str:
+        return "incomplete" if generation.choices[0].finish_reason == "length" else "completed"
+
+    def response_body(self, generation: Generation) -> dict[str, Any]:
+        return self._envelope(generation, self._status(generation), self._output(generation))
+
+    def answer_message(self, response_body: dict[str, Any], index: int) -> Message:
+        items = _Items()
+        for i, item in enumerate(response_body["output"]):
+            items.add(item, f"output[{i}]")
+        messages = [m for m in items.messages if m.role == "assistant"]
+        return messages[0] if messages else Message("assistant", "")
+
+    def stream_events(self, generation: Generation, conv: Conversation) -> Iterator[str]:
+        return response_events(
+            self._envelope(generation, "in_progress", []), self._output(generation), self.response_body(generation)
+        )
+
+    def error_body(self, exc: RollwireError) -> dict[str, Any]:
+        return {"error": {"message": exc.message, "type": exc.code, "param": exc.param, "code": exc.code}}
+
+
+__all__ = ["ResponsesDialect"]

@@ -1,0 +1,93 @@
+"""HTTP front doors of the Responses and Messages dialects: auth, parse, the shared generation path, and
+errors rendered in each dialect's own shape (Anthropic clients cannot read OpenAI-shaped errors)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio.to_thread
+from rollwire.proxy.dialects.messages import MessagesDialect, parse_messages
+from rollwire.proxy.dialects.responses import ResponsesDialect
+from rollwire.proxy.sse import SSE_HEADERS
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from rollwire.errors import RollwireError, Unauthorized
+
+logger = logging.getLogger(__name__)
+
+RESPONSES = ResponsesDialect()
+MESSAGES = MessagesDialect()
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _rendered_errors(dialect: Any, handler: Handler) -> Handler:
+    async def guarded(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except RollwireError as exc:
+            if exc.status_code >= 500:
+                logger.error("proxy error on %s: %s", request.url.path, exc.message)
+            headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+            return JSONResponse(dialect.error_body(exc), status_code=exc.status_code, headers=headers)
+
+    return guarded
+
+
+def _generate_route(dialect: Any) -> Handler:
+    async def route(request: Request) -> Response:
+        state = request.app.state.proxy
+        caller = await state.auth.caller(request)
+        raw = await state.read_json(request)
+        conv = dialect.parse_request(raw)
+        generation, body = await state.generator.generate(caller, conv, dialect, raw)
+        if not conv.stream:
+            return JSONResponse(body)
+        events = dialect.stream_events(generation, conv)
+        return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+
+    return _rendered_errors(dialect, route)
+
+
+def _count(renderer: Any, raw: Any) -> int:
+    conv = parse_messages(raw, need_max_tokens=False)
+    text = renderer.render([m.to_template() for m in conv.messages], list(conv.tools), True)
+    return len(renderer.encode(text))
+
+
+async def _count_tokens(request: Request) -> Response:
+    """The prompt's length in the served model's tokens, exactly as the template renders it."""
+    state = request.app.state.proxy
+    await state.auth.caller(request)
+    raw = await state.read_json(request)
+    if isinstance(raw, dict) and isinstance(raw.get("model"), str):
+        await state.generator.resolve_model(raw["model"])
+    count = await anyio.to_thread.run_sync(_count, state.generator.renderer, raw)
+    return JSONResponse({"input_tokens": count})
+
+
+DIALECTS = {
+    RESPONSES.name: (RESPONSES.parse_request, RESPONSES.answer_message),
+    MESSAGES.name: (MESSAGES.parse_request, MESSAGES.answer_message),
+}
+"""Request/answer parsers for reading earlier calls back (merged into the app's table)."""
+
+
+def dialect_routes() -> list[Route]:
+    responses = _generate_route(RESPONSES)
+    messages = _generate_route(MESSAGES)
+    count = _rendered_errors(MESSAGES, _count_tokens)
+    out = []
+    for prefix in ("/r/{token}/v1", "/v1"):
+        out += [
+            Route(f"{prefix}/responses", responses, methods=["POST"]),
+            Route(f"{prefix}/messages", messages, methods=["POST"]),
+            Route(f"{prefix}/messages/count_tokens", count, methods=["POST"]),
+        ]
+    return out
+
+
+__all__ = ["DIALECTS", "dialect_routes"]

@@ -1,0 +1,97 @@
+"""Dialect fixtures: the engine behind a tap that keeps each completion (independently of the proxy), a
+proxy in front, and the exactness check every dialect's trajectory must pass."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from rollwire.proxy.app import create_app
+
+from rollwire.serving import ServerThread
+from rollwire.settings import EngineSettings, ProxySettings
+
+OPERATOR = "dialects-operator"
+
+
+class EngineTap:
+    """ASGI wrapper around the engine recording each /v1/completions request and answer body."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.calls: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/v1/completions":
+            await self.app(scope, receive, send)
+            return
+        request, response = bytearray(), bytearray()
+
+        async def tap_receive() -> Any:
+            message = await receive()
+            request.extend(message.get("body", b""))
+            return message
+
+        async def tap_send(message: Any) -> None:
+            if message["type"] == "http.response.body":
+                response.extend(message.get("body", b""))
+                if not message.get("more_body"):
+                    self.calls.append((json.loads(request), json.loads(response)))
+            await send(message)
+
+        await self.app(scope, tap_receive, tap_send)
+
+
+@dataclass
+class Stack:
+    url: str
+    tap: EngineTap
+    admin: httpx.Client
+    served: str
+
+    def new_rollout(self) -> dict[str, Any]:
+        run = self.admin.post("/admin/v1/runs", json={}).json()["id"]
+        response = self.admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": 1})
+        response.raise_for_status()
+        return dict(response.json()[0])
+
+    def check_exact(self, rollout_id: str, first_call: int) -> dict[str, Any]:
+        """Every engine call of this rollout sits unchanged in its segment: prompt masked 0, sample masked 1."""
+        self.admin.post(f"/admin/v1/rollouts/{rollout_id}/finish", json={"reward": 0.0}).raise_for_status()
+        trajectory = self.admin.get(f"/admin/v1/rollouts/{rollout_id}/trajectory").json()
+        seen = self.tap.calls[first_call:]
+        assert sum(len(s["call_ids"]) for s in trajectory["segments"]) == len(seen) >= 1
+        index = 0
+        for segment in trajectory["segments"]:
+            mask: list[int] = []
+            for _ in segment["call_ids"]:
+                request, answer = seen[index]
+                index += 1
+                prompt, sampled = request["prompt"], answer["choices"][0]["token_ids"]
+                assert segment["token_ids"][: len(prompt)] == prompt
+                assert segment["token_ids"][len(prompt) : len(prompt) + len(sampled)] == sampled
+                mask += [0] * (len(prompt) - len(mask)) + [1] * len(sampled)
+            assert segment["loss_mask"] == mask
+        return dict(trajectory)
+
+
+@pytest.fixture(scope="session")
+def dialect_stack(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    from rollwire.engine import create_app as create_engine
+
+    home = tmp_path_factory.mktemp("dialects")
+    tap = EngineTap(create_engine(EngineSettings(model=str(tiny_model_dir), device="cpu"), home))
+    with ServerThread(tap) as engine:
+        served = str(httpx.get(f"{engine.url}/v1/models", timeout=10).json()["data"][0]["id"])
+        # harnesses insist on their own model names: every name maps to the served model
+        settings = ProxySettings(upstream=engine.url, model=str(tiny_model_dir), model_aliases={"*": served})
+        app = create_app(settings, f"sqlite:///{home / 'store.db'}", home, OPERATOR)
+        with ServerThread(app) as proxy:
+            admin = httpx.Client(base_url=proxy.url, headers={"Authorization": f"Bearer {OPERATOR}"}, timeout=60)
+            yield Stack(proxy.url, tap, admin, served)
+            admin.close()

@@ -1,0 +1,83 @@
+"""Must-show 1 (Responses): the official openai client's responses.create and responses.stream against
+proxy + engine, with a tool round trip in the history; every answer parses and the trajectory is exact."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+
+from tests.proxy.dialects.conftest import Stack
+
+TOOLS: list[Any] = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "Weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    }
+]
+ROUND_TRIP: list[Any] = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+    {"type": "function_call_output", "call_id": "call_1", "output": "sunny, 21C"},
+]
+
+
+def _client(stack: Stack) -> tuple[openai.OpenAI, dict[str, Any]]:
+    rollout = stack.new_rollout()
+    return openai.OpenAI(base_url=rollout["base_url"], api_key="unused", max_retries=0), rollout
+
+
+def test_create_with_a_tool_round_trip(dialect_stack: Stack) -> None:
+    client, rollout = _client(dialect_stack)
+    first = len(dialect_stack.tap.calls)
+    out = client.responses.create(
+        model="gpt-5-codex",
+        instructions="Be terse.",
+        input=ROUND_TRIP,
+        tools=TOOLS,
+        max_output_tokens=8,
+        temperature=0.0,
+        store=False,
+    )
+    assert out.object == "response" and out.model == "gpt-5-codex"
+    assert out.usage is not None and 1 <= out.usage.output_tokens <= 8
+    assert out.usage.total_tokens == out.usage.input_tokens + out.usage.output_tokens
+    assert out.status == ("incomplete" if out.usage.output_tokens == 8 else "completed")
+    assert isinstance(out.output_text, str)
+    # the harness carries the answer back and asks again: the second call continues the same segment
+    history = ROUND_TRIP + [item.model_dump(exclude_none=True) for item in out.output]
+    again = client.responses.create(
+        model="gpt-5-codex",
+        instructions="Be terse.",
+        input=history + [{"role": "user", "content": "And Rome?"}],
+        tools=TOOLS,
+        max_output_tokens=6,
+        temperature=0.0,
+    )
+    assert again.usage is not None and again.usage.input_tokens > out.usage.input_tokens
+    trajectory = dialect_stack.check_exact(rollout["id"], first)
+    assert len(trajectory["segments"]) == 1
+    view = dialect_stack.admin.get(f"/admin/v1/rollouts/{rollout['id']}").json()
+    assert [c["completion_tokens"] for c in view["calls"]] == [out.usage.output_tokens, again.usage.output_tokens]
+
+
+def test_stream_assembles_to_the_same_shape(dialect_stack: Stack) -> None:
+    client, rollout = _client(dialect_stack)
+    first = len(dialect_stack.tap.calls)
+    with client.responses.stream(
+        model="any-name", input=ROUND_TRIP, tools=TOOLS, max_output_tokens=10, temperature=0.0
+    ) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    kinds = [e.type for e in events]
+    assert kinds[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
+    assert kinds[-1] == "response.completed"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == final.output_text
+    assert final.usage is not None and final.usage.output_tokens == len(
+        dialect_stack.tap.calls[-1][1]["choices"][0]["token_ids"]
+    )
+    dialect_stack.check_exact(rollout["id"], first)
