@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import socket
 import statistics
 import subprocess

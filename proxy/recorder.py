@@ -4,7 +4,9 @@ back as the session's earlier calls. All database work runs off the event loop."
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import anyio.to_thread
@@ -70,16 +72,47 @@ def _insert(engine: Engine, rows: list[ModelCall]) -> list[int]:
 
 
 class Recorder:
-    def __init__(self, engine: Engine, dialects: dict[str, tuple[RequestParser, AnswerParser]]) -> None:
+    """Writes calls and keeps each recent rollout's earlier calls in memory (read from the store once, e.g.
+    after a restart), so a call does not re-read and re-parse its whole history. One proxy process per store."""
+
+    def __init__(
+        self, engine: Engine, dialects: dict[str, tuple[RequestParser, AnswerParser]], cached: int = 4096
+    ) -> None:
         self.engine = engine
         self.dialects = dialects
+        self._cached = cached
+        self._priors: OrderedDict[str, list[PriorCall]] = OrderedDict()
 
     async def priors(self, rollout_id: str) -> list[PriorCall]:
-        return await anyio.to_thread.run_sync(load_priors, self.engine, rollout_id, self.dialects)
+        found = self._priors.get(rollout_id)
+        if found is None:
+            found = await anyio.to_thread.run_sync(load_priors, self.engine, rollout_id, self.dialects)
+            self._priors[rollout_id] = found
+            while len(self._priors) > self._cached:
+                self._priors.popitem(last=False)
+        self._priors.move_to_end(rollout_id)
+        return list(found)
 
     async def record(self, rows: list[ModelCall]) -> list[int]:
-        """Insert and commit; returns only once the rows are durable."""
-        return await anyio.to_thread.run_sync(_insert, self.engine, rows)
+        """Insert and commit; returns only once the rows are durable. Then the in-memory priors learn the calls."""
+        ids = await anyio.to_thread.run_sync(_insert, self.engine, rows)
+        self._remember(rows, ids)
+        return ids
+
+    def _remember(self, rows: list[ModelCall], ids: list[int]) -> None:
+        if not rows or rows[0].rollout_id not in self._priors:
+            return
+        known = self._priors[rows[0].rollout_id]
+        for row, call_id in zip(rows, ids):
+            if row.status != "complete" or row.dialect not in self.dialects:
+                continue
+            row.id = call_id
+            parse, answer = self.dialects[row.dialect]
+            prior = _prior(row, parse, answer, continued=False)
+            if prior is None:
+                continue
+            known[:] = [replace(p, continued=True) if p.segment_index == row.segment_index else p for p in known]
+            known.append(prior)
 
 
 __all__ = ["Recorder", "load_priors"]
