@@ -139,9 +139,18 @@ class CompletionService:
         run.cancel()
         return JSONResponse(run.body(), headers={VERSION_HEADER: str(run.version)})
 
-    def logprobs_block(self, events: list[TokenEvent], top_n: int, text_offset: int) -> dict[str, Any]:
-        """vLLM's completions logprobs: tokens, token_logprobs, top_logprobs (sampled first), text_offset."""
-        decode = self._model.decode_text
+    def logprobs_block(
+        self, events: list[TokenEvent], top_n: int, text_offset: int, as_ids: bool = False
+    ) -> dict[str, Any]:
+        """vLLM's completions logprobs: tokens, token_logprobs, top_logprobs (sampled first), text_offset.
+
+        Tokens are their decoded text (two ids with the same text share one top_logprobs key, as in vLLM), or
+        ``token_id:<id>`` with ``return_tokens_as_token_ids``.
+        """
+
+        def decode(ids: list[int]) -> str:
+            return f"token_id:{ids[0]}" if as_ids else self._model.decode_text(ids)
+
         tokens: list[str] = []
         token_logprobs: list[float] = []
         top_logprobs: list[dict[str, float]] = []
@@ -230,11 +239,12 @@ class _Run:
     def body(self) -> dict[str, Any]:
         with_ids = bool(self.request.return_token_ids)
         top_n = self.request.logprobs
+        as_ids = bool(self.request.return_tokens_as_token_ids)
         choices = [
             {
                 "index": i,
                 "text": c.text,
-                "logprobs": None if top_n is None else self.service.logprobs_block(c.events, top_n, 0),
+                "logprobs": None if top_n is None else self.service.logprobs_block(c.events, top_n, 0, as_ids),
                 "finish_reason": c.finish_reason,
                 "stop_reason": c.stop_reason,
                 "prompt_logprobs": None,
@@ -284,7 +294,9 @@ class _Run:
             prompt_ids = self.choices[event.index].prompt_ids
         logprobs = None
         if self.request.logprobs is not None:
-            logprobs = self.service.logprobs_block([event], self.request.logprobs, text_offsets[event.index])
+            logprobs = self.service.logprobs_block(
+                [event], self.request.logprobs, text_offsets[event.index], bool(self.request.return_tokens_as_token_ids)
+            )
         text_offsets[event.index] += len(event.text)
         return {
             "index": event.index,

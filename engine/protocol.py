@@ -54,6 +54,7 @@ class CompletionRequest(WireModel):
     skip_special_tokens: bool = True
     add_special_tokens: bool = True
     return_token_ids: bool | None = None
+    return_tokens_as_token_ids: bool | None = None
     user: str | None = None
     request_id: str | None = None
     # Known vLLM fields this engine does not implement; accepted only at their neutral value.
@@ -73,7 +74,6 @@ class CompletionRequest(WireModel):
     structured_outputs: dict[str, Any] | None = None
     prompt_embeds: Any = None
     logprob_token_ids: list[int] | None = None
-    return_tokens_as_token_ids: bool | None = None
 
 
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
@@ -93,7 +93,6 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
     "structured_outputs": (None,),
     "prompt_embeds": (None,),
     "logprob_token_ids": (None,),
-    "return_tokens_as_token_ids": (None, False),
     "echo": (None, False),
 }
 

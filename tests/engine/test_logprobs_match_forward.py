@@ -23,7 +23,7 @@ def test_non_streaming_logprobs_equal_a_forward_pass(
         max_tokens=12,
         temperature=1.0,
         logprobs=1,
-        extra_body={"return_token_ids": True, "ignore_eos": True},
+        extra_body={"return_token_ids": True, "ignore_eos": True, "return_tokens_as_token_ids": True},
     )
     choice = completion.choices[0]
     extra = choice.model_extra or {}
@@ -35,8 +35,8 @@ def test_non_streaming_logprobs_equal_a_forward_pass(
     expected = forward_logprobs(PROMPT, sampled)
     assert returned == pytest.approx(expected, abs=logprob_tolerance)
     # each step's top_logprobs holds the sampled token first, then the single best one (logprobs=1)
-    for token, logprob, top in zip(choice.logprobs.tokens, returned, choice.logprobs.top_logprobs or [], strict=True):
-        assert top[token] == pytest.approx(logprob) and 1 <= len(top) <= 2
+    for sampled_id, logprob, top in zip(sampled, returned, choice.logprobs.top_logprobs or [], strict=True):
+        assert top[f"token_id:{sampled_id}"] == pytest.approx(logprob) and 1 <= len(top) <= 2
         assert max(top.values()) >= logprob
     assert (completion.model_extra or {})["weight_version"] == 0
     assert completion.usage is not None and completion.usage.completion_tokens == 12
