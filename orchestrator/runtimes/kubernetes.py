@@ -1,0 +1,178 @@
+"""The Kubernetes runtime: one Pod per rollout, followed by one pod watch (never polled), deleted once it has ended.
+
+A rollout's Pod and Secret are named after the rollout id, so a second ``start`` (an orchestrator that
+restarted mid-start) adopts the existing Pod instead of creating a duplicate, and ``attach`` re-joins a Pod
+a previous orchestrator left running. Every API call goes through ``KubeApi`` (off the loop, with back-off).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+import anyio.abc
+from kubernetes import client
+
+from rollwire.errors import Conflict, NotFound, RollwireError, UpstreamError
+from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob
+from rollwire.orchestrator.runtimes.kube_api import KubeApi, PodWatch
+from rollwire.orchestrator.runtimes.pod_spec import (
+    HARNESS,
+    build_pod,
+    build_secret,
+    pod_name,
+    pod_verdict,
+    run_configmap,
+    run_configmap_name,
+    secret_name,
+    selector,
+)
+from rollwire.settings import KubernetesSettings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Track:
+    """What the watch has told us about one Pod."""
+
+    ended: anyio.Event = field(default_factory=anyio.Event)
+    verdict: Ended | None = None
+    pod: dict[str, Any] | None = None
+
+
+class KubernetesRuntime:
+    """Pods via the official client; ``api.retried`` counts 429/5xx back-offs."""
+
+    name = "kubernetes"
+
+    def __init__(self, settings: KubernetesSettings, api_client: client.ApiClient) -> None:
+        self._settings = settings
+        self.api = KubeApi(api_client, settings)
+        self._tracks: dict[str, _Track] = {}
+        self._owners: dict[str, dict[str, Any]] = {}
+        self._owner_lock = anyio.Lock()
+        self._watch = PodWatch(self.api, settings, selector())
+        self._group: anyio.abc.TaskGroup | None = None
+
+    async def __aenter__(self) -> Self:
+        self._group = anyio.create_task_group()
+        await self._group.__aenter__()
+        self._group.start_soon(self._watch.run, self._on_event)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._watch.stop()
+        assert self._group is not None
+        self._group.cancel_scope.cancel()
+        await self._group.__aexit__(exc_type, exc, tb)
+
+    def _on_event(self, kind: str, pod: dict[str, Any]) -> None:
+        track = self._tracks.get((pod.get("metadata") or {}).get("name", ""))
+        if track is None or track.ended.is_set():
+            return
+        if kind == "DELETED":
+            track.verdict = pod_verdict(pod) or Ended(EndKind.LOST, reason="pod was deleted before it ended")
+        else:
+            track.pod = pod
+            track.verdict = pod_verdict(pod)
+        if track.verdict is not None:
+            track.ended.set()
+
+    async def _owner(self, run_id: str) -> dict[str, Any]:
+        """The run's ConfigMap (created once), whose uid every rollout object names as owner."""
+        async with self._owner_lock:
+            if run_id not in self._owners:
+                body = run_configmap(run_id, self._settings.namespace)
+                try:
+                    owner = await self.api.call("create_namespaced_config_map", self._settings.namespace, body)
+                except Conflict:
+                    owner = await self.api.call(
+                        "read_namespaced_config_map", run_configmap_name(run_id), self._settings.namespace
+                    )
+                if not (owner.get("metadata") or {}).get("uid"):
+                    raise UpstreamError("the API server returned the run ConfigMap without a uid")
+                self._owners[run_id] = owner
+            return self._owners[run_id]
+
+    async def start(self, job: RolloutJob) -> Handle:
+        owner = await self._owner(job.run_id)
+        namespace = self._settings.namespace
+        name = pod_name(job.rollout_id)
+        self._tracks.setdefault(name, _Track())
+        secret = build_secret(job, namespace, owner)
+        try:
+            await self.api.call("create_namespaced_secret", namespace, secret)
+        except Conflict:  # left by an interrupted start: it may hold a stale token
+            await self.api.call("replace_namespaced_secret", secret_name(job.rollout_id), namespace, secret)
+        try:
+            await self.api.call("create_namespaced_pod", namespace, build_pod(job, self._settings, owner))
+        except Conflict:  # adopt: the same rollout's pod already exists (a restart, or a lost create response)
+            self._on_event("MODIFIED", await self.api.call("read_namespaced_pod", name, namespace))
+        logger.info("rollout pod %s created", name, extra={"rollout_id": job.rollout_id})
+        return Handle(job.rollout_id, name)
+
+    async def wait(self, handle: Handle, timeout_s: float) -> Ended:
+        track = self._tracks.setdefault(handle.ref, _Track())
+        with anyio.move_on_after(max(timeout_s, 0.0)):
+            await track.ended.wait()
+        if track.verdict is None:
+            return Ended(EndKind.TIMED_OUT, reason=f"deadline of {timeout_s:.1f}s")
+        return track.verdict
+
+    async def logs_tail(self, handle: Handle, lines: int) -> str:
+        try:
+            data = await self.api.raw(
+                "read_namespaced_pod_log", handle.ref, self._settings.namespace, container=HARNESS, tail_lines=lines
+            )
+        except RollwireError:  # no logs (never started, already gone): the reason is recorded elsewhere
+            return ""
+        return "\n".join(data.decode("utf-8", errors="replace").splitlines()[-lines:])
+
+    async def stop(self, handle: Handle) -> None:
+        namespace = self._settings.namespace
+        body = {"gracePeriodSeconds": 0, "propagationPolicy": "Background"}
+        with anyio.CancelScope(shield=True):
+            for method, name in (
+                ("delete_namespaced_pod", handle.ref),
+                ("delete_namespaced_secret", secret_name(handle.rollout_id)),
+            ):
+                try:
+                    await self.api.call(method, name, namespace, body=body)
+                except NotFound:
+                    pass
+                except RollwireError as exc:  # the owner reference still collects it with the run
+                    logger.warning("could not delete %s: %s", name, exc.message)
+        self._tracks.pop(handle.ref, None)
+
+    async def attach(self, rollout_id: str, ref: str) -> Handle | None:
+        name = ref or pod_name(rollout_id)
+        self._tracks.setdefault(name, _Track())
+        try:
+            pod = await self.api.call("read_namespaced_pod", name, self._settings.namespace)
+        except NotFound:
+            self._tracks.pop(name, None)
+            return None
+        self._on_event("MODIFIED", pod)
+        return Handle(rollout_id, name)
+
+    async def delete_run(self, run_id: str) -> None:
+        """Delete the run's ConfigMap; the garbage collector then removes every Pod and Secret it owns."""
+        try:
+            await self.api.call(
+                "delete_namespaced_config_map",
+                run_configmap_name(run_id),
+                self._settings.namespace,
+                body={"propagationPolicy": "Background"},
+            )
+        except NotFound:
+            pass
+        self._owners.pop(run_id, None)
+
+
+__all__ = ["KubernetesRuntime"]

@@ -1,0 +1,188 @@
+"""The local runtime: one subprocess per rollout in its own temp workspace, its whole process group killed at the end.
+
+Each rollout gets ``<root>/<rollout_id>/workspace`` (the harness's cwd and ``HOME``, so harness config
+never lands in the user's home) and ``<root>/<rollout_id>/output.log`` (combined stdout/stderr, outside the
+workspace). The process leads its own session, so a timeout or the end of the rollout kills its children too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import anyio
+import anyio.abc
+
+from rollwire.errors import InvalidRequest
+from rollwire.harness_adapters.base import WORKSPACE_ENV
+from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob
+from rollwire.settings import OrchestratorSettings
+
+logger = logging.getLogger(__name__)
+
+ROLLOUT_ENV = "ROLLWIRE_ROLLOUT_ID"
+PASS_THROUGH_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SYSTEMROOT", "VIRTUAL_ENV")
+"""Host variables a harness inherits; everything else comes from the adapter (no host secrets leak in)."""
+MAX_ANSWER_BYTES = 64 * 1024
+TERM_GRACE_S = 2.0
+
+
+@dataclass(slots=True)
+class _Proc:
+    process: anyio.abc.Process
+    folder: Path
+    answer_path: Path
+    log_file: object
+
+
+class LocalRuntime:
+    """Subprocess per rollout; ``host_env`` is the parent's environment the CLI passes in (library code reads none)."""
+
+    name = "local"
+
+    def __init__(self, settings: OrchestratorSettings, host_env: dict[str, str] | None = None) -> None:
+        self._settings = settings
+        self._host_env = {k: v for k, v in (host_env or {}).items() if k in PASS_THROUGH_ENV}
+        self._root = Path(settings.workspace_root) if settings.workspace_root else Path(tempfile.gettempdir())
+        self._procs: dict[str, _Proc] = {}
+
+    async def __aenter__(self) -> Self:
+        self._root.mkdir(parents=True, exist_ok=True)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        with anyio.CancelScope(shield=True):
+            for rollout_id in list(self._procs):
+                await self.stop(Handle(rollout_id, ""))
+
+    async def start(self, job: RolloutJob) -> Handle:
+        if job.rollout_id in self._procs:
+            return Handle(job.rollout_id, str(self._procs[job.rollout_id].process.pid))
+        folder = self._root / f"rollwire-{job.rollout_id}"
+        workspace = folder / "workspace"
+        await anyio.to_thread.run_sync(self._prepare, workspace, job)
+        env = {**self._host_env, **job.launch.env, WORKSPACE_ENV: str(workspace), "HOME": str(workspace)}
+        env[ROLLOUT_ENV] = job.rollout_id
+        log_file = open(folder / "output.log", "wb")  # noqa: SIM115  (closed in stop)
+        try:
+            process = await anyio.open_process(
+                list(job.launch.argv),
+                cwd=workspace,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+                start_new_session=True,
+            )
+        except OSError as exc:  # command not found / not executable: a configuration error, not infrastructure
+            log_file.close()
+            raise InvalidRequest(f"cannot start {job.launch.argv[0]!r}: {exc.strerror or exc}", param="argv") from exc
+        answer_path = workspace / job.launch.final_answer_path
+        self._procs[job.rollout_id] = _Proc(process, folder, answer_path, log_file)
+        logger.info("rollout started as pid %s", process.pid, extra={"rollout_id": job.rollout_id})
+        return Handle(job.rollout_id, str(process.pid))
+
+    @staticmethod
+    def _prepare(workspace: Path, job: RolloutJob) -> None:
+        if workspace.parent.exists():  # a leftover of an earlier, interrupted start of the same rollout
+            shutil.rmtree(workspace.parent)
+        workspace.mkdir(parents=True)
+        root = workspace.resolve()
+        for relative, content in job.launch.files.items():
+            target = (workspace / relative).resolve()
+            if not target.is_relative_to(root):
+                raise InvalidRequest(f"adapter file escapes the workspace: {relative!r}", param="files")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content)
+
+    async def wait(self, handle: Handle, timeout_s: float) -> Ended:
+        proc = self._procs[handle.rollout_id]
+        with anyio.move_on_after(max(timeout_s, 0.0)) as scope:
+            code = await proc.process.wait()
+        if scope.cancelled_caught:
+            await self._kill_group(proc)
+            return Ended(EndKind.TIMED_OUT, exit_code=proc.process.returncode, reason=f"deadline of {timeout_s:.1f}s")
+        await self._kill_group(proc)  # the harness is done: its children go with it
+        answer = await anyio.to_thread.run_sync(_read_answer, proc.answer_path)
+        return Ended(EndKind.EXITED, exit_code=code, final_answer=answer)
+
+    async def logs_tail(self, handle: Handle, lines: int) -> str:
+        proc = self._procs.get(handle.rollout_id)
+        if proc is None:
+            return ""
+        return await anyio.to_thread.run_sync(_tail, proc.folder / "output.log", lines)
+
+    async def stop(self, handle: Handle) -> None:
+        proc = self._procs.pop(handle.rollout_id, None)
+        if proc is None:
+            return
+        with anyio.CancelScope(shield=True):
+            await self._kill_group(proc)
+            proc.log_file.close()  # type: ignore[attr-defined]
+            if not self._settings.keep_workspaces:
+                await anyio.to_thread.run_sync(lambda: shutil.rmtree(proc.folder, ignore_errors=True))
+
+    async def attach(self, rollout_id: str, ref: str) -> Handle | None:
+        """A local process cannot be re-attached; kill what is left of it so the retry runs alone."""
+        if ref.isdigit() and _is_our_process(int(ref), rollout_id):
+            _signal_group(int(ref), signal.SIGKILL)
+        return None
+
+    async def _kill_group(self, proc: _Proc) -> None:
+        pgid = proc.process.pid
+        if proc.process.returncode is None:
+            _signal_group(pgid, signal.SIGTERM)
+            with anyio.move_on_after(TERM_GRACE_S):
+                await proc.process.wait()
+        _signal_group(pgid, signal.SIGKILL)  # the leader may be gone while its children linger
+        if proc.process.returncode is None:
+            await proc.process.wait()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _is_our_process(pid: int, rollout_id: str) -> bool:
+    """True only if ``pid`` still carries this rollout's id in its environment (guards against pid reuse)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"{ROLLOUT_ENV}={rollout_id}".encode() in environ.split(b"\0")
+
+
+def _read_answer(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(MAX_ANSWER_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _tail(path: Path, lines: int, max_bytes: int = 64 * 1024) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - max_bytes))
+            data = handle.read()
+    except OSError:
+        return ""
+    return "\n".join(data.decode("utf-8", errors="replace").splitlines()[-lines:])
+
+
+__all__ = ["LocalRuntime"]

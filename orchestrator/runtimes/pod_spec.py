@@ -1,0 +1,245 @@
+"""Pure translations between a rollout and Kubernetes objects: job -> Pod + Secret, run -> owner ConfigMap, Pod status -> Ended.
+
+No client and no I/O here, so every field can be unit-tested without a cluster. The adapter's env and
+files go into a per-rollout Secret (the token never sits in the Pod object); the files are copied into
+the ``/workspace`` emptyDir by an init container; the final answer comes back as the container's
+termination message. Pods and Secrets are owned by the run's ConfigMap: deleting it collects them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from rollwire.orchestrator.runtimes.base import Ended, EndKind, RolloutJob
+from rollwire.settings import KubernetesSettings
+
+WORKSPACE = "/workspace"
+FILES_MOUNT = "/rollwire/files"
+HARNESS = "harness"
+MANAGED = {"app.kubernetes.io/managed-by": "rollwire", "rollwire.dev/component": "rollout"}
+RUN_LABEL = "rollwire.dev/run"
+ROLLOUT_LABEL = "rollwire.dev/rollout"
+DEADLINE_BACKSTOP_S = 30
+"""activeDeadlineSeconds = deadline + this: the orchestrator stops pods itself; the kubelet covers a dead orchestrator."""
+
+IMAGE_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+CONFIG_ERRORS = frozenset({"CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
+INFRA_REASONS = frozenset({"Evicted", "NodeLost", "Shutdown", "Terminated", "UnexpectedAdmissionError", "NodeAffinity"})
+
+_LABEL_VALUE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def label_value(text: str) -> str:
+    """A valid label value (<= 63 chars of [A-Za-z0-9._-], alphanumeric at both ends)."""
+    return _LABEL_VALUE.sub("-", text)[:63].strip("-._") or "x"
+
+
+def pod_name(rollout_id: str) -> str:
+    return f"rw-{rollout_id.lower()}"[:63].rstrip("-")
+
+
+def secret_name(rollout_id: str) -> str:
+    return f"{pod_name(rollout_id)}-env"
+
+
+def run_configmap_name(run_id: str) -> str:
+    return f"rollwire-run-{label_value(run_id).lower()}"[:63].rstrip("-.")
+
+
+def selector(run_id: str | None = None) -> str:
+    labels = dict(MANAGED)
+    if run_id is not None:
+        labels[RUN_LABEL] = label_value(run_id)
+    return ",".join(f"{key}={value}" for key, value in labels.items())
+
+
+def run_configmap(run_id: str, namespace: str) -> dict[str, Any]:
+    """The run's anchor object: every rollout Pod and Secret names it as owner."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": run_configmap_name(run_id),
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "rollwire", RUN_LABEL: label_value(run_id)},
+        },
+        "data": {"run_id": run_id},
+    }
+
+
+def owner_reference(configmap: Mapping[str, Any]) -> dict[str, Any]:
+    meta = configmap["metadata"]
+    return {"apiVersion": "v1", "kind": "ConfigMap", "name": meta["name"], "uid": meta["uid"], "controller": False}
+
+
+def _labels(job: RolloutJob) -> dict[str, str]:
+    return {**MANAGED, RUN_LABEL: label_value(job.run_id), ROLLOUT_LABEL: label_value(job.rollout_id)}
+
+
+def _file_keys(job: RolloutJob) -> dict[str, str]:
+    """Secret key -> workspace path (keys must be [-._a-zA-Z0-9]; paths may nest)."""
+    return {f"file-{index}": path for index, path in enumerate(sorted(job.launch.files))}
+
+
+def build_secret(job: RolloutJob, namespace: str, owner: Mapping[str, Any]) -> dict[str, Any]:
+    files = {key: job.launch.files[path] for key, path in _file_keys(job).items()}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": secret_name(job.rollout_id),
+            "namespace": namespace,
+            "labels": _labels(job),
+            "ownerReferences": [owner_reference(owner)],
+        },
+        "stringData": {**dict(job.launch.env), **files},
+    }
+
+
+def build_pod(job: RolloutJob, settings: KubernetesSettings, owner: Mapping[str, Any]) -> dict[str, Any]:
+    """One rollout Pod: the adapter's image, env (by Secret reference) and command, fenced by resources and a deadline."""
+    launch = job.launch
+    image = launch.image or settings.image
+    secret = secret_name(job.rollout_id)
+    env = [{"name": "ROLLWIRE_WORKSPACE", "value": WORKSPACE}, {"name": "HOME", "value": WORKSPACE}]
+    env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}} for key in sorted(launch.env)]
+    resources = {"cpu": settings.cpu, "memory": settings.memory}
+    volumes: list[dict[str, Any]] = [{"name": "workspace", "emptyDir": {}}]
+    init: list[dict[str, Any]] = []
+    if launch.files:
+        items = [{"key": key, "path": path} for key, path in _file_keys(job).items()]
+        volumes.append({"name": "files", "secret": {"secretName": secret, "items": items}})
+        init.append(
+            {
+                "name": "workspace-files",
+                "image": image,
+                "imagePullPolicy": settings.image_pull_policy,
+                "command": ["sh", "-c", f"cp -RL {FILES_MOUNT}/. {WORKSPACE}/"],
+                "volumeMounts": [
+                    {"name": "workspace", "mountPath": WORKSPACE},
+                    {"name": "files", "mountPath": FILES_MOUNT, "readOnly": True},
+                ],
+                "resources": {"requests": resources, "limits": resources},
+            }
+        )
+    deadline = launch.deadline_s if launch.deadline_s is not None else job.deadline_s
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": max(1, math.ceil(deadline)) + DEADLINE_BACKSTOP_S,
+        "serviceAccountName": settings.service_account,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 5,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "volumes": volumes,
+        "containers": [
+            {
+                "name": HARNESS,
+                "image": image,
+                "imagePullPolicy": settings.image_pull_policy,
+                "command": list(launch.argv),
+                "workingDir": WORKSPACE,
+                "env": env,
+                "resources": {"requests": resources, "limits": resources},
+                "volumeMounts": [{"name": "workspace", "mountPath": WORKSPACE}],
+                "terminationMessagePath": f"{WORKSPACE}/{launch.final_answer_path}",
+                "terminationMessagePolicy": "File",
+                "securityContext": {"allowPrivilegeEscalation": False},
+            }
+        ],
+    }
+    if init:
+        spec["initContainers"] = init
+    if settings.node_selector:
+        spec["nodeSelector"] = dict(settings.node_selector)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(job.rollout_id),
+            "namespace": settings.namespace,
+            "labels": _labels(job),
+            "annotations": {"rollwire.dev/rollout-id": job.rollout_id, "rollwire.dev/run-id": job.run_id},
+            "ownerReferences": [owner_reference(owner)],
+        },
+        "spec": spec,
+    }
+
+
+def _waiting_failure(statuses: list[dict[str, Any]], where: str) -> Ended | None:
+    for status in statuses:
+        waiting = (status.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason") or ""
+        message = waiting.get("message") or ""
+        if reason in IMAGE_ERRORS:
+            return Ended(EndKind.FAILED, reason=f"image pull failed ({reason}): {message}".rstrip(": "))
+        if reason in CONFIG_ERRORS:
+            return Ended(EndKind.FAILED, reason=f"{where} could not start ({reason}): {message}".rstrip(": "))
+    return None
+
+
+def _terminated(pod: Mapping[str, Any], name: str = HARNESS) -> dict[str, Any]:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == name:
+            return dict((status.get("state") or {}).get("terminated") or {})
+    return {}
+
+
+def pod_is_running(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") == "Running"
+
+
+def pod_verdict(pod: Mapping[str, Any]) -> Ended | None:
+    """How a Pod ended, from its status alone; None while it is still pending or running normally."""
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    reason = status.get("reason") or ""
+    if phase in ("Pending", "Running"):
+        return _waiting_failure(status.get("initContainerStatuses") or [], "workspace-files") or _waiting_failure(
+            status.get("containerStatuses") or [], HARNESS
+        )
+    terminated = _terminated(pod)
+    code = terminated.get("exitCode")
+    answer = terminated.get("message")
+    if phase == "Succeeded":
+        return Ended(EndKind.EXITED, exit_code=int(code or 0), final_answer=answer)
+    if reason == "DeadlineExceeded":
+        return Ended(EndKind.TIMED_OUT, exit_code=code, reason="activeDeadlineSeconds exceeded", final_answer=answer)
+    if reason in INFRA_REASONS:
+        return Ended(EndKind.LOST, reason=f"pod {reason.lower()}: {status.get('message') or ''}".rstrip(": "))
+    if code is not None:
+        detail = terminated.get("reason")
+        return Ended(EndKind.EXITED, exit_code=int(code), reason=detail, final_answer=answer)
+    init_failed = _terminated_init(pod)
+    if init_failed:
+        return Ended(EndKind.FAILED, reason=f"workspace files could not be copied: {init_failed}")
+    return Ended(EndKind.LOST, reason=f"pod failed without an exit status: {reason or status.get('message') or phase}")
+
+
+def _terminated_init(pod: Mapping[str, Any]) -> str:
+    for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated") or {}
+        if terminated.get("exitCode"):
+            return f"exit {terminated['exitCode']} {terminated.get('message') or ''}".strip()
+    return ""
+
+
+__all__ = [
+    "HARNESS",
+    "MANAGED",
+    "build_pod",
+    "build_secret",
+    "label_value",
+    "owner_reference",
+    "pod_is_running",
+    "pod_name",
+    "pod_verdict",
+    "run_configmap",
+    "run_configmap_name",
+    "secret_name",
+    "selector",
+]

@@ -1,0 +1,267 @@
+"""Runs a run's rollouts: concurrency limit, deadlines, retries for infrastructure failures only, resume from the store.
+
+The store is the source of truth: a run's rows are planned once (tasks x group size), and every start
+is a compare-and-set claim, so a restarted scheduler picks up exactly the rows no one finished: pending
+rows start, rows a runtime still holds are re-attached, and rows whose workload is gone are retried as a
+new attempt. A rollout that ran and scored badly is final; only ``EndKind.LOST`` and API outages retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import anyio
+
+from rollwire.errors import RollwireError, UpstreamError, UpstreamTimeout
+from rollwire.harness_adapters.base import Adapter, RolloutContext
+from rollwire.orchestrator.lifecycle import PlannedRollout, RolloutBook
+from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob, Runtime
+from rollwire.orchestrator.scoring import Scorer, ScoringInput
+from rollwire.settings import OrchestratorSettings
+from rollwire.store.schema import Rollout, RolloutStatus
+
+logger = logging.getLogger(__name__)
+S = RolloutStatus
+T = TypeVar("T")
+INFRA_ERRORS = (UpstreamError, UpstreamTimeout, OSError)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    id: str
+    prompt: str
+    meta: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlan:
+    run_id: str
+    tasks: Sequence[TaskSpec]
+    group_size: int
+    harness: str
+    name: str = ""
+    policy_version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoints:
+    """Where rollouts reach the proxy and the gateway (as seen from the rollout's process or pod)."""
+
+    proxy_url: str
+    gateway_url: str
+
+    def context(self, row: Rollout, task: TaskSpec, token: str, deadline_s: float) -> RolloutContext:
+        proxy, gateway = self.proxy_url.rstrip("/"), self.gateway_url.rstrip("/")
+        return RolloutContext(
+            run_id=row.run_id,
+            rollout_id=row.id,
+            task_id=task.id,
+            prompt=task.prompt,
+            token=token,
+            base_url=f"{proxy}/r/{token}/v1",
+            anthropic_base_url=f"{proxy}/r/{token}",
+            mcp_url=f"{gateway}/r/{token}/mcp",
+            deadline_s=deadline_s,
+            sample_index=row.sample_index,
+            task_meta=task.meta,
+        )
+
+
+@dataclass(slots=True)
+class Progress:
+    """Live counts for the progress bar; ``rewards`` holds every finished rollout's reward."""
+
+    planned: int = 0
+    running: int = 0
+    finished: int = 0
+    failed: int = 0
+    timed_out: int = 0
+    retried: int = 0
+    rewards: list[float] = field(default_factory=list)
+
+    @property
+    def done(self) -> int:
+        return self.finished + self.failed + self.timed_out
+
+    @property
+    def mean_reward(self) -> float | None:
+        return sum(self.rewards) / len(self.rewards) if self.rewards else None
+
+
+class Scheduler:
+    def __init__(
+        self,
+        *,
+        book: RolloutBook,
+        runtime: Runtime,
+        adapter: Adapter,
+        scorer: Scorer,
+        settings: OrchestratorSettings,
+        endpoints: Endpoints,
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> None:
+        self._book, self._runtime, self._adapter, self._scorer = book, runtime, adapter, scorer
+        self._settings, self._endpoints = settings, endpoints
+        self._on_progress = on_progress or (lambda _progress: None)
+        self._db_lock = anyio.CapacityLimiter(1)  # one store writer per process
+        self.progress = Progress()
+
+    async def _db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self._db_lock)
+
+    async def run(self, plan: RunPlan) -> Progress:
+        """Plan the run's rows (first time only), then drive every non-final row to a final state."""
+        config = {"harness": plan.harness, "group_size": plan.group_size, "policy_version": plan.policy_version}
+        await self._db(self._book.ensure_run, plan.run_id, plan.name or plan.run_id, config)
+        rows = await self._db(self._book.rollouts, plan.run_id)
+        if not rows:
+            planned = [
+                PlannedRollout(task.id, f"{plan.run_id}:{task.id}", index)
+                for task in plan.tasks
+                for index in range(plan.group_size)
+            ]
+            await self._db(self._book.plan, plan.run_id, planned)
+            rows = await self._db(self._book.rollouts, plan.run_id)
+        tasks = {task.id: task for task in plan.tasks}
+        self._count_existing(rows)
+        slots = anyio.Semaphore(max(1, self._settings.concurrency))
+        async with anyio.create_task_group() as group:
+            for row in rows:
+                if not RolloutStatus(row.status).is_final and not self._superseded(row, rows):
+                    group.start_soon(self._drive, row, tasks, slots)
+        return self.progress
+
+    @staticmethod
+    def _superseded(row: Rollout, rows: Sequence[Rollout]) -> bool:
+        return any(other.meta.get("retry_of") == row.id for other in rows)
+
+    def _count_existing(self, rows: Sequence[Rollout]) -> None:
+        live = [row for row in rows if not self._superseded(row, rows)]
+        self.progress.planned = len(live)
+        for row in live:
+            status = RolloutStatus(row.status)
+            if status == S.FINISHED:
+                self.progress.finished += 1
+                self.progress.rewards.append(float(row.reward or 0.0))
+            elif status == S.FAILED:
+                self.progress.failed += 1
+            elif status == S.TIMED_OUT:
+                self.progress.timed_out += 1
+        self._on_progress(self.progress)
+
+    async def _drive(self, row: Rollout, tasks: Mapping[str, TaskSpec], slots: anyio.Semaphore) -> None:
+        async with slots:
+            current: Rollout | None = row
+            while current is not None:
+                current = await self._attempt(current, tasks[current.task_id or ""])
+
+    async def _attempt(self, row: Rollout, task: TaskSpec) -> Rollout | None:
+        """Drive one row to a final state; returns the retry row when infrastructure failed it."""
+        status = RolloutStatus(row.status)
+        token: str | None = None
+        handle: Handle | None = None
+        if status in (S.STARTING, S.RUNNING):
+            handle = await self._runtime.attach(row.id, str(row.meta.get("runtime_ref", "")))
+            if handle is None and status == S.RUNNING:
+                return await self._lost(row, S.RUNNING, "workload lost while the orchestrator was down")
+        if status == S.SCORING:
+            resumed = Ended(EndKind.EXITED, exit_code=row.exit_code, final_answer=row.final_answer)
+            return await self._score(row, None, resumed, row.log_tail or "")
+        if handle is None:
+            token = await self._db(self._book.claim, row.id, status)
+            if token is None:
+                return None  # another scheduler claimed it
+            try:
+                handle = await self._launch(row, task, token)
+            except INFRA_ERRORS as exc:
+                return await self._lost(row, S.STARTING, f"could not start: {exc}")
+            except RollwireError as exc:
+                await self._finish(row, S.STARTING, S.FAILED, error=f"could not start: {exc.message}")
+                return None
+        if status != S.RUNNING and not await self._db(self._book.move, row.id, S.STARTING, S.RUNNING):
+            return None
+        self.progress.running += 1
+        self._on_progress(self.progress)
+        try:
+            ended, tail = await self._wait(row, handle)  # cancelled: the workload stays for a resume to re-attach
+        finally:
+            self.progress.running -= 1
+        await self._runtime.stop(handle)
+        return await self._settle(row, token, ended, tail)
+
+    async def _launch(self, row: Rollout, task: TaskSpec, token: str) -> Handle:
+        deadline = self._settings.deadline_s
+        launch = self._adapter.launch(self._endpoints.context(row, task, token, deadline))
+        job = RolloutJob(row.run_id, row.id, launch, launch.deadline_s or deadline)
+        handle = await self._runtime.start(job)
+        await self._db(self._book.merge_meta, row.id, {"runtime": self._runtime.name, "runtime_ref": handle.ref})
+        return handle
+
+    async def _wait(self, row: Rollout, handle: Handle) -> tuple[Ended, str]:
+        fresh = await self._db(self._book.get, row.id)
+        elapsed = (time.time_ns() - (fresh.started_ns or time.time_ns())) / 1e9
+        ended = await self._runtime.wait(handle, self._settings.deadline_s - elapsed)
+        tail = await self._runtime.logs_tail(handle, self._settings.log_tail_lines)
+        return ended, tail
+
+    async def _settle(self, row: Rollout, token: str | None, ended: Ended, tail: str) -> Rollout | None:
+        facts: dict[str, Any] = {"exit_code": ended.exit_code, "log_tail": tail, "final_answer": ended.final_answer}
+        if ended.kind == EndKind.LOST:
+            return await self._lost(row, S.RUNNING, ended.reason or "infrastructure failure", **facts)
+        if ended.kind == EndKind.TIMED_OUT:
+            await self._finish(row, S.RUNNING, S.TIMED_OUT, error=ended.reason or "deadline exceeded", **facts)
+        elif ended.kind == EndKind.FAILED:
+            await self._finish(row, S.RUNNING, S.FAILED, error=ended.reason or "could not run", **facts)
+        elif ended.exit_code != 0:
+            error = f"harness exited with status {ended.exit_code}" + (f" ({ended.reason})" if ended.reason else "")
+            await self._finish(row, S.RUNNING, S.FAILED, error=error, **facts)
+        elif await self._db(self._book.move, row.id, S.RUNNING, S.SCORING, **facts):
+            return await self._score(row, token, ended, tail)
+        return None
+
+    async def _score(self, row: Rollout, token: str | None, ended: Ended, tail: str) -> None:
+        item = ScoringInput(row.run_id, row.id, row.task_id or "", token or "", ended.final_answer, ended.exit_code, tail)
+        try:
+            score = await self._scorer.score(item)
+        except Exception as exc:  # a checker's bug must not stop the run: record it on the rollout
+            logger.exception("checker failed", extra={"rollout_id": row.id})
+            await self._finish(row, S.SCORING, S.FAILED, error=f"checker failed: {exc.__class__.__name__}: {exc}")
+            return None
+        breakdown = dict(score.breakdown)
+        await self._finish(row, S.SCORING, S.FINISHED, reward=float(score.reward), reward_breakdown=breakdown)
+        return None
+
+    async def _lost(self, row: Rollout, source: RolloutStatus, reason: str, **facts: Any) -> Rollout | None:
+        """Infrastructure failure: the row fails with the reason and, if attempts remain, a new attempt is queued."""
+        if not await self._finish(row, source, S.FAILED, error=f"infrastructure: {reason}", count=False, **facts):
+            return None
+        if row.attempt + 1 >= self._settings.max_attempts:
+            self.progress.failed += 1
+            self._on_progress(self.progress)
+            return None
+        retry_id = await self._db(self._book.retry, row)
+        self.progress.retried += 1
+        logger.warning("rollout lost (%s); retrying as %s", reason, retry_id, extra={"rollout_id": row.id})
+        return await self._db(self._book.get, retry_id)
+
+    async def _finish(
+        self, row: Rollout, source: RolloutStatus, target: RolloutStatus, *, count: bool = True, **fields: Any
+    ) -> bool:
+        moved = await self._db(self._book.move, row.id, source, target, **fields)
+        if moved and count:
+            if target == S.FINISHED:
+                self.progress.finished += 1
+                self.progress.rewards.append(float(fields.get("reward", 0.0)))
+            elif target == S.TIMED_OUT:
+                self.progress.timed_out += 1
+            else:
+                self.progress.failed += 1
+            self._on_progress(self.progress)
+        return moved
+
+
+__all__ = ["Endpoints", "Progress", "RunPlan", "Scheduler", "TaskSpec"]

@@ -1,0 +1,168 @@
+"""A test-side cluster: kmock's Kubernetes emulator (a real HTTP server) plus a fake kubelet that moves pod phases.
+
+The kubelet watches pods over HTTP like a real one and patches ``pods/<name>/status`` according to the
+pod's image: ``img/ok`` runs and succeeds with the final answer ``42``, ``img/fail``
+exits 3, ``img/missing`` never pulls, ``img/deadline`` hits activeDeadlineSeconds, ``img/hang`` runs
+forever, ``img/hold`` runs until ``release`` is set, ``img/evict-once`` is evicted the first time.
+It also counts what a test asserts on: pods alive at once (peak) and create requests per pod name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp.web
+import kmock
+
+NAMESPACE = "rw-test"
+LOG_PATH = re.compile(r"/api/v1/namespaces/[^/]+/pods/[^/]+/log")
+
+
+class FakeApiServer(kmock.KubernetesEmulator):
+    """The emulator, plus what a real API server adds on create (uid), pod logs, injected 429s, and counters.
+
+    kmock matches every request against its whole request history (quadratic in requests); this fake
+    keeps only the current one, counts what the tests need itself, and answers logs and throttling directly.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.posts: Counter[tuple[str, str]] = Counter()
+        self.throttle: Counter[tuple[str, str]] = Counter()  # (method, plural) -> 429s still to answer
+        self.throttled = 0
+        self.owners: dict[str, set[str]] = {}  # plural -> owner uids named by created objects
+
+    async def _handle(self, request: Any) -> Any:
+        self._requests[:] = [request]
+        plural = request.resource.plural if request.resource is not None else ""
+        key = (str(request.method.value).lower(), plural)
+        if self.throttle[key] > 0:
+            self.throttle[key] -= 1
+            self.throttled += 1
+            body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 429, "reason": "TooManyRequests"}
+            return aiohttp.web.json_response(body, status=429, headers={"Retry-After": "0"})
+        if request.method == kmock.method.GET and LOG_PATH.fullmatch(request.url.path):
+            text = f"log line 1 of {request.name}\nlast line of {request.name}\n"
+            return aiohttp.web.Response(text=text)
+        if request.action == kmock.action.CREATE and isinstance(request.data, dict):
+            meta = request.data.setdefault("metadata", {})
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("resourceVersion", "1")
+            self.posts[(plural, meta.get("name", ""))] += 1
+            self.owners.setdefault(plural, set()).update(ref["uid"] for ref in meta.get("ownerReferences", []))
+        return await super()._handle(request)
+
+
+class FakeKubelet:
+    def __init__(self, handler: FakeApiServer, server: kmock.Server) -> None:
+        self._handler = handler
+        self._server = server
+        self.release = asyncio.Event()
+        self.live: set[str] = set()
+        self.peak = 0
+        self.seen: Counter[str] = Counter()
+        self.running: set[str] = set()
+        self.changed = asyncio.Event()
+        self._evicted: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        url = f"/api/v1/namespaces/{NAMESPACE}/pods?watch=true"
+        async with self._server.client.get(url, timeout=None) as response:
+            async for line in response.content:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                pod = event["object"]
+                name = pod["metadata"]["name"]
+                if event["type"] == "ADDED" and name not in self.live:
+                    self.live.add(name)
+                    self.seen[name] += 1
+                    self.peak = max(self.peak, len(self.live))
+                    task = asyncio.create_task(self._act(pod))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                elif event["type"] == "DELETED":
+                    self.live.discard(name)
+                    self.running.discard(name)
+                self._notify()
+
+    def _notify(self) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    async def wait_for(self, predicate: Any) -> None:
+        while not predicate():
+            await self.changed.wait()
+
+    async def _patch(self, name: str, status: dict[str, Any]) -> None:
+        url = f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/status"
+        async with self._server.client.patch(url, json={"status": status}) as response:
+            assert response.status in (200, 404), await response.text()
+
+    async def _act(self, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        image = pod["spec"]["containers"][0]["image"]
+        if image == "img/missing":
+            waiting = {"reason": "ErrImagePull", "message": f'pull access denied for "{image}"'}
+            await self._patch(name, {"phase": "Pending", "containerStatuses": [_status(waiting=waiting)]})
+            return
+        await self._patch(name, {"phase": "Running", "containerStatuses": [_status(running={})]})
+        self.running.add(name)
+        self._notify()
+        if image == "img/hang":
+            return
+        if image == "img/hold":
+            await self.release.wait()
+        if image == "img/deadline":
+            await self._patch(name, {"phase": "Failed", "reason": "DeadlineExceeded", "message": "Pod was active too long"})
+        elif image == "img/evict-once" and not self._evicted:
+            self._evicted.add(name)
+            await self._patch(name, {"phase": "Failed", "reason": "Evicted", "message": "node ran out of memory"})
+        else:
+            code = 3 if image == "img/fail" else 0
+            answer = "42"
+            terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error", "message": answer}
+            phase = "Succeeded" if code == 0 else "Failed"
+            await self._patch(name, {"phase": phase, "containerStatuses": [_status(terminated=terminated)]})
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _status(**state: Any) -> dict[str, Any]:
+    return {"name": "harness", "ready": "running" in state, "restartCount": 0, "image": "", "imageID": "", "state": state}
+
+
+def live_objects(handler: FakeApiServer, plural: str) -> list[str]:
+    return [name for (resource, _ns, name), obj in handler.objects.items() if resource.plural == plural and not obj.deleted]
+
+
+def creates(handler: FakeApiServer, plural: str) -> Counter[str]:
+    """POSTs per object name (a retried create after a lost response counts twice)."""
+    return Counter({name: count for (kind, name), count in handler.posts.items() if kind == plural})
+
+
+@contextlib.asynccontextmanager
+async def fake_cluster() -> AsyncIterator[tuple[FakeApiServer, str, FakeKubelet]]:
+    """(emulator, API URL, kubelet): a served emulator with a kubelet following its pods."""
+    async with FakeApiServer() as handler, kmock.Server(handler) as server:
+        for plural in ("pods", "secrets", "configmaps"):
+            handler.resources[f"v1/{plural}"] = {}
+        kubelet = FakeKubelet(handler, server)
+        watcher = asyncio.create_task(kubelet.run())
+        try:
+            yield handler, str(server.url).rstrip("/"), kubelet
+        finally:
+            await kubelet.stop()
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
