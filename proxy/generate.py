@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio.to_thread
 import httpx
 from rollwire.proxy.auth import Caller
-from rollwire.proxy.conversation import Choice, Conversation, Generation, Message
+from rollwire.proxy.conversation import Choice, Conversation, Generation, Message, Sampling
 from rollwire.proxy.dialects.base import Dialect
 from rollwire.proxy.parsers.base import ReasoningParser, ToolParser
 from rollwire.proxy.recorder import Recorder
@@ -20,7 +20,7 @@ from rollwire.proxy.render import Renderer
 from rollwire.proxy.session import Plan, plan_prompt
 from rollwire.proxy.upstream import Sampled, UpstreamResult, complete, completion_body
 
-from rollwire.errors import NotFound, UpstreamError, UpstreamTimeout
+from rollwire.errors import InvalidRequest, NotFound, UpstreamError, UpstreamTimeout
 from rollwire.settings import ProxySettings
 from rollwire.store import ModelCall, encode_floats, encode_ids, now_ns
 
@@ -30,6 +30,8 @@ class Served:
     """The upstream's model name, learnt on first use (the upstream may start after the proxy)."""
 
     name: str | None = None
+    max_model_len: int | None = None
+    """From the model card (vLLM and the bundled engine report it); bounds an unset max_tokens."""
     policy_version: int | None = None
     """Set through the admin API for engines that cannot report a version (real vLLM)."""
 
@@ -57,7 +59,10 @@ class Generator:
             url = self.settings.upstream.rstrip("/") + "/v1/models"
             try:
                 response = await self.client.get(url)
-                self.served.name = str(response.json()["data"][0]["id"])
+                card = response.json()["data"][0]
+                length = card.get("max_model_len")
+                self.served.max_model_len = int(length) if isinstance(length, int) and length > 0 else None
+                self.served.name = str(card["id"])
             except httpx.TimeoutException:
                 raise UpstreamTimeout(f"the upstream's model list at {url} timed out") from None
             except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
@@ -96,6 +101,17 @@ class Generator:
         message = Message(role="assistant", content=rest, reasoning=reasoning, tool_calls=tuple(calls))
         return Choice(index, message, finish, ids, sampled.logprobs, sampled.top_logprobs, tokens)
 
+    def _sampling(self, sampling: Sampling, prompt_len: int) -> Sampling:
+        """As OpenAI and vLLM's chat route: an unset max_tokens is the rest of the context (not 16)."""
+        limit = self.served.max_model_len
+        if sampling.max_tokens is not None or not limit:
+            return sampling
+        if prompt_len >= limit:
+            raise InvalidRequest(
+                f"the prompt has {prompt_len} tokens, the model's context is {limit}", param="messages"
+            )
+        return replace(sampling, max_tokens=limit - prompt_len)
+
     async def _plan(self, caller: Caller, conv: Conversation, prefill: str) -> Plan:
         priors = await self.recorder.priors(caller.rollout_id)
         policy = self.settings.splice_policy
@@ -110,9 +126,8 @@ class Generator:
         prefill = self._prefill(conv)
         plan = await self._plan(caller, conv, prefill)
         stop_ids = sorted(self.renderer.end_ids)
-        result = await complete(
-            self.client, self.settings.upstream, completion_body(served, plan.prompt_ids, conv.sampling, stop_ids)
-        )
+        body = completion_body(served, plan.prompt_ids, self._sampling(conv.sampling, len(plan.prompt_ids)), stop_ids)
+        result = await complete(self.client, self.settings.upstream, body)
         if result.prompt_ids and result.prompt_ids != plan.prompt_ids:
             raise UpstreamError("the upstream reports a different prompt than the proxy sent")
         choices = [self._choice(i, s, conv, prefill) for i, s in enumerate(result.choices)]

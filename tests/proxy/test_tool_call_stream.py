@@ -36,6 +36,7 @@ class Script:
         self.tokenizer = tokenizer
         self.text = ""
         self.prompts: list[list[int]] = []
+        self.max_tokens: list[int | None] = []
 
     def ids(self) -> list[int]:
         return list(self.tokenizer(self.text, add_special_tokens=False)["input_ids"]) + [self.tokenizer.eos_token_id]
@@ -46,11 +47,12 @@ def scripted(tiny_model_dir: Path) -> Iterator[tuple[str, Script]]:
     script = Script(load_tokenizer(tiny_model_dir))
 
     async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model"}]})
+        return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model", "max_model_len": 4096}]})
 
     async def completions(request: Request) -> Response:
         body = await request.json()
         script.prompts.append(body["prompt"])
+        script.max_tokens.append(body.get("max_tokens"))
         ids = script.ids()
         choice = {
             "index": 0,
@@ -145,3 +147,15 @@ def test_required_prefills_the_prompt_and_unparseable_is_text(
     broken = client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS)
     assert broken.choices[0].message.tool_calls is None
     assert broken.choices[0].message.content == script.text and broken.choices[0].finish_reason == "stop"
+
+
+def test_unset_max_tokens_is_the_rest_of_the_context(
+    start_proxy: Callable[..., Proxy], scripted: tuple[str, Script]
+) -> None:
+    """As OpenAI and vLLM's chat route: no max_tokens means up to the context's end, not the engine's 16."""
+    url, script = scripted
+    script.text = "ok"
+    _, client, _ = _client(start_proxy, url)
+    client.chat.completions.create(model="m", messages=MESSAGES)
+    client.chat.completions.create(model="m", messages=MESSAGES, max_completion_tokens=9)
+    assert script.max_tokens == [4096 - len(script.prompts[0]), 9]
