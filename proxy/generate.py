@@ -36,6 +36,12 @@ class Served:
     """Set through the admin API for engines that cannot report a version (real vLLM)."""
 
 
+def _cut_at_stop(text: str, stops: tuple[str, ...]) -> str:
+    """The answer ends before the first stop string, as OpenAI's (the sampled ids keep every token)."""
+    cuts = [at for at in (text.find(s) for s in stops if s) if at >= 0]
+    return text[: min(cuts)] if cuts else text
+
+
 class Generator:
     def __init__(
         self,
@@ -87,7 +93,7 @@ class Generator:
     def _choice(self, index: int, sampled: Sampled, conv: Conversation, prefill: str) -> Choice:
         ids = sampled.token_ids
         body = ids[:-1] if ids and ids[-1] in self.renderer.end_ids else ids
-        text = prefill + self.renderer.decode(body)
+        text = _cut_at_stop(prefill + self.renderer.decode(body), conv.sampling.stop)
         reasoning, rest = self.reasoning.split(text)
         calls: list[Any] = []
         if conv.tools and conv.tool_choice != "none":

@@ -159,3 +159,15 @@ def test_unset_max_tokens_is_the_rest_of_the_context(
     client.chat.completions.create(model="m", messages=MESSAGES)
     client.chat.completions.create(model="m", messages=MESSAGES, max_completion_tokens=9)
     assert script.max_tokens == [4096 - len(script.prompts[0]), 9]
+
+
+def test_stop_string_is_cut_from_the_answer_but_kept_in_the_ids(
+    start_proxy: Callable[..., Proxy], scripted: tuple[str, Script]
+) -> None:
+    url, script = scripted
+    script.text = "alpha STOP beta"
+    proxy, client, rollout = _client(start_proxy, url)
+    out = client.chat.completions.create(model="m", messages=MESSAGES, stop=["STOP"])
+    assert out.choices[0].message.content == "alpha "
+    segment = proxy.admin.get(f"/admin/v1/rollouts/{rollout['id']}/trajectory").json()["segments"][0]
+    assert segment["token_ids"][-len(script.ids()) :] == script.ids()
