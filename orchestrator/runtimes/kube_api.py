@@ -89,6 +89,10 @@ class KubeApi:
         for attempt in range(1, self._settings.api_retries + 1):
             try:
                 status, body, retry_after = await anyio.to_thread.run_sync(_send, fn, limiter=self._limiter)
+            except ApiException as exc:  # this client raises on non-2xx even without preloading
+                status, body = int(exc.status or 0), (exc.body if isinstance(exc.body, bytes) else str(exc.body or exc.reason).encode())
+                header = (exc.headers or {}).get("Retry-After")
+                retry_after = float(header) if header and header.replace(".", "", 1).isdigit() else None
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 status, body, retry_after = 0, str(exc).encode(), None
             if 200 <= status < 300:
