@@ -1,0 +1,76 @@
+"""The local runtime runs real harness subprocesses for a small run and stores G rewards per task."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+
+import anyio
+import pytest
+from conftest import ScriptAdapter, orchestrator_settings, plan, run_with
+
+from rollwire.orchestrator.runtimes.local import LocalRuntime
+from rollwire.orchestrator.scoring import ExpectedAnswerScorer
+
+HARNESS = """
+import os, pathlib, sys
+prompt = pathlib.Path("task/prompt.txt").read_text()
+assert "/r/" in os.environ["OPENAI_BASE_URL"] and os.environ["OPENAI_API_KEY"] in os.environ["OPENAI_BASE_URL"]
+assert os.environ["HOME"] == os.environ["ROLLWIRE_WORKSPACE"] == os.getcwd()
+sample = int(os.environ["ROLLWIRE_SAMPLE"])
+answer = prompt.split()[-1] if sample % 2 == 0 else "wrong"
+print("thinking about", prompt)
+print("answer", answer, file=sys.stderr)
+pathlib.Path("final_answer.txt").write_text(answer)
+"""
+
+CRASH = "import sys\nprint('boom: cannot reach the proxy', file=sys.stderr)\nsys.exit(7)\n"
+HANG = "import subprocess, sys, time, pathlib\nchild = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\npathlib.Path('child.pid').write_text(str(child.pid))\nprint('started', flush=True)\ntime.sleep(600)\n"
+
+
+@pytest.mark.asyncio
+async def test_local_run_stores_group_rewards_per_task(book, tmp_path) -> None:
+    settings = orchestrator_settings(concurrency=3, workspace_root=str(tmp_path / "ws"))
+    scorer = ExpectedAnswerScorer({"t0": "0", "t1": "1"})
+    with anyio.fail_after(60):
+        async with LocalRuntime(settings, host_env=dict(os.environ)) as runtime:
+            progress = await run_with(runtime, book, plan("run-local", tasks=2, group=3), settings, ScriptAdapter(HARNESS), scorer)
+    rewards: dict[str, list[float]] = defaultdict(list)
+    for row in book.rollouts("run-local"):
+        assert row.status == "finished", row.error
+        rewards[row.task_id or ""].append(row.reward)  # type: ignore[arg-type]
+        assert "thinking about prompt" in (row.log_tail or "") and row.exit_code == 0
+    assert {task: sorted(values) for task, values in rewards.items()} == {"t0": [0.0, 1.0, 1.0], "t1": [0.0, 1.0, 1.0]}
+    assert progress.finished == 6 and progress.mean_reward == pytest.approx(4 / 6)
+    assert list((tmp_path / "ws").iterdir()) == []  # workspaces removed
+
+
+@pytest.mark.asyncio
+async def test_local_crash_is_failed_with_stderr_tail(book, tmp_path) -> None:
+    settings = orchestrator_settings(workspace_root=str(tmp_path))
+    async with LocalRuntime(settings, host_env=dict(os.environ)) as runtime:
+        await run_with(runtime, book, plan("run-crash", 1, 1), settings, ScriptAdapter(CRASH))
+    (row,) = book.rollouts("run-crash")
+    assert row.status == "failed" and row.exit_code == 7
+    assert "boom: cannot reach the proxy" in (row.log_tail or "") and "status 7" in (row.error or "")
+
+
+@pytest.mark.asyncio
+async def test_local_hang_is_killed_with_children_at_deadline(book, tmp_path) -> None:
+    settings = orchestrator_settings(deadline_s=1.0, workspace_root=str(tmp_path), keep_workspaces=True)
+    with anyio.fail_after(30):
+        async with LocalRuntime(settings, host_env=dict(os.environ)) as runtime:
+            await run_with(runtime, book, plan("run-hang", 1, 1), settings, ScriptAdapter(HANG))
+    (row,) = book.rollouts("run-hang")
+    assert row.status == "timed_out" and "started" in (row.log_tail or "")
+    child = int(next(tmp_path.glob("rollwire-*/workspace/child.pid")).read_text())
+    assert _gone_or_zombie(child)
+
+
+def _gone_or_zombie(pid: int) -> bool:
+    """Killed: either reaped already, or a zombie waiting for its (re-)parent to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
