@@ -1,13 +1,15 @@
 """Run the main job on the embedded default: start the local stack on this machine and show a round trip.
 
-Today the stack is the bundled engine serving the tiny local model: the demo renders a chat with the
-model's own template, sends the token ids to the engine with the official ``openai`` client (as the
-proxy does), and prints every sampled token with its logprob and the weight version that sampled it.
+Today the stack is the bundled engine (tiny local model) behind the token-faithful proxy and its store.
+The demo plays a two-turn conversation through the proxy with the official ``openai`` client, exactly as
+a harness would, finishes the rollout, and prints the recorded trajectory: one segment whose sampled
+tokens (loss mask 1) are the engine's own ids, with the second turn spliced onto the first.
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from rollwire.settings import Settings
 
@@ -15,56 +17,76 @@ HELP = "run the main job on the embedded default (local stack, tiny model, no GP
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--prompt", default="Write the word Paris to answer.txt.", help="user message to send")
-    parser.add_argument("--max-tokens", type=int, default=24, help="most tokens to sample (default 24)")
+    parser.add_argument("--prompt", default="Write the word Paris to answer.txt.", help="first user message")
+    parser.add_argument("--max-tokens", type=int, default=16, help="most tokens sampled per turn (default 16)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    parser.add_argument("--db", default=None, help="store URL (default: SQLite in the rollwire home folder)")
+
+
+def _admin(client: Any, method: str, path: str, **kwargs: Any) -> Any:
+    response = client.request(method, path, **kwargs)
+    response.raise_for_status()
+    return response.json()
+
+
+def _play(base_url: str, token: str, args: argparse.Namespace) -> list[str]:
+    """Two turns, the assistant message carried back unchanged, as a harness does."""
+    from openai import OpenAI
+
+    llm = OpenAI(base_url=base_url, api_key=token)
+    model = llm.models.list().data[0].id  # the served name, as a harness would discover it
+    messages: list[dict[str, Any]] = [{"role": "user", "content": args.prompt}]
+    answers = []
+    for turn, follow_up in enumerate(("Thanks. Now say done.", None)):
+        reply = llm.chat.completions.create(
+            model=model, messages=messages, max_tokens=args.max_tokens, seed=args.seed + turn  # type: ignore[arg-type]
+        )
+        message = reply.choices[0].message
+        answers.append(message.content or "")
+        messages.append(message.model_dump(exclude_none=True))
+        if follow_up:
+            messages.append({"role": "user", "content": follow_up})
+    return answers
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from openai import OpenAI
+    import httpx
     from rich.console import Console
-    from rich.table import Table
 
-    from rollwire.engine.app import create_app
+    from rollwire.engine.app import create_app as create_engine
+    from rollwire.proxy.app import create_app as create_proxy
     from rollwire.serving import ServerThread
     from rollwire.tiny_model import ensure_tiny_model
-    from rollwire.tokenizers import load_tokenizer
+    from rollwire.trajectory import Trajectory
 
     console = Console()
     with console.status("building or loading the tiny local model"):
         model_dir = ensure_tiny_model(settings.home)
-    console.print(f"[bold]model[/] {model_dir}")
-    engine_settings = settings.engine.model_copy(update={"model": str(model_dir)})
-    engine = ServerThread(create_app(engine_settings, settings.home))
+    store_url = args.db or settings.store_url()
+    engine = ServerThread(create_engine(settings.engine.model_copy(update={"model": str(model_dir)}), settings.home))
     with console.status("starting the bundled engine"):
         engine.start()
     try:
-        console.print(f"[bold]engine[/] {engine.url}/v1 (vLLM wire format)")
-        tokenizer = load_tokenizer(model_dir)
-        messages = [{"role": "user", "content": args.prompt}]
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        prompt_ids = tokenizer.encode(text, add_special_tokens=False)
-        client = OpenAI(base_url=f"{engine.url}/v1", api_key="local")
-        served = client.models.list().data[0].id
-        completion = client.completions.create(
-            model=served,
-            prompt=list(prompt_ids),
-            max_tokens=args.max_tokens,
-            temperature=1.0,
-            seed=args.seed,
-            logprobs=0,
-            extra_body={"return_token_ids": True},
-        )
-        body = completion.model_dump()
-        choice = body["choices"][0]
-        table = Table(title=f"sampled by weight version {body.get('weight_version')}")
-        for column in ("#", "token id", "piece", "logprob"):
-            table.add_column(column)
-        for i, (tid, lp) in enumerate(zip(choice["token_ids"], choice["logprobs"]["token_logprobs"], strict=True)):
-            table.add_row(str(i), str(tid), repr(tokenizer.convert_ids_to_tokens(tid)), f"{lp:.4f}")
-        console.print(f"[bold]prompt[/] {len(prompt_ids)} token ids from the chat template")
-        console.print(table)
-        console.print(f"[bold]finish_reason[/] {choice['finish_reason']}; text {choice['text']!r}")
+        proxy_settings = settings.proxy.model_copy(update={"upstream": engine.url, "model": str(model_dir)})
+        proxy_app = create_proxy(proxy_settings, store_url, settings.home)
+        with ServerThread(proxy_app) as proxy, httpx.Client(base_url=proxy.url, timeout=60) as admin:
+            headers = {"Authorization": f"Bearer {proxy_app.state.operator_key}"}
+            console.print(f"[bold]engine[/] {engine.url}   [bold]proxy[/] {proxy.url}   [bold]store[/] {store_url}")
+            run_row = _admin(admin, "POST", "/admin/v1/runs", json={"name": "demo", "kind": "adhoc"}, headers=headers)
+            rollout = _admin(admin, "POST", f"/admin/v1/runs/{run_row['id']}/rollouts", json={"count": 1}, headers=headers)[0]
+            console.print(f"[bold]rollout[/] {rollout['id']} at {rollout['base_url'].replace(rollout['token'], '<token>')}")
+            for turn, answer in enumerate(_play(rollout["base_url"], rollout["token"], args), start=1):
+                console.print(f"[bold]turn {turn}[/] the model answered {answer!r}")
+            _admin(admin, "POST", f"/admin/v1/rollouts/{rollout['id']}/finish", json={"status": "finished", "reward": 0.0}, headers=headers)
+            data = _admin(admin, "GET", f"/admin/v1/rollouts/{rollout['id']}/trajectory", headers=headers)
     finally:
         engine.stop()
+    trajectory = Trajectory.from_dict(data)
+    for n, segment in enumerate(trajectory.segments):
+        console.print(
+            f"[bold]segment {n}[/]: {len(segment.token_ids)} token ids, {segment.num_sampled} sampled by the engine "
+            f"(policy versions {sorted(set(v for v in segment.policy_versions if v >= 0))}), calls {segment.call_ids}"
+            + (f", new segment because {segment.break_reason}" if segment.break_reason else "")
+        )
+    console.print(f"see it token by token: rollwire traces --db {store_url} show {trajectory.rollout_id}")
     return 0
