@@ -17,6 +17,8 @@ from rollwire.serving import ServerThread
 from rollwire.settings import EngineSettings, ProxySettings
 
 OPERATOR = "dialects-operator"
+MAX_MODEL_LEN = 32768
+"""Above the tiny model's own 8192: real harness prompts (Codex's instructions and tools) are ~15k tokens."""
 
 
 class EngineTap:
@@ -47,12 +49,29 @@ class EngineTap:
         await self.app(scope, tap_receive, tap_send)
 
 
+class StatusTap:
+    """ASGI wrapper around the proxy recording (method, path, status) of every answered request."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.answers: list[tuple[str, str, int]] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def tap_send(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                self.answers.append((scope["method"], scope["path"], int(message["status"])))
+            await send(message)
+
+        await self.app(scope, receive, tap_send)
+
+
 @dataclass
 class Stack:
     url: str
     tap: EngineTap
     admin: httpx.Client
     served: str
+    statuses: StatusTap
 
     def new_rollout(self) -> dict[str, Any]:
         run = self.admin.post("/admin/v1/runs", json={}).json()["id"]
@@ -85,13 +104,15 @@ def dialect_stack(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
     from rollwire.engine import create_app as create_engine
 
     home = tmp_path_factory.mktemp("dialects")
-    tap = EngineTap(create_engine(EngineSettings(model=str(tiny_model_dir), device="cpu"), home))
+    tap = EngineTap(
+        create_engine(EngineSettings(model=str(tiny_model_dir), device="cpu", max_model_len=MAX_MODEL_LEN), home)
+    )
     with ServerThread(tap) as engine:
         served = str(httpx.get(f"{engine.url}/v1/models", timeout=10).json()["data"][0]["id"])
         # harnesses insist on their own model names: every name maps to the served model
         settings = ProxySettings(upstream=engine.url, model=str(tiny_model_dir), model_aliases={"*": served})
-        app = create_app(settings, f"sqlite:///{home / 'store.db'}", home, OPERATOR)
-        with ServerThread(app) as proxy:
+        statuses = StatusTap(create_app(settings, f"sqlite:///{home / 'store.db'}", home, OPERATOR))
+        with ServerThread(statuses) as proxy:
             admin = httpx.Client(base_url=proxy.url, headers={"Authorization": f"Bearer {OPERATOR}"}, timeout=60)
-            yield Stack(proxy.url, tap, admin, served)
+            yield Stack(proxy.url, tap, admin, served, statuses)
             admin.close()
