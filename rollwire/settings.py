@@ -64,7 +64,6 @@ class KubernetesSettings(BaseModel):
     api_backoff_s: float = Field(0.2, description="First back-off after a 429/5xx; doubles each attempt, capped at 10 s.")
     api_concurrency: int = Field(16, description="Most Kubernetes API calls in flight at once from one orchestrator.")
     watch_timeout_s: int = Field(60, description="Server-side timeout of one pod watch before it is reopened.")
-    warm_pool: int = Field(0, description="Ready pods kept per image for the next rollouts; 0 turns the pool off.")
 
 
 class OrchestratorSettings(BaseModel):
@@ -117,6 +116,33 @@ class TrainerSettings(BaseModel):
     strategy: str = Field("ddp", description="Under torchrun: ddp or fsdp (FSDP2 fully_shard).")
 
 
+class GatewaySettings(BaseModel):
+    host: str = Field("127.0.0.1", description="Interface the MCP gateway binds to.")
+    port: int = Field(8300, description="Port of the MCP gateway.")
+    env_url: str = Field("http://127.0.0.1:8200", description="Base URL of our env servers (hosted under /<name>/mcp).")
+    upstreams_file: str = Field("", description="JSON file of extra upstream MCP servers {name: {command|url,...}}.")
+    max_tool_calls: int = Field(200, description="Tool calls one rollout may make; later calls get a tool error.")
+    call_timeout_s: float = Field(60.0, description="Longest wait for one upstream tool call.")
+    allowed_tools: list[str] = Field(default_factory=list, description="If set, only these (namespaced) tools are served.")
+    allowed_hosts: list[str] = Field(
+        default_factory=lambda: ["127.0.0.1:*", "localhost:*"], description="Host headers accepted ('*' turns the check off)."
+    )
+
+
+class McpSettings(BaseModel):
+    host: str = Field("127.0.0.1", description="Interface the env servers bind to.")
+    port: int = Field(8200, description="Port of the env servers (all hosted under /<name>/mcp).")
+    state_dir: str = Field("", description="Folder of per-rollout env state; empty means <home>/mcp_state.")
+    state_ttl_s: float = Field(6 * 3600.0, description="A rollout's env state is removed this long after its last use.")
+    max_payload_bytes: int = Field(1_000_000, description="Tool arguments and files above this size are refused.")
+    allowed_hosts: list[str] = Field(
+        default_factory=lambda: ["127.0.0.1:*", "localhost:*"], description="Host headers accepted ('*' turns the check off)."
+    )
+    stdio_rollout: str = Field("local", description="Rollout id a stdio server process serves.")
+    stdio_task: str = Field("", description="Task (suite:task_id) whose initial state seeds the stdio rollout.")
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ROLLWIRE_", env_nested_delimiter="__", extra="ignore")
 
@@ -127,6 +153,7 @@ class Settings(BaseSettings):
     proxy: ProxySettings = Field(default_factory=ProxySettings)
     orchestrator: OrchestratorSettings = Field(default_factory=OrchestratorSettings)
     trainer: TrainerSettings = Field(default_factory=TrainerSettings)
+    mcp: McpSettings = Field(default_factory=McpSettings)
 
     def store_url(self) -> str:
         """The store URL, defaulting to a SQLite file in the home folder."""
@@ -137,7 +164,9 @@ class Settings(BaseSettings):
 
 __all__ = [
     "EngineSettings",
+    "GatewaySettings",
     "KubernetesSettings",
+    "McpSettings",
     "OrchestratorSettings",
     "ProxySettings",
     "Settings",

@@ -1,0 +1,1 @@
+"""Stateful MCP environment servers (workspace, sqldb, calendar, mail) whose state the checkers read."""

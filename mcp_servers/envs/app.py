@@ -1,0 +1,73 @@
+"""Host the env servers: all of them in one Starlette app under ``/<name>/mcp`` (plus ``/health``), or one over stdio."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Mount, Route
+
+from mcp_servers.envs import calendar, mail, sqldb, workspace
+from mcp_servers.envs.rollout import EnvRuntime
+from mcp_servers.state import StateStore
+from rollwire.errors import InvalidRequest
+from rollwire.settings import McpSettings
+
+SERVERS: dict[str, ModuleType] = {m.NAME: m for m in (workspace, sqldb, calendar, mail)}
+"""Env server name -> module (with NAME, seed(folder, initial) and build(env))."""
+
+
+def runtime(settings: McpSettings, home: Path, task_initial: Callable[[str], dict[str, Any]] | None) -> EnvRuntime:
+    """The shared runtime (state store, limits) for env servers from settings."""
+    root = Path(settings.state_dir) if settings.state_dir else home / "mcp_state"
+    store = StateStore(root, ttl_s=settings.state_ttl_s, task_initial=task_initial)
+    return EnvRuntime(store, settings.stdio_rollout, settings.stdio_task or None, settings.max_payload_bytes)
+
+
+def build_server(name: str, env: EnvRuntime) -> MCPServer:
+    """One env server by name."""
+    if name not in SERVERS:
+        raise InvalidRequest(f"unknown env server {name!r}; known: {', '.join(SERVERS)}", param="name")
+    return SERVERS[name].build(env)
+
+
+def security(allowed_hosts: list[str]) -> TransportSecuritySettings:
+    """DNS-rebinding protection for the given Host patterns; '*' turns the check off."""
+    if "*" in allowed_hosts:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    origins = [f"http://{h}" for h in allowed_hosts] + [f"https://{h}" for h in allowed_hosts]
+    return TransportSecuritySettings(allowed_hosts=list(allowed_hosts), allowed_origins=origins)
+
+
+def build_app(names: list[str], env: EnvRuntime, allowed_hosts: list[str], max_body: int) -> Starlette:
+    """One app serving each named env server at ``/<name>/mcp``, and ``GET /health``."""
+    servers = {name: build_server(name, env) for name in names}
+    routes: list[Route | Mount] = []
+    for name, server in servers.items():
+        sub = server.streamable_http_app(
+            streamable_http_path="/mcp", transport_security=security(allowed_hosts), max_request_body_size=max_body
+        )
+        routes.append(Mount(f"/{name}", app=sub))
+
+    async def health(_request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok", "servers": list(servers)})
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            for server in servers.values():
+                await stack.enter_async_context(server.session_manager.run())
+            yield
+
+    return Starlette(routes=[Route("/health", health), *routes], lifespan=lifespan)
+
+
+__all__ = ["SERVERS", "build_app", "build_server", "runtime", "security"]

@@ -1,0 +1,62 @@
+"""Load suites by name (a data file shipped in ``suites/``) or by path, and resolve ``suite:task_id`` references."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from mcp_servers.tasks.schema import Suite, Task
+from rollwire.errors import InvalidRequest, NotFound
+
+SUITES_DIR = Path(__file__).parent / "suites"
+
+
+def suite_names() -> list[str]:
+    """Names of the suites shipped with the package."""
+    return sorted(p.stem for p in SUITES_DIR.glob("*.json"))
+
+
+def load_suite(name_or_path: str) -> Suite:
+    """A suite by shipped name or by a JSON file path; clear errors for unknown names and malformed files."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = SUITES_DIR / f"{name_or_path}.json"
+    return _load(str(path.resolve()))
+
+
+@lru_cache(maxsize=32)
+def _load(path: str) -> Suite:
+    file = Path(path)
+    if not file.is_file():
+        raise NotFound(f"no suite {file.stem!r} (shipped: {', '.join(suite_names())})")
+    try:
+        suite = Suite.model_validate(json.loads(file.read_text()))
+    except (ValueError, ValidationError) as exc:
+        raise InvalidRequest(f"suite file {file.name} is malformed: {str(exc).splitlines()[0]}") from None
+    ids = [t.id for t in suite.tasks]
+    if len(ids) != len(set(ids)):
+        raise InvalidRequest(f"suite {suite.name!r} has duplicate task ids")
+    return suite
+
+
+def resolve_task(ref: str) -> Task:
+    """The task of a ``suite:task_id`` reference."""
+    suite_name, sep, task_id = ref.partition(":")
+    if not sep or not task_id:
+        raise InvalidRequest(f"task reference {ref!r} must look like suite:task_id")
+    try:
+        return load_suite(suite_name).task(task_id)
+    except KeyError:
+        raise NotFound(f"suite {suite_name!r} has no task {task_id!r}") from None
+
+
+def task_initial(ref: str) -> dict[str, Any]:
+    """The initial state of a referenced task (what env servers seed a rollout from)."""
+    return resolve_task(ref).initial_state
+
+
+__all__ = ["SUITES_DIR", "load_suite", "resolve_task", "suite_names", "task_initial"]
