@@ -8,8 +8,9 @@ At start it creates an ad-hoc run with one rollout and prints its ready base URL
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from rollwire.errors import InvalidRequest
+from rollwire.errors import InvalidRequest, NotFound
 from rollwire.settings import ProxySettings, Settings
 
 HELP = "serve the token-faithful OpenAI-compatible proxy in front of an engine"
@@ -61,6 +62,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     proxy = _proxy_settings(args, settings)
     if not 0 < proxy.port < 65536:
         raise InvalidRequest("--port must be in 1..65535")
+    if proxy.model and not Path(proxy.model).expanduser().is_dir():
+        raise NotFound(f"model folder {proxy.model} does not exist (it gives the tokenizer and chat template)")
+    if not proxy.upstream.startswith(("http://", "https://")):
+        raise InvalidRequest(f"--upstream must be an http(s) URL, got {proxy.upstream!r}")
     store_url = args.db or settings.store_url()
     import secrets
 
