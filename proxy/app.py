@@ -25,12 +25,13 @@ from rollwire.proxy.render import Renderer
 from rollwire.proxy.session import POLICIES
 from rollwire.proxy.sse import SSE_HEADERS
 from rollwire.proxy.stream import stream_route
+from rollwire.proxy.ui.routes import ui_routes
 from rollwire.proxy.upstream import make_client
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Mount, Route
 
 from rollwire.errors import InvalidRequest, PayloadTooLarge, RollwireError, Unauthorized
 from rollwire.settings import ProxySettings
@@ -141,7 +142,7 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(body, status_code=500)
 
 
-def _routes() -> list[Route]:
+def _routes() -> list[BaseRoute]:
     rollout = [
         Route("/r/{token}/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/r/{token}/v1/models", models, methods=["GET"]),
@@ -160,7 +161,7 @@ def _routes() -> list[Route]:
         Route(f"{a}/policy_version", _admin(admin.policy_version_route), methods=["POST"]),
         Route(f"{a}/trajectories/stream", _admin(stream_route), methods=["GET"]),
     ]
-    return rollout + dialect_routes() + operator
+    return rollout + dialect_routes() + operator + [Mount("/ui", routes=ui_routes())]
 
 
 def model_folder(settings: ProxySettings, home: Path) -> Path:

@@ -1,0 +1,53 @@
+"""Without the operator key the viewer's pages, assets and JSON answer 401; with it (Bearer or the cookie
+that ``/ui/?key=K`` sets) they answer, and the JSON agrees with the admin API."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.proxy.ui.conftest import Recorded
+
+PATHS = [
+    "/ui/",
+    "/ui/static/app.js",
+    "/ui/static/app.css",
+    "/ui/api/runs",
+    "/ui/api/runs/{run}/rollouts",
+    "/ui/api/rollouts/{rollout}",
+    "/ui/api/rollouts/{rollout}/tokens",
+    "/ui/api/rollouts/{rollout}/trajectory",
+]
+
+
+def _paths(rec: Recorded) -> list[str]:
+    return [p.format(run=rec.run, rollout=rec.rollout) for p in PATHS]
+
+
+def test_no_key_is_401(recorded: Recorded) -> None:
+    for path in _paths(recorded):
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Cookie": "rollwire_operator=wrong"}):
+            answer = httpx.get(recorded.proxy.url + path, headers=headers, timeout=30)
+            assert answer.status_code == 401, (path, headers, answer.status_code)
+    wrong = httpx.get(f"{recorded.proxy.url}/ui/?key=wrong", timeout=30)
+    assert wrong.status_code == 401 and "set-cookie" not in wrong.headers
+
+
+@pytest.mark.parametrize("how", ["bearer", "cookie"])
+def test_key_opens_everything(recorded: Recorded, how: str) -> None:
+    with httpx.Client(base_url=recorded.proxy.url, timeout=30, follow_redirects=True) as client:
+        if how == "cookie":
+            login = client.get(f"/ui/?key={recorded.key}")  # follows the 303 to /ui/ with the cookie set
+            assert login.status_code == 200 and login.url.path == "/ui/" and "key=" not in str(login.url)
+            assert "httponly" in login.history[0].headers["set-cookie"].lower()
+        else:
+            client.headers["Authorization"] = f"Bearer {recorded.key}"
+        for path in _paths(recorded):
+            assert client.get(path).status_code == 200, path
+        runs = {r["id"]: r for r in client.get("/ui/api/runs").json()}
+        assert runs[recorded.run]["counts"] == {"finished": 1} and runs[recorded.run]["mean_reward"] == 0.75
+        view = client.get(f"/ui/api/rollouts/{recorded.rollout}").json()
+        assert [e["is_error"] for e in view["tool_events"]] == [False, True] and len(view["calls"]) == 2
+        raw = client.get(f"/ui/api/rollouts/{recorded.rollout}/trajectory").json()
+    admin = recorded.proxy.admin.get(f"/admin/v1/rollouts/{recorded.rollout}/trajectory").json()
+    assert raw == admin
