@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import Engine
+from sqlmodel import select
 
 from mcp_servers.envs.app import SERVERS, build_app, runtime
 from mcp_servers.envs.rollout import EnvRuntime
 from mcp_servers.tasks.loader import task_initial
+from mcp_servers.gateway.server import build_gateway_app
+from mcp_servers.gateway.upstreams import UpstreamSpec
 from rollwire.serving import ServerThread
-from rollwire.settings import McpSettings
+from rollwire.settings import GatewaySettings, McpSettings
+from rollwire.store import Rollout, Run, ToolEvent, session_scope
+from rollwire.store.db import open_engine
 
 
 @dataclass
@@ -34,3 +42,41 @@ def env_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvServers
     env = runtime(settings, home, task_initial)
     with ServerThread(build_app(list(SERVERS), env, settings.allowed_hosts, 1_000_000)) as server:
         yield EnvServers(server.url, env)
+
+
+@dataclass
+class GatewayStack:
+    url: str
+    engine: Engine
+    env: EnvServers
+
+    def add_rollout(self, rollout_id: str, task: str | None = None, servers: list[str] | None = None) -> str:
+        """A rollout row (in a run) whose token opens ``/r/<token>/mcp``; ``task`` is suite:task_id."""
+        token = f"tok-{rollout_id}-{secrets.token_hex(4)}"
+        suite, _, task_id = (task or "").partition(":")
+        meta: dict[str, object] = {"suite": suite} if suite else {}
+        if servers:
+            meta["mcp_servers"] = servers
+        with session_scope(self.engine) as session:
+            if session.get(Run, "run-1") is None:
+                session.add(Run(id="run-1"))
+                session.flush()
+            session.add(Rollout(id=rollout_id, run_id="run-1", token_hash=hashlib.sha256(token.encode()).hexdigest(),
+                                task_id=task_id or None, meta=meta))
+        return token
+
+    def mcp_url(self, token: str) -> str:
+        return f"{self.url}/r/{token}/mcp"
+
+    def events(self, rollout_id: str) -> list[ToolEvent]:
+        with session_scope(self.engine) as session:
+            rows = session.exec(select(ToolEvent).where(ToolEvent.rollout_id == rollout_id).order_by(ToolEvent.started_ns))
+            return list(rows)
+
+
+def gateway_stack(env: EnvServers, store_url: str, extra: dict[str, UpstreamSpec] | None = None,
+                  **overrides: object) -> tuple[ServerThread, GatewayStack]:
+    settings = GatewaySettings(env_url=env.url, **overrides)  # type: ignore[arg-type]
+    engine = open_engine(store_url)
+    server = ServerThread(build_gateway_app(settings, engine, extra))
+    return server, GatewayStack(server.url, engine, env)

@@ -1,0 +1,54 @@
+"""Write one ToolEvent row per tool call (arguments, result, error, latency, start/end ns) off the event loop."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+from sqlalchemy.engine import Engine
+
+from rollwire.errors import StoreError
+from rollwire.store import ToolEvent, session_scope
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ToolCallRecord:
+    rollout_id: str
+    server: str
+    tool: str
+    arguments: dict[str, Any]
+    result: Any
+    is_error: bool
+    error: str | None
+    started_ns: int
+    ended_ns: int
+
+
+class ToolRecorder:
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def _write(self, record: ToolCallRecord) -> None:
+        with session_scope(self._engine) as session:
+            session.add(ToolEvent(
+                rollout_id=record.rollout_id, server=record.server, tool=record.tool,
+                arguments_json=json.dumps(record.arguments, default=str), result_json=json.dumps(record.result, default=str),
+                is_error=record.is_error, error=record.error,
+                latency_ms=(record.ended_ns - record.started_ns) / 1e6,
+                started_ns=record.started_ns, ended_ns=record.ended_ns,
+            ))
+
+    async def record(self, record: ToolCallRecord) -> None:
+        """Store the call; a store failure is logged, and the model still gets its result."""
+        try:
+            await anyio.to_thread.run_sync(self._write, record)
+        except StoreError as exc:
+            log.error("tool event not recorded for %s/%s: %s", record.server, record.tool, exc.message)
+
+
+__all__ = ["ToolCallRecord", "ToolRecorder"]
