@@ -1,0 +1,57 @@
+"""Must-show 5 at the gateway: limits exceeded, tools outside the allow-list, bad arguments, a call timeout, and a
+server that dies mid-call all come back as clear tool errors, are recorded, and the gateway keeps serving."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import anyio
+from mcp import Client
+
+from mcp_servers.gateway.upstreams import UpstreamSpec
+from tests.mcp_servers.conftest import EnvServers, gateway_stack
+
+CRASHY = UpstreamSpec("crashy", command=sys.executable, args=(str(Path(__file__).with_name("crash_server.py")),))
+
+
+def _text(result: object) -> str:
+    return "".join(getattr(b, "text", "") for b in result.content)  # type: ignore[attr-defined]
+
+
+def test_failures_are_tool_errors_and_others_keep_working(env_servers: EnvServers, store_url: str) -> None:
+    server, stack = gateway_stack(
+        env_servers, store_url, {"crashy": CRASHY}, max_tool_calls=6, call_timeout_s=3.0,
+        allowed_tools=["echo", "crash", "hang", "write_file", "read_file"],
+    )
+    with server:
+        victim = stack.add_rollout("victim", servers=["crashy", "workspace"])
+        other = stack.add_rollout("other", "tiny:write-sun")
+
+        async def scenario() -> None:
+            async with Client(stack.mcp_url(victim)) as v, Client(stack.mcp_url(other)) as o:
+                names = {t.name for t in (await v.list_tools()).tools}
+                assert names == {"echo", "crash", "hang", "write_file", "read_file"}  # list_files/delete_file filtered
+                assert _text(await v.call_tool("echo", {"text": "hi"})) == "hi"
+                crashed = await v.call_tool("crash", {})
+                assert crashed.is_error and "crashy" in _text(crashed) and "failed" in _text(crashed)
+                assert (await o.call_tool("write_file", {"path": "answer.txt", "content": "sun"})).is_error is False
+                assert _text(await v.call_tool("echo", {"text": "back"})) == "back"  # reconnected after the crash
+                with anyio.fail_after(20):
+                    hung = await v.call_tool("hang", {})
+                assert hung.is_error and "timed out after 3s" in _text(hung)
+                bad = await v.call_tool("write_file", {"path": "x.txt"})
+                assert bad.is_error and "content" in _text(bad)
+                denied = await v.call_tool("list_files", {})
+                assert denied.is_error and "not allowed" in _text(denied)
+                await v.call_tool("echo", {"text": "sixth"})
+                limited = await v.call_tool("echo", {"text": "seventh"})
+                assert limited.is_error and "limit reached" in _text(limited)
+                assert _text(await o.call_tool("read_file", {"path": "answer.txt"})) == "sun"
+
+        anyio.run(scenario)
+        events = stack.events("victim")
+        assert [e.tool for e in events] == ["echo", "crash", "echo", "hang", "write_file", "list_files", "echo", "echo"]
+        assert [e.is_error for e in events] == [False, True, False, True, True, True, False, True]
+        assert all(e.error for e in events if e.is_error)
+        assert [e.tool for e in stack.events("other")] == ["write_file", "read_file"]
