@@ -149,7 +149,7 @@ def _tool_choice(raw: Any, tools: tuple[dict[str, Any], ...]) -> tuple[str, bool
     if kind == "tool":
         name = raw.get("name")
         if name not in {t["function"]["name"] for t in tools}:
-            raise InvalidRequest(f"tool_choice names {name!r}, which is not in tools", param="tool_choice.name")
+            raise InvalidRequest(f"tool_choice.name {name!r} is not in tools", param="tool_choice.name")
         return "fn:" + str(name), parallel
     raise InvalidRequest("tool_choice.type must be auto, any, tool or none", param="tool_choice.type")
 

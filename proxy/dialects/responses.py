@@ -30,7 +30,7 @@ def _text(content: Any, where: str) -> str:
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else type(part).__name__
         if kind not in TEXT_PARTS:
-            raise InvalidRequest(f"{where}[{j}]: unsupported content part type {kind!r}", param=f"{where}[{j}].type")
+            raise InvalidRequest(f"{where}[{j}].type {kind!r} is not supported", param=f"{where}[{j}].type")
         out.append(str(part.get("text", "")))
     return "".join(out)
 
@@ -257,7 +257,7 @@ class ResponsesDialect:
     def _usage(self, generation: Generation) -> dict[str, Any]:
         return {
             "input_tokens": generation.prompt_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": generation.completion_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": generation.prompt_tokens + generation.completion_tokens,

@@ -18,8 +18,8 @@ class _Events:
     def __init__(self) -> None:
         self.seq = 0
 
-    def __call__(self, name: str, **payload: Any) -> str:
-        event = named_event(name, {"type": name, "sequence_number": self.seq, **payload})
+    def __call__(self, kind: str, **payload: Any) -> str:
+        event = named_event(kind, {"type": kind, "sequence_number": self.seq, **payload})
         self.seq += 1
         return event
 

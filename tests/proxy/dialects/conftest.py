@@ -72,6 +72,7 @@ class Stack:
     admin: httpx.Client
     served: str
     statuses: StatusTap
+    store_url: str
 
     def new_rollout(self) -> dict[str, Any]:
         run = self.admin.post("/admin/v1/runs", json={}).json()["id"]
@@ -111,8 +112,9 @@ def dialect_stack(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
         served = str(httpx.get(f"{engine.url}/v1/models", timeout=10).json()["data"][0]["id"])
         # harnesses insist on their own model names: every name maps to the served model
         settings = ProxySettings(upstream=engine.url, model=str(tiny_model_dir), model_aliases={"*": served})
-        statuses = StatusTap(create_app(settings, f"sqlite:///{home / 'store.db'}", home, OPERATOR))
+        store_url = f"sqlite:///{home / 'store.db'}"
+        statuses = StatusTap(create_app(settings, store_url, home, OPERATOR))
         with ServerThread(statuses) as proxy:
             admin = httpx.Client(base_url=proxy.url, headers={"Authorization": f"Bearer {OPERATOR}"}, timeout=60)
-            yield Stack(proxy.url, tap, admin, served, statuses)
+            yield Stack(proxy.url, tap, admin, served, statuses, store_url)
             admin.close()

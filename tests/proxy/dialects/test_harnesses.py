@@ -36,7 +36,14 @@ def _binary(name: str, package: str) -> str:
 def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     base = {"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8", **QUIET_ENV}
     return subprocess.run(
-        argv, cwd=cwd, env={**base, **env}, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT_S
+        argv,
+        check=False,
+        cwd=cwd,
+        env={**base, **env},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
     )
 
 
