@@ -15,9 +15,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
-from mcp_servers.envs import calendar, mail, sqldb, workspace
-from mcp_servers.envs.rollout import EnvRuntime
-from mcp_servers.state import StateStore
+from rollwire.mcp_servers.envs import calendar, mail, sqldb, workspace
+from rollwire.mcp_servers.envs.rollout import EnvRuntime
+from rollwire.mcp_servers.state import StateStore
 from rollwire.errors import InvalidRequest
 from rollwire.settings import McpSettings
 

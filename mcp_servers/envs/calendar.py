@@ -12,8 +12,8 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from mcp_servers.envs.rollout import EnvRuntime
-from mcp_servers.state import read_json, write_json
+from rollwire.mcp_servers.envs.rollout import EnvRuntime
+from rollwire.mcp_servers.state import read_json, write_json
 
 NAME = "calendar"
 FILE = "calendar.json"

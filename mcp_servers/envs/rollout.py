@@ -13,7 +13,7 @@ from typing import Any
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
-from mcp_servers.state import ROLLOUT_HEADER, TASK_HEADER, Seeder, StateStore
+from rollwire.mcp_servers.state import ROLLOUT_HEADER, TASK_HEADER, Seeder, StateStore
 from rollwire.errors import RollwireError
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from mcp_servers.envs.rollout import EnvRuntime
+from rollwire.mcp_servers.envs.rollout import EnvRuntime
 
 NAME = "workspace"
 MAX_LIST = 500

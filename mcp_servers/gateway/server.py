@@ -23,11 +23,11 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from mcp_servers.envs.app import SERVERS, security
-from mcp_servers.gateway.limits import LimitExceeded, RolloutLimits
-from mcp_servers.gateway.recorder import ToolCallRecord, ToolRecorder
-from mcp_servers.gateway.upstreams import UpstreamPool, UpstreamSpec
-from mcp_servers.tasks.loader import resolve_task
+from rollwire.mcp_servers.envs.app import SERVERS, security
+from rollwire.mcp_servers.gateway.limits import LimitExceeded, RolloutLimits
+from rollwire.mcp_servers.gateway.recorder import ToolCallRecord, ToolRecorder
+from rollwire.mcp_servers.gateway.upstreams import UpstreamPool, UpstreamSpec
+from rollwire.mcp_servers.tasks.loader import resolve_task
 from rollwire.errors import NotFound, RollwireError, Unauthorized
 from rollwire.settings import GatewaySettings
 from rollwire.store import Rollout, now_ns, session_scope

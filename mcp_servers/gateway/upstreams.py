@@ -17,7 +17,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from mcp_servers.state import ROLLOUT_HEADER, TASK_HEADER
+from rollwire.mcp_servers.state import ROLLOUT_HEADER, TASK_HEADER
 from rollwire.errors import InvalidRequest, UpstreamError
 
 log = logging.getLogger(__name__)

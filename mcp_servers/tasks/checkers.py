@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcp_servers.envs import calendar, mail, sqldb
-from mcp_servers.state import read_json
-from mcp_servers.tasks.schema import Criterion, Task
+from rollwire.mcp_servers.envs import calendar, mail, sqldb
+from rollwire.mcp_servers.state import read_json
+from rollwire.mcp_servers.tasks.schema import Criterion, Task
 from rollwire.errors import InvalidRequest
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from mcp_servers.tasks.schema import Suite, Task
+from rollwire.mcp_servers.tasks.schema import Suite, Task
 from rollwire.errors import InvalidRequest, NotFound
 
 SUITES_DIR = Path(__file__).parent / "suites"

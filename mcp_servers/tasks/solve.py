@@ -14,8 +14,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from mcp_servers.state import ROLLOUT_HEADER, TASK_HEADER
-from mcp_servers.tasks.schema import ToolCall
+from rollwire.mcp_servers.state import ROLLOUT_HEADER, TASK_HEADER
+from rollwire.mcp_servers.tasks.schema import ToolCall
 
 
 def env_client(url: str, rollout_id: str, task_ref: str | None = None, headers: dict[str, str] | None = None) -> tuple[Client, httpx2.AsyncClient]:

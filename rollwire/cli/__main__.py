@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "export": "rollwire.cli.export",
     "proxy": "rollwire.cli.proxy",
     "traces": "rollwire.cli.traces",
+    "mcp": "rollwire.cli.mcp",
     "k8s": "rollwire.cli.k8s",
 }
 """Subcommand name -> module; modules are imported only to build the parser or run."""

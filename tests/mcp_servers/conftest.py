@@ -12,11 +12,11 @@ import pytest
 from sqlalchemy.engine import Engine
 from sqlmodel import select
 
-from mcp_servers.envs.app import SERVERS, build_app, runtime
-from mcp_servers.envs.rollout import EnvRuntime
-from mcp_servers.tasks.loader import task_initial
-from mcp_servers.gateway.server import build_gateway_app
-from mcp_servers.gateway.upstreams import UpstreamSpec
+from rollwire.mcp_servers.envs.app import SERVERS, build_app, runtime
+from rollwire.mcp_servers.envs.rollout import EnvRuntime
+from rollwire.mcp_servers.tasks.loader import task_initial
+from rollwire.mcp_servers.gateway.server import build_gateway_app
+from rollwire.mcp_servers.gateway.upstreams import UpstreamSpec
 from rollwire.serving import ServerThread
 from rollwire.settings import GatewaySettings, McpSettings
 from rollwire.store import Rollout, Run, ToolEvent, session_scope

@@ -7,8 +7,8 @@ import os
 
 import anyio
 
-from mcp_servers.tasks.schema import ToolCall
-from mcp_servers.tasks.solve import play
+from rollwire.mcp_servers.tasks.schema import ToolCall
+from rollwire.mcp_servers.tasks.solve import play
 from tests.mcp_servers.conftest import EnvServers
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 from mcp import Client
 
-from mcp_servers.gateway.upstreams import UpstreamSpec
+from rollwire.mcp_servers.gateway.upstreams import UpstreamSpec
 from tests.mcp_servers.conftest import EnvServers, gateway_stack
 
 CRASHY = UpstreamSpec("crashy", command=sys.executable, args=(str(Path(__file__).with_name("crash_server.py")),))

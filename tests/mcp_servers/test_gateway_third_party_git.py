@@ -11,7 +11,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from mcp_servers.gateway.upstreams import UpstreamSpec
+from rollwire.mcp_servers.gateway.upstreams import UpstreamSpec
 from tests.mcp_servers.conftest import EnvServers, gateway_stack
 
 GIT_SERVER = Path(sys.executable).with_name("mcp-server-git")

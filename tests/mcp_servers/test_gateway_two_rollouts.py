@@ -7,8 +7,8 @@ import anyio
 import httpx
 from mcp import Client
 
-from mcp_servers.tasks.checkers import score
-from mcp_servers.tasks.loader import resolve_task
+from rollwire.mcp_servers.tasks.checkers import score
+from rollwire.mcp_servers.tasks.loader import resolve_task
 from tests.mcp_servers.conftest import EnvServers, GatewayStack, gateway_stack
 
 

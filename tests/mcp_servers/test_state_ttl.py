@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from mcp_servers.envs import workspace
-from mcp_servers.state import StateStore
+from rollwire.mcp_servers.envs import workspace
+from rollwire.mcp_servers.state import StateStore
 
 
 def test_seed_once_isolated_and_swept(tmp_path: Path) -> None:

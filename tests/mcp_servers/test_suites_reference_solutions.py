@@ -6,10 +6,10 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from mcp_servers.tasks.checkers import score
-from mcp_servers.tasks.loader import load_suite, suite_names
-from mcp_servers.tasks.schema import ToolCall
-from mcp_servers.tasks.solve import play
+from rollwire.mcp_servers.tasks.checkers import score
+from rollwire.mcp_servers.tasks.loader import load_suite, suite_names
+from rollwire.mcp_servers.tasks.schema import ToolCall
+from rollwire.mcp_servers.tasks.solve import play
 from tests.mcp_servers.conftest import EnvServers
 
 

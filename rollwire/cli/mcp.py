@@ -1,0 +1,116 @@
+"""MCP task environments and the recording gateway.
+
+  rollwire mcp serve [NAME|all] [--transport http|stdio]   env servers (workspace, sqldb, calendar, mail);
+                                                           over HTTP all are hosted at /<name>/mcp (+ /health)
+  rollwire mcp gateway                                     the gateway: MCP at /r/<token>/mcp, calls recorded
+  rollwire mcp suites [NAME]                               the shipped task suites, or one suite's tasks
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rollwire.errors import InvalidRequest
+from rollwire.settings import GatewaySettings, McpSettings, Settings
+
+HELP = "MCP env servers (workspace, sqldb, calendar, mail), the recording gateway, task suites"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="mcp_command", metavar="ACTION", required=True)
+    env = McpSettings.model_fields
+    serve = sub.add_parser("serve", help="serve env servers over streamable HTTP or stdio")
+    serve.add_argument("name", nargs="?", default="all", help="workspace, sqldb, calendar, mail or all (HTTP only)")
+    serve.add_argument("--transport", choices=["http", "stdio"], default="http")
+    serve.add_argument("--host", default=None, help=f"{env['host'].description} (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help=f"{env['port'].description} (default 8200)")
+    serve.add_argument("--state-dir", default=None, help=env["state_dir"].description)
+    serve.add_argument("--rollout", default=None, dest="stdio_rollout", help=env["stdio_rollout"].description)
+    serve.add_argument("--task", default=None, dest="stdio_task", help=env["stdio_task"].description)
+    gw = GatewaySettings.model_fields
+    gateway = sub.add_parser("gateway", help="serve the recording MCP gateway at /r/<token>/mcp")
+    gateway.add_argument("--host", default=None, help=f"{gw['host'].description} (default 127.0.0.1)")
+    gateway.add_argument("--port", type=int, default=None, help=f"{gw['port'].description} (default 8300)")
+    gateway.add_argument("--env-url", default=None, help=gw["env_url"].description)
+    gateway.add_argument("--upstreams", default=None, dest="upstreams_file", help=gw["upstreams_file"].description)
+    gateway.add_argument("--max-tool-calls", type=int, default=None, help=gw["max_tool_calls"].description)
+    gateway.add_argument("--call-timeout", type=float, default=None, dest="call_timeout_s", help=gw["call_timeout_s"].description)
+    gateway.add_argument("--db", default=None, metavar="URL", help="SQLAlchemy URL of the trace store (default: home)")
+    suites = sub.add_parser("suites", help="list the shipped task suites, or the tasks of one (name or JSON path)")
+    suites.add_argument("name", nargs="?", default=None)
+
+
+def _pick(model: McpSettings | GatewaySettings, args: argparse.Namespace, names: tuple[str, ...]):  # type: ignore[no-untyped-def]
+    return model.model_copy(update={n: getattr(args, n) for n in names if getattr(args, n, None) is not None})
+
+
+def _check_port(port: int) -> None:
+    if not 0 < port < 65536:
+        raise InvalidRequest("--port must be in 1..65535")
+
+
+def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    import anyio
+    import uvicorn
+
+    from rollwire.mcp_servers.envs.app import SERVERS, build_app, build_server, runtime
+    from rollwire.mcp_servers.tasks.loader import task_initial
+
+    mcp = _pick(settings.mcp, args, ("host", "port", "state_dir", "stdio_rollout", "stdio_task"))
+    names = list(SERVERS) if args.name == "all" else [args.name]
+    env = runtime(mcp, settings.home, task_initial)
+    if args.transport == "stdio":
+        if len(names) != 1:
+            raise InvalidRequest("stdio serves one server: name workspace, sqldb, calendar or mail")
+        anyio.run(build_server(names[0], env).run_stdio_async)
+        return 0
+    _check_port(mcp.port)
+    app = build_app(names, env, mcp.allowed_hosts, mcp.max_payload_bytes + 64_000)
+    base = f"http://{mcp.host}:{mcp.port}"
+    print(f"env servers: {', '.join(f'{base}/{n}/mcp' for n in names)}  state: {env.store.root}", file=sys.stderr)
+    uvicorn.run(app, host=mcp.host, port=mcp.port, log_level="warning")
+    return 0
+
+
+def _gateway(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    from rollwire.mcp_servers.gateway.server import build_gateway_app
+    from rollwire.mcp_servers.gateway.upstreams import load_upstreams
+    from rollwire.store.db import open_engine
+
+    gw = _pick(settings.mcp.gateway, args, ("host", "port", "env_url", "upstreams_file", "max_tool_calls", "call_timeout_s"))
+    _check_port(gw.port)
+    extra = load_upstreams(gw.upstreams_file)
+    app = build_gateway_app(gw, open_engine(args.db or settings.store_url()), extra)
+    print(f"gateway: http://{gw.host}:{gw.port}/r/<token>/mcp  (env servers at {gw.env_url}; "
+          f"extra upstreams: {', '.join(extra) or 'none'})", file=sys.stderr)
+    uvicorn.run(app, host=gw.host, port=gw.port, log_level="warning")
+    return 0
+
+
+def _suites(args: argparse.Namespace) -> int:
+    from rollwire.mcp_servers.tasks.loader import load_suite, suite_names
+
+    if args.name is None:
+        for name in suite_names():
+            suite = load_suite(name)
+            print(f"{name:10} {len(suite.split('train')):4} train {len(suite.split('held_out')):4} held-out  {suite.description}")
+        return 0
+    suite = load_suite(args.name)
+    for task in suite.tasks:
+        print(f"{task.id:24} {task.split:8} {','.join(task.servers):22} {task.instruction}")
+    return 0
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    if args.mcp_command == "serve":
+        return _serve(args, settings)
+    if args.mcp_command == "gateway":
+        return _gateway(args, settings)
+    return _suites(args)
+
+
+
+__all__ = ["HELP", "add_arguments", "run"]
