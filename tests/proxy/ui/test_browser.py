@@ -1,0 +1,61 @@
+"""Real headless Chromium: the runs page of a recorded run -> its rollouts -> one rollout, whose sampled
+tokens are marked apart from prompt tokens and whose tool events (one failing) are listed; a screenshot
+is saved in the test's tmp dir."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench.viewer import DevTools, find_chromium
+from tests.proxy.ui.conftest import Recorded
+
+
+@pytest.fixture()
+def browser() -> Iterator[DevTools]:
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("needs Debian's chromium package (apt-get install chromium); not on PATH")
+    tools = DevTools(binary)
+    yield tools
+    tools.close()
+
+
+def _click(browser: DevTools, selector: str) -> str:
+    """Wait for a link, click it like a user, and give back where it led."""
+    found = json.dumps(selector)
+    href = browser.wait_for(f"document.querySelector({found})?.getAttribute('href')")
+    browser.call("Runtime.evaluate", expression=f"document.querySelector({found}).click()")
+    return str(href)
+
+
+def test_runs_to_rollout_in_chromium(browser: DevTools, recorded: Recorded, tmp_path: Path) -> None:
+    browser.call("Page.navigate", url=f"{recorded.proxy.url}/ui/?key={recorded.key}#/")
+    assert _click(browser, f'a.run-link[href="#/run/{recorded.run}"]') == f"#/run/{recorded.run}"
+    assert _click(browser, "a.rollout-link") == f"#/rollout/{recorded.rollout}"
+    browser.wait_for("document.getElementById('rw-perf')")
+    seen = browser.wait_for("""({
+        url: location.href, sampled: document.querySelectorAll('.tokens span.s').length,
+        prompt: document.querySelectorAll('.tokens span.p').length,
+        sampledColour: getComputedStyle(document.querySelector('.tokens span.s')).backgroundColor,
+        promptColour: getComputedStyle(document.querySelector('.tokens span.p')).backgroundColor,
+        tools: [...document.querySelectorAll('#timeline tr.tool-event')].map(r => [r.cells[1].textContent,
+                r.classList.contains('error')]),
+        calls: document.querySelectorAll('#timeline tr.model-call').length,
+        breakdown: document.getElementById('reward-breakdown').textContent,
+        log: document.getElementById('log-tail').textContent})""")
+    trajectory = recorded.proxy.admin.get(f"/admin/v1/rollouts/{recorded.rollout}/trajectory").json()
+    masks = [m for s in trajectory["segments"] for m in s["loss_mask"]]
+    assert seen["sampled"] == sum(masks) > 0 and seen["prompt"] == len(masks) - sum(masks)
+    assert seen["sampledColour"] != seen["promptColour"]
+    assert seen["tools"] == [["files.read_file", False], ["shell.run", True]] and seen["calls"] == 2
+    assert "tests_pass" in seen["breakdown"] and seen["log"] == "harness: done\n"
+    assert "key=" not in seen["url"]  # the key went into the cookie, not the address bar
+    shot = browser.call("Page.captureScreenshot", format="png")
+    path = tmp_path / "rollout.png"
+    path.write_bytes(base64.b64decode(shot["data"]))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
