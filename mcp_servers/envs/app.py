@@ -10,14 +10,14 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
+from rollwire.mcp_servers.envs import calendar, mail, sqldb, workspace
+from rollwire.mcp_servers.envs.rollout import EnvRuntime
+from rollwire.mcp_servers.state import StateStore
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
-from rollwire.mcp_servers.envs import calendar, mail, sqldb, workspace
-from rollwire.mcp_servers.envs.rollout import EnvRuntime
-from rollwire.mcp_servers.state import StateStore
 from rollwire.errors import InvalidRequest
 from rollwire.settings import McpSettings
 

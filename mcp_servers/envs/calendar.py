@@ -11,7 +11,6 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-
 from rollwire.mcp_servers.envs.rollout import EnvRuntime
 from rollwire.mcp_servers.state import read_json, write_json
 
@@ -63,8 +62,14 @@ def build(env: EnvRuntime) -> MCPServer:
         start_s, end_s = _time("start", start), _time("end", end)
         if end_s < start_s:
             raise ToolError("end must not be before start")
-        event = {"id": uuid.uuid4().hex[:8], "title": title, "start": start_s, "end": end_s,
-                 "attendees": list(attendees or []), "location": location}
+        event = {
+            "id": uuid.uuid4().hex[:8],
+            "title": title,
+            "start": start_s,
+            "end": end_s,
+            "attendees": list(attendees or []),
+            "location": location,
+        }
         path = path_of(ctx)
         with _lock:
             write_json(path, [*read_json(path, []), event])

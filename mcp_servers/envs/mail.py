@@ -11,7 +11,6 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-
 from rollwire.mcp_servers.envs.rollout import EnvRuntime
 from rollwire.mcp_servers.state import read_json, write_json
 
@@ -66,8 +65,16 @@ def build(env: EnvRuntime) -> MCPServer:
         if not to or bad:
             raise ToolError(f"to must list valid email addresses; bad: {bad or 'none given'}")
         env.check_size("body", subject + body)
-        message = {"id": uuid.uuid4().hex[:8], "folder": "sent", "from": OWNER, "to": to,
-                   "subject": subject, "body": body, "date": "", "read": True}
+        message = {
+            "id": uuid.uuid4().hex[:8],
+            "folder": "sent",
+            "from": OWNER,
+            "to": to,
+            "subject": subject,
+            "body": body,
+            "date": "",
+            "read": True,
+        }
         path = path_of(ctx)
         with _lock:
             write_json(path, [*read_json(path, []), message])

@@ -35,13 +35,20 @@ class ToolRecorder:
 
     def _write(self, record: ToolCallRecord) -> None:
         with session_scope(self._engine) as session:
-            session.add(ToolEvent(
-                rollout_id=record.rollout_id, server=record.server, tool=record.tool,
-                arguments_json=json.dumps(record.arguments, default=str), result_json=json.dumps(record.result, default=str),
-                is_error=record.is_error, error=record.error,
-                latency_ms=(record.ended_ns - record.started_ns) / 1e6,
-                started_ns=record.started_ns, ended_ns=record.ended_ns,
-            ))
+            session.add(
+                ToolEvent(
+                    rollout_id=record.rollout_id,
+                    server=record.server,
+                    tool=record.tool,
+                    arguments_json=json.dumps(record.arguments, default=str),
+                    result_json=json.dumps(record.result, default=str),
+                    is_error=record.is_error,
+                    error=record.error,
+                    latency_ms=(record.ended_ns - record.started_ns) / 1e6,
+                    started_ns=record.started_ns,
+                    ended_ns=record.ended_ns,
+                )
+            )
 
     async def record(self, record: ToolCallRecord) -> None:
         """Store the call; a store failure is logged, and the model still gets its result."""

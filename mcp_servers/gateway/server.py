@@ -15,6 +15,11 @@ import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from rollwire.mcp_servers.envs.app import SERVERS, security
+from rollwire.mcp_servers.gateway.limits import LimitExceeded, RolloutLimits
+from rollwire.mcp_servers.gateway.recorder import ToolCallRecord, ToolRecorder
+from rollwire.mcp_servers.gateway.upstreams import UpstreamPool, UpstreamSpec
+from rollwire.mcp_servers.tasks.loader import resolve_task
 from sqlalchemy.engine import Engine
 from sqlmodel import select
 from starlette.applications import Starlette
@@ -23,11 +28,6 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from rollwire.mcp_servers.envs.app import SERVERS, security
-from rollwire.mcp_servers.gateway.limits import LimitExceeded, RolloutLimits
-from rollwire.mcp_servers.gateway.recorder import ToolCallRecord, ToolRecorder
-from rollwire.mcp_servers.gateway.upstreams import UpstreamPool, UpstreamSpec
-from rollwire.mcp_servers.tasks.loader import resolve_task
 from rollwire.errors import NotFound, RollwireError, Unauthorized
 from rollwire.settings import GatewaySettings
 from rollwire.store import Rollout, now_ns, session_scope
@@ -138,13 +138,24 @@ class Gateway:
         except LimitExceeded as exc:
             result = _error(str(exc))
         error = "".join(getattr(b, "text", "") for b in result.content) if result.is_error else None
-        await self.recorder.record(ToolCallRecord(
-            info.rollout_id, server, tool, arguments, result.model_dump(mode="json", by_alias=True, exclude_none=True),
-            bool(result.is_error), error, started, now_ns(),
-        ))
+        await self.recorder.record(
+            ToolCallRecord(
+                info.rollout_id,
+                server,
+                tool,
+                arguments,
+                result.model_dump(mode="json", by_alias=True, exclude_none=True),
+                bool(result.is_error),
+                error,
+                started,
+                now_ns(),
+            )
+        )
         return result
 
-    async def _forward(self, info: RolloutInfo, server: str, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def _forward(
+        self, info: RolloutInfo, server: str, tool: str, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
         pool = self._pool()
         try:
             conn = await pool.get(info.rollout_id, info.task_ref, self.specs[server])
@@ -157,7 +168,7 @@ class Gateway:
         except TimeoutError:
             pool.drop(info.rollout_id, server)
             return _error(f"tool {tool!r} on {server!r} timed out after {self.settings.call_timeout_s:g}s")
-        except Exception as exc:  # the upstream crashed or broke the protocol: report it, reconnect next time
+        except Exception as exc:  # noqa: BLE001 - an upstream crash or protocol break: report it, reconnect next time
             pool.drop(info.rollout_id, server)
             log.info("upstream %s failed mid-call: %s", server, exc.__class__.__name__)
             return _error(f"MCP server {server!r} failed during {tool!r}: {exc.__class__.__name__}: {exc}")
@@ -175,7 +186,9 @@ def build_mcp(gateway: Gateway) -> Server[Any]:
     async def list_tools(ctx: ServerRequestContext[Any, Any], _params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=(await gateway.tool_map(_info(ctx))).tools)
 
-    async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         return await gateway.call(_info(ctx), params.name, dict(params.arguments or {}))
 
     return Server("rollwire-gateway", on_list_tools=list_tools, on_call_tool=call_tool)
@@ -198,7 +211,9 @@ class _Endpoint:
         await self.manager.handle_request(scope, receive, send)
 
 
-def build_gateway_app(settings: GatewaySettings, engine: Engine, extra: dict[str, UpstreamSpec] | None = None) -> Starlette:
+def build_gateway_app(
+    settings: GatewaySettings, engine: Engine, extra: dict[str, UpstreamSpec] | None = None
+) -> Starlette:
     """The gateway as a Starlette app (its own process, or mounted into the proxy)."""
     gateway = Gateway(settings, engine, extra or {})
     manager = StreamableHTTPSessionManager(app=build_mcp(gateway), security_settings=security(settings.allowed_hosts))
@@ -216,7 +231,9 @@ def build_gateway_app(settings: GatewaySettings, engine: Engine, extra: dict[str
             finally:
                 gateway.pool.close_all()
 
-    return Starlette(routes=[Route("/health", health), Route("/r/{token}/mcp", _Endpoint(gateway, manager))], lifespan=lifespan)
+    return Starlette(
+        routes=[Route("/health", health), Route("/r/{token}/mcp", _Endpoint(gateway, manager))], lifespan=lifespan
+    )
 
 
 __all__ = ["Gateway", "RolloutInfo", "build_gateway_app"]

@@ -16,8 +16,8 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-
 from rollwire.mcp_servers.state import ROLLOUT_HEADER, TASK_HEADER
+
 from rollwire.errors import InvalidRequest, UpstreamError
 
 log = logging.getLogger(__name__)
@@ -38,8 +38,14 @@ class UpstreamSpec:
     def from_dict(cls, name: str, raw: dict[str, Any]) -> UpstreamSpec:
         if bool(raw.get("url")) == bool(raw.get("command")):
             raise InvalidRequest(f"upstream {name!r} needs exactly one of 'url' or 'command'")
-        return cls(name, raw.get("url", ""), raw.get("command", ""), tuple(raw.get("args", [])),
-                   tuple(sorted((raw.get("env") or {}).items())), bool(raw.get("forward_identity", False)))
+        return cls(
+            name,
+            raw.get("url", ""),
+            raw.get("command", ""),
+            tuple(raw.get("args", [])),
+            tuple(sorted((raw.get("env") or {}).items())),
+            bool(raw.get("forward_identity", False)),
+        )
 
 
 def load_upstreams(path: str) -> dict[str, UpstreamSpec]:
@@ -73,7 +79,9 @@ def _client(spec: UpstreamSpec, rollout_id: str, task_ref: str | None) -> tuple[
     if spec.command:
         params = StdioServerParameters(command=spec.command, args=list(spec.args), env=dict(spec.env) or None)
         return Client(params), None
-    headers = {ROLLOUT_HEADER: rollout_id, **({TASK_HEADER: task_ref} if task_ref else {})} if spec.forward_identity else {}
+    headers = (
+        {ROLLOUT_HEADER: rollout_id, **({TASK_HEADER: task_ref} if task_ref else {})} if spec.forward_identity else {}
+    )
     http = create_mcp_http_client(headers=headers)
     return Client(streamable_http_client(spec.url, http_client=http)), http
 
@@ -88,7 +96,7 @@ async def _own(conn: Connection, rollout_id: str, task_ref: str | None) -> None:
         else:
             async with client:
                 await _hold(conn, client)
-    except Exception as exc:  # any transport failure: recorded on the connection, never raised into the gateway
+    except Exception as exc:  # noqa: BLE001 - any transport failure is recorded on the connection, never raised
         conn.error = f"upstream {conn.spec.name!r} failed: {exc.__class__.__name__}: {exc}".strip()
         log.info("upstream %s closed: %s", conn.spec.name, exc.__class__.__name__)
     finally:

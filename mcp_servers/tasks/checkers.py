@@ -14,6 +14,7 @@ from typing import Any
 from rollwire.mcp_servers.envs import calendar, mail, sqldb
 from rollwire.mcp_servers.state import read_json
 from rollwire.mcp_servers.tasks.schema import Criterion, Task
+
 from rollwire.errors import InvalidRequest
 
 

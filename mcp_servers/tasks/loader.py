@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-
 from rollwire.mcp_servers.tasks.schema import Suite, Task
+
 from rollwire.errors import InvalidRequest, NotFound
 
 SUITES_DIR = Path(__file__).parent / "suites"

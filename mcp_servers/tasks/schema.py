@@ -10,7 +10,9 @@ from pydantic import BaseModel, Field
 class Criterion(BaseModel):
     """One checklist item of a checker; ``kind`` names a check in ``checkers.CHECKS``."""
 
-    kind: str = Field(description="file_exists, file_equals, file_contains, sql_equals, event_exists, mail_sent, answer_contains")
+    kind: str = Field(
+        description="file_exists, file_equals, file_contains, sql_equals, event_exists, mail_sent, answer_contains"
+    )
     weight: float = Field(1.0, gt=0)
     name: str = Field("", description="Label in the breakdown; default kind + index.")
     args: dict[str, Any] = Field(default_factory=dict)

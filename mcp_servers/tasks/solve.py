@@ -13,12 +13,13 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-
 from rollwire.mcp_servers.state import ROLLOUT_HEADER, TASK_HEADER
 from rollwire.mcp_servers.tasks.schema import ToolCall
 
 
-def env_client(url: str, rollout_id: str, task_ref: str | None = None, headers: dict[str, str] | None = None) -> tuple[Client, httpx2.AsyncClient]:
+def env_client(
+    url: str, rollout_id: str, task_ref: str | None = None, headers: dict[str, str] | None = None
+) -> tuple[Client, httpx2.AsyncClient]:
     """An official MCP client for one server URL that identifies itself as ``rollout_id`` (and its task)."""
     sent = {ROLLOUT_HEADER: rollout_id, **(headers or {})}
     if task_ref:

@@ -1,9 +1,9 @@
 """MCP task environments and the recording gateway.
 
-  rollwire mcp serve [NAME|all] [--transport http|stdio]   env servers (workspace, sqldb, calendar, mail);
-                                                           over HTTP all are hosted at /<name>/mcp (+ /health)
-  rollwire mcp gateway                                     the gateway: MCP at /r/<token>/mcp, calls recorded
-  rollwire mcp suites [NAME]                               the shipped task suites, or one suite's tasks
+rollwire mcp serve [NAME|all] [--transport http|stdio]   env servers (workspace, sqldb, calendar, mail);
+                                                         over HTTP all are hosted at /<name>/mcp (+ /health)
+rollwire mcp gateway                                     the gateway: MCP at /r/<token>/mcp, calls recorded
+rollwire mcp suites [NAME]                               the shipped task suites, or one suite's tasks
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gateway.add_argument("--env-url", default=None, help=gw["env_url"].description)
     gateway.add_argument("--upstreams", default=None, dest="upstreams_file", help=gw["upstreams_file"].description)
     gateway.add_argument("--max-tool-calls", type=int, default=None, help=gw["max_tool_calls"].description)
-    gateway.add_argument("--call-timeout", type=float, default=None, dest="call_timeout_s", help=gw["call_timeout_s"].description)
+    gateway.add_argument(
+        "--call-timeout", type=float, default=None, dest="call_timeout_s", help=gw["call_timeout_s"].description
+    )
     gateway.add_argument("--db", default=None, metavar="URL", help="SQLAlchemy URL of the trace store (default: home)")
     suites = sub.add_parser("suites", help="list the shipped task suites, or the tasks of one (name or JSON path)")
     suites.add_argument("name", nargs="?", default=None)
@@ -80,12 +82,17 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
     from rollwire.mcp_servers.gateway.upstreams import load_upstreams
     from rollwire.store.db import open_engine
 
-    gw = _pick(settings.mcp.gateway, args, ("host", "port", "env_url", "upstreams_file", "max_tool_calls", "call_timeout_s"))
+    gw = _pick(
+        settings.mcp.gateway, args, ("host", "port", "env_url", "upstreams_file", "max_tool_calls", "call_timeout_s")
+    )
     _check_port(gw.port)
     extra = load_upstreams(gw.upstreams_file)
     app = build_gateway_app(gw, open_engine(args.db or settings.store_url()), extra)
-    print(f"gateway: http://{gw.host}:{gw.port}/r/<token>/mcp  (env servers at {gw.env_url}; "
-          f"extra upstreams: {', '.join(extra) or 'none'})", file=sys.stderr)
+    print(
+        f"gateway: http://{gw.host}:{gw.port}/r/<token>/mcp  (env servers at {gw.env_url}; "
+        f"extra upstreams: {', '.join(extra) or 'none'})",
+        file=sys.stderr,
+    )
     uvicorn.run(app, host=gw.host, port=gw.port, log_level="warning")
     return 0
 
@@ -96,7 +103,9 @@ def _suites(args: argparse.Namespace) -> int:
     if args.name is None:
         for name in suite_names():
             suite = load_suite(name)
-            print(f"{name:10} {len(suite.split('train')):4} train {len(suite.split('held_out')):4} held-out  {suite.description}")
+            print(
+                f"{name:10} {len(suite.split('train')):4} train {len(suite.split('held_out')):4} held-out  {suite.description}"
+            )
         return 0
     suite = load_suite(args.name)
     for task in suite.tasks:
@@ -110,7 +119,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.mcp_command == "gateway":
         return _gateway(args, settings)
     return _suites(args)
-
 
 
 __all__ = ["HELP", "add_arguments", "run"]

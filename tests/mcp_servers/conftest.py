@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from rollwire.mcp_servers.envs.app import SERVERS, build_app, runtime
+from rollwire.mcp_servers.envs.rollout import EnvRuntime
+from rollwire.mcp_servers.gateway.server import build_gateway_app
+from rollwire.mcp_servers.gateway.upstreams import UpstreamSpec
+from rollwire.mcp_servers.tasks.loader import task_initial
 from sqlalchemy.engine import Engine
 from sqlmodel import select
 
-from rollwire.mcp_servers.envs.app import SERVERS, build_app, runtime
-from rollwire.mcp_servers.envs.rollout import EnvRuntime
-from rollwire.mcp_servers.tasks.loader import task_initial
-from rollwire.mcp_servers.gateway.server import build_gateway_app
-from rollwire.mcp_servers.gateway.upstreams import UpstreamSpec
 from rollwire.serving import ServerThread
 from rollwire.settings import GatewaySettings, McpSettings
 from rollwire.store import Rollout, Run, ToolEvent, session_scope
@@ -61,8 +61,15 @@ class GatewayStack:
             if session.get(Run, "run-1") is None:
                 session.add(Run(id="run-1"))
                 session.flush()
-            session.add(Rollout(id=rollout_id, run_id="run-1", token_hash=hashlib.sha256(token.encode()).hexdigest(),
-                                task_id=task_id or None, meta=meta))
+            session.add(
+                Rollout(
+                    id=rollout_id,
+                    run_id="run-1",
+                    token_hash=hashlib.sha256(token.encode()).hexdigest(),
+                    task_id=task_id or None,
+                    meta=meta,
+                )
+            )
         return token
 
     def mcp_url(self, token: str) -> str:
@@ -70,12 +77,15 @@ class GatewayStack:
 
     def events(self, rollout_id: str) -> list[ToolEvent]:
         with session_scope(self.engine) as session:
-            rows = session.exec(select(ToolEvent).where(ToolEvent.rollout_id == rollout_id).order_by(ToolEvent.started_ns))
+            rows = session.exec(
+                select(ToolEvent).where(ToolEvent.rollout_id == rollout_id).order_by(ToolEvent.started_ns)
+            )
             return list(rows)
 
 
-def gateway_stack(env: EnvServers, store_url: str, extra: dict[str, UpstreamSpec] | None = None,
-                  **overrides: object) -> tuple[ServerThread, GatewayStack]:
+def gateway_stack(
+    env: EnvServers, store_url: str, extra: dict[str, UpstreamSpec] | None = None, **overrides: object
+) -> tuple[ServerThread, GatewayStack]:
     settings = GatewaySettings(env_url=env.url, **overrides)  # type: ignore[arg-type]
     engine = open_engine(store_url)
     server = ServerThread(build_gateway_app(settings, engine, extra))

@@ -10,17 +10,30 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-
-from rollwire.cli.__main__ import main
 from rollwire.mcp_servers.tasks.checkers import score
 from rollwire.mcp_servers.tasks.loader import resolve_task
+
+from rollwire.cli.__main__ import main
 
 
 def test_stdio_workspace_server(tmp_path: Path) -> None:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "rollwire.cli", "mcp", "serve", "workspace", "--transport", "stdio",
-              "--state-dir", str(tmp_path), "--rollout", "r1", "--task", "tiny:write-owl"],
+        args=[
+            "-m",
+            "rollwire.cli",
+            "mcp",
+            "serve",
+            "workspace",
+            "--transport",
+            "stdio",
+            "--state-dir",
+            str(tmp_path),
+            "--rollout",
+            "r1",
+            "--task",
+            "tiny:write-owl",
+        ],
     )
 
     async def scenario() -> set[str]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 
 import anyio
-
 from rollwire.mcp_servers.tasks.schema import ToolCall
 from rollwire.mcp_servers.tasks.solve import play
+
 from tests.mcp_servers.conftest import EnvServers
 
 
@@ -56,7 +56,9 @@ def test_sqldb_refuses_escapes(env_servers: EnvServers) -> None:
 def test_bad_arguments_and_oversized_payloads(env_servers: EnvServers) -> None:
     _refused(_run(env_servers, "b1", "workspace", "write_file", path="a.txt"), "content")
     _refused(_run(env_servers, "b1", "calendar", "create_event", title="x", start="tomorrow", end="later"), "ISO")
-    _refused(_run(env_servers, "b1", "mail", "send_message", to=["not-an-address"], subject="s", body="b"), "valid email")
+    _refused(
+        _run(env_servers, "b1", "mail", "send_message", to=["not-an-address"], subject="s", body="b"), "valid email"
+    )
     _refused(_run(env_servers, "b1", "mail", "read_message", message_id="nope"), "no message")
     _refused(_run(env_servers, "b1", "workspace", "write_file", path="big.txt", content="x" * 30_000), "limit")
     _refused(_run(env_servers, "../etc", "workspace", "list_files"), "rollout id")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import anyio
 from mcp import Client
-
 from rollwire.mcp_servers.gateway.upstreams import UpstreamSpec
+
 from tests.mcp_servers.conftest import EnvServers, gateway_stack
 
 CRASHY = UpstreamSpec("crashy", command=sys.executable, args=(str(Path(__file__).with_name("crash_server.py")),))
@@ -21,7 +21,11 @@ def _text(result: object) -> str:
 
 def test_failures_are_tool_errors_and_others_keep_working(env_servers: EnvServers, store_url: str) -> None:
     server, stack = gateway_stack(
-        env_servers, store_url, {"crashy": CRASHY}, max_tool_calls=6, call_timeout_s=3.0,
+        env_servers,
+        store_url,
+        {"crashy": CRASHY},
+        max_tool_calls=6,
+        call_timeout_s=3.0,
         allowed_tools=["echo", "crash", "hang", "write_file", "read_file"],
     )
     with server:

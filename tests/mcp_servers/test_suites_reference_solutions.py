@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import anyio
 import pytest
-
 from rollwire.mcp_servers.tasks.checkers import score
 from rollwire.mcp_servers.tasks.loader import load_suite, suite_names
 from rollwire.mcp_servers.tasks.schema import ToolCall
 from rollwire.mcp_servers.tasks.solve import play
+
 from tests.mcp_servers.conftest import EnvServers
 
 
@@ -42,7 +42,9 @@ def test_reference_solution_scores_one_and_wrong_scores_less(suite: str, env_ser
         result = score(task, env_servers.folder(good), task.reference_answer)
         assert result.reward == 1.0, (task_id, result.breakdown)
         # wrong: the solution minus its last step, and a wrong final answer
-        wrong = task.reference_solution[:-1] or [ToolCall(server="workspace", tool="write_file", arguments={"path": "answer.txt", "content": "nope"})]
+        wrong = task.reference_solution[:-1] or [
+            ToolCall(server="workspace", tool="write_file", arguments={"path": "answer.txt", "content": "nope"})
+        ]
         anyio.run(play, wrong, env_servers.server_url, bad, ref)
         wrong_result = score(task, env_servers.folder(bad), "I do not know")
         assert wrong_result.reward < 1.0, (task_id, wrong_result.breakdown)
