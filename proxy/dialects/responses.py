@@ -142,11 +142,6 @@ def _check_unsupported(body: dict[str, Any]) -> None:
     fmt = text.get("format") if isinstance(text, dict) else None
     if isinstance(fmt, dict) and fmt.get("type", "text") != "text":
         raise InvalidRequest(f"text.format {fmt.get('type')!r} is not supported (only 'text')", param="text.format")
-    if body.get("previous_response_id") is not None:
-        raise InvalidRequest(
-            "previous_response_id is not stored for this rollout; send the whole input with store: false",
-            param="previous_response_id",
-        )
 
 
 def _ids(generation: Generation) -> tuple[str, str]:

@@ -10,6 +10,7 @@ from typing import Any
 import anyio.to_thread
 from rollwire.proxy.dialects.messages import MessagesDialect, parse_messages
 from rollwire.proxy.dialects.responses import ResponsesDialect
+from rollwire.proxy.dialects.responses_history import expand_previous
 from rollwire.proxy.sse import SSE_HEADERS
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -42,6 +43,8 @@ def _generate_route(dialect: Any) -> Handler:
         state = request.app.state.proxy
         caller = await state.auth.caller(request)
         raw = await state.read_json(request)
+        if dialect is RESPONSES:
+            raw = await expand_previous(state.engine, caller.rollout_id, raw)
         conv = dialect.parse_request(raw)
         generation, body = await state.generator.generate(caller, conv, dialect, raw)
         if not conv.stream:

@@ -81,3 +81,17 @@ def test_stream_assembles_to_the_same_shape(dialect_stack: Stack) -> None:
         dialect_stack.tap.calls[-1][1]["choices"][0]["token_ids"]
     )
     dialect_stack.check_exact(rollout["id"], first)
+
+
+def test_previous_response_id_continues_the_stored_history(dialect_stack: Stack) -> None:
+    client, rollout = _client(dialect_stack)
+    first = len(dialect_stack.tap.calls)
+    out = client.responses.create(model="m", input=ROUND_TRIP, tools=TOOLS, max_output_tokens=5, temperature=0.0)
+    follow = [{"role": "user", "content": "And Rome?"}]
+    again = client.responses.create(
+        model="m", previous_response_id=out.id, input=follow, tools=TOOLS, max_output_tokens=5, temperature=0.0
+    )
+    assert again.usage is not None and out.usage is not None
+    assert again.usage.input_tokens > out.usage.input_tokens + out.usage.output_tokens
+    trajectory = dialect_stack.check_exact(rollout["id"], first)
+    assert len(trajectory["segments"]) == 1  # the expanded history splices onto the first call's exact ids
