@@ -1,0 +1,58 @@
+"""Must-show 3: a rollout driven through proxy (model calls) and gateway (tool calls) on one store: every tool call
+is a ToolEvent, and model calls and tool events interleave by started_ns in the order they happened."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import httpx
+import openai
+from mcp import Client
+from sqlmodel import select
+
+from rollwire.serving import ServerThread
+from rollwire.settings import EngineSettings, ProxySettings
+from rollwire.store import ModelCall, ToolEvent, session_scope
+from tests.mcp_servers.conftest import EnvServers, gateway_stack
+
+KEY = "operator-test-key"
+
+
+def test_model_and_tool_calls_interleave(
+    env_servers: EnvServers, tiny_model_dir: Path, tmp_path: Path, store_url: str
+) -> None:
+    from rollwire.engine import create_app as create_engine
+    from rollwire.proxy.app import create_app as create_proxy
+
+    engine_app = create_engine(EngineSettings(model=str(tiny_model_dir), device="cpu"), tmp_path / "engine")
+    gw_server, stack = gateway_stack(env_servers, store_url)
+    with ServerThread(engine_app) as engine, gw_server:
+        proxy_app = create_proxy(
+            ProxySettings(upstream=engine.url, model=str(tiny_model_dir)), store_url, tmp_path, operator_key=KEY
+        )
+        with ServerThread(proxy_app) as proxy:
+            admin = httpx.Client(base_url=proxy.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
+            run = admin.post("/admin/v1/runs", json={}).json()["id"]
+            body = {"count": 1, "task_id": "write-key", "meta": {"suite": "tiny"}}
+            rollout = admin.post(f"/admin/v1/runs/{run}/rollouts", json=body).json()[0]
+            model = httpx.get(f"{engine.url}/v1/models").json()["data"][0]["id"]
+            llm = openai.OpenAI(base_url=rollout["base_url"], api_key="unused", max_retries=0)
+            messages = [{"role": "user", "content": "Write key to answer.txt."}]
+
+            async def agent() -> None:
+                async with Client(stack.mcp_url(rollout["token"])) as tools:
+                    for word in ("key", "again"):
+                        await anyio.to_thread.run_sync(
+                            lambda: llm.chat.completions.create(model=model, messages=messages, max_tokens=4, seed=1)
+                        )
+                        await tools.call_tool("write_file", {"path": "answer.txt", "content": word})
+
+            anyio.run(agent)
+            admin.close()
+    with session_scope(stack.engine) as session:
+        calls = session.exec(select(ModelCall).where(ModelCall.rollout_id == rollout["id"])).all()
+        events = session.exec(select(ToolEvent).where(ToolEvent.rollout_id == rollout["id"])).all()
+        timeline = sorted([(c.started_ns, "model") for c in calls] + [(e.started_ns, e.tool) for e in events])
+    assert [kind for _, kind in timeline] == ["model", "write_file", "model", "write_file"]
+    assert all(e.server == "workspace" and not e.is_error for e in events)
