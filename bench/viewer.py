@@ -12,6 +12,7 @@ longest single rendering task (what a click could wait behind). Needs Debian's `
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import random
 import shutil
@@ -110,6 +111,14 @@ class DevTools:
         if "exceptionDetails" in answer:
             raise RuntimeError(f"page never showed {expression!r}: {answer['exceptionDetails'].get('text')}")
         return answer["result"]["value"]
+
+    def screenshot(self, path: Path) -> Path:
+        """The whole page as PNG, not only the viewport."""
+        size = self.call("Page.getLayoutMetrics")["cssContentSize"]
+        clip = {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 8000), "scale": 1}
+        shot = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True, clip=clip)
+        path.write_bytes(base64.b64decode(shot["data"]))
+        return path
 
     def close(self) -> None:
         self._ws.close()

@@ -4,14 +4,14 @@ is saved in the test's tmp dir."""
 
 from __future__ import annotations
 
-import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from bench.viewer import DevTools, find_chromium
+from bench.viewer import DevTools, find_chromium, write_rollout
+from tests.proxy.conftest import OPERATOR_KEY, Proxy
 from tests.proxy.ui.conftest import Recorded
 
 
@@ -55,7 +55,21 @@ def test_runs_to_rollout_in_chromium(browser: DevTools, recorded: Recorded, tmp_
     assert seen["tools"] == [["files.read_file", False], ["shell.run", True]] and seen["calls"] == 2
     assert "tests_pass" in seen["breakdown"] and seen["log"] == "harness: done\n"
     assert "key=" not in seen["url"]  # the key went into the cookie, not the address bar
-    shot = browser.call("Page.captureScreenshot", format="png")
-    path = tmp_path / "rollout.png"
-    path.write_bytes(base64.b64decode(shot["data"]))
+    path = browser.screenshot(tmp_path / "rollout.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+
+
+def test_segment_break_shown(browser: DevTools, start_proxy: Callable[..., Proxy], tmp_path: Path) -> None:
+    """A rewritten history: the second segment opens with its break reason, every token is drawn."""
+    store_url = f"sqlite:///{tmp_path / 'breaks.db'}"
+    rollout = write_rollout(store_url, tokens=600, vocab=200)
+    proxy = start_proxy("http://127.0.0.1:9", store_url=store_url)
+    browser.call("Page.navigate", url=f"{proxy.url}/ui/?key={OPERATOR_KEY}#/rollout/{rollout}")
+    perf = json.loads(browser.wait_for("document.getElementById('rw-perf')?.textContent"))
+    seen = browser.wait_for("""({breaks: [...document.querySelectorAll('.segment .break')].map(b => b.textContent),
+        drawn: document.querySelectorAll('.tokens span').length})""")
+    trajectory = proxy.admin.get(f"/admin/v1/rollouts/{rollout}/trajectory").json()
+    assert [s["break_reason"] for s in trajectory["segments"]] == [None, "history rewritten"]
+    assert seen["breaks"] == ["segment break: history rewritten"]
+    assert seen["drawn"] == perf["tokens"] == sum(len(s["token_ids"]) for s in trajectory["segments"])
+    browser.screenshot(tmp_path / "segments.png")
