@@ -124,6 +124,7 @@ class GatewaySettings(BaseModel):
     max_tool_calls: int = Field(200, description="Tool calls one rollout may make; later calls get a tool error.")
     call_timeout_s: float = Field(60.0, description="Longest wait for one upstream tool call.")
     allowed_tools: list[str] = Field(default_factory=list, description="If set, only these (namespaced) tools are served.")
+    idle_close_s: float = Field(900.0, description="Upstream connections of a rollout idle this long are closed.")
     allowed_hosts: list[str] = Field(
         default_factory=lambda: ["127.0.0.1:*", "localhost:*"], description="Host headers accepted ('*' turns the check off)."
     )

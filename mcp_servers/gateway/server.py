@@ -224,7 +224,7 @@ def build_gateway_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tg, manager.run():
-            gateway.pool = UpstreamPool(tg, connect_timeout_s=settings.call_timeout_s)
+            gateway.pool = UpstreamPool(tg, settings.call_timeout_s, settings.idle_close_s)
             app.state.gateway = gateway
             try:
                 yield

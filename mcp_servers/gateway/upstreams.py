@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,7 @@ class Connection:
     ready: anyio.Event = field(default_factory=anyio.Event)
     closed: anyio.Event = field(default_factory=anyio.Event)
     error: str | None = None
+    last_used: float = field(default_factory=time.monotonic)
 
     @property
     def alive(self) -> bool:
@@ -115,15 +117,17 @@ async def _hold(conn: Connection, client: Client) -> None:
 class UpstreamPool:
     """The connections of each rollout, opened on first use inside the gateway's task group."""
 
-    def __init__(self, task_group: TaskGroup, connect_timeout_s: float = 30.0) -> None:
+    def __init__(self, task_group: TaskGroup, connect_timeout_s: float = 30.0, idle_s: float = 900.0) -> None:
         self._tg = task_group
         self._timeout = connect_timeout_s
+        self._idle_s = idle_s
         self._conns: dict[tuple[str, str], Connection] = {}
         self._lock = anyio.Lock()
 
     async def get(self, rollout_id: str, task_ref: str | None, spec: UpstreamSpec) -> Connection:
         """A live connection (reopened if the last one died); UpstreamError if it cannot be opened."""
         key = (rollout_id, spec.name)
+        self.close_idle()
         async with self._lock:
             conn = self._conns.get(key)
             if conn is None or conn.closed.is_set():
@@ -134,7 +138,16 @@ class UpstreamPool:
             await conn.ready.wait()
         if not conn.alive:
             raise UpstreamError(conn.error or f"upstream {spec.name!r} did not start within {self._timeout}s")
+        conn.last_used = time.monotonic()
         return conn
+
+    def close_idle(self, now: float | None = None) -> int:
+        """Close connections (and their stdio processes) of rollouts idle longer than ``idle_s``."""
+        now = time.monotonic() if now is None else now
+        idle = [k for k, c in self._conns.items() if now - c.last_used > self._idle_s]
+        for rollout, name in idle:
+            self.drop(rollout, name)
+        return len(idle)
 
     def drop(self, rollout_id: str, name: str) -> None:
         """Close one connection (after it failed mid-call) so the next call reopens it."""

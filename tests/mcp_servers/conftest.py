@@ -16,6 +16,7 @@ from rollwire.mcp_servers.gateway.upstreams import UpstreamSpec
 from rollwire.mcp_servers.tasks.loader import task_initial
 from sqlalchemy.engine import Engine
 from sqlmodel import select
+from starlette.applications import Starlette
 
 from rollwire.serving import ServerThread
 from rollwire.settings import GatewaySettings, McpSettings
@@ -49,6 +50,7 @@ class GatewayStack:
     url: str
     engine: Engine
     env: EnvServers
+    app: Starlette
 
     def add_rollout(self, rollout_id: str, task: str | None = None, servers: list[str] | None = None) -> str:
         """A rollout row (in a run) whose token opens ``/r/<token>/mcp``; ``task`` is suite:task_id."""
@@ -88,5 +90,6 @@ def gateway_stack(
 ) -> tuple[ServerThread, GatewayStack]:
     settings = GatewaySettings(env_url=env.url, **overrides)  # type: ignore[arg-type]
     engine = open_engine(store_url)
-    server = ServerThread(build_gateway_app(settings, engine, extra))
-    return server, GatewayStack(server.url, engine, env)
+    app = build_gateway_app(settings, engine, extra)
+    server = ServerThread(app)
+    return server, GatewayStack(server.url, engine, env, app)

@@ -59,3 +59,19 @@ def test_failures_are_tool_errors_and_others_keep_working(env_servers: EnvServer
         assert [e.is_error for e in events] == [False, True, False, True, True, True, False, True]
         assert all(e.error for e in events if e.is_error)
         assert [e.tool for e in stack.events("other")] == ["write_file", "read_file"]
+
+
+def test_idle_connections_are_closed(env_servers: EnvServers, store_url: str) -> None:
+    server, stack = gateway_stack(env_servers, store_url, {"crashy": CRASHY}, call_timeout_s=10.0)
+    with server:
+        token = stack.add_rollout("idle", servers=["crashy"])
+
+        async def scenario() -> list[str]:
+            async with Client(stack.mcp_url(token)) as client:
+                first = _text(await client.call_tool("echo", {"text": "one"}))
+                pool = stack.app.state.gateway.pool
+                closed = pool.close_idle(now=10**9)
+                again = _text(await client.call_tool("echo", {"text": "two"}))  # reopened on demand
+                return [first, str(closed), again]
+
+        assert anyio.run(scenario) == ["one", "1", "two"]
