@@ -1,0 +1,79 @@
+"""``rollwire mcp serve all`` and ``rollwire mcp gateway`` start real HTTP servers that answer /health, and the
+gateway reaches the env servers for a rollout in its store."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import anyio
+import httpx
+from mcp import Client
+
+from rollwire.store import Rollout, Run, session_scope
+from rollwire.store.db import open_engine
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def _serving(args: list[str], port: int, home: Path) -> Iterator[str]:
+    env = {"ROLLWIRE_HOME": str(home), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rollwire.cli", "mcp", *args, "--port", str(port)], env=env, stderr=subprocess.PIPE
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # readiness poll of a separate process (no event to wait on)
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "server did not start"
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_serve_and_gateway_processes(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    engine = open_engine(store)
+    with session_scope(engine) as session:
+        session.add(Run(id="cli-run"))
+        session.flush()
+        session.add(
+            Rollout(
+                id="cli-ro",
+                run_id="cli-run",
+                token_hash=hashlib.sha256(b"cli-token").hexdigest(),
+                task_id="write-fox",
+                meta={"suite": "tiny"},
+            )
+        )
+    env_port, gw_port = _free_port(), _free_port()
+    with _serving(["serve", "all"], env_port, tmp_path) as env_url:
+        assert httpx.get(env_url + "/health").json()["servers"] == ["workspace", "sqldb", "calendar", "mail"]
+        gw_args = ["gateway", "--env-url", env_url, "--db", store]
+        with _serving(gw_args, gw_port, tmp_path) as gw_url:
+
+            async def call() -> bool:
+                async with Client(f"{gw_url}/r/cli-token/mcp") as client:
+                    result = await client.call_tool("write_file", {"path": "answer.txt", "content": "fox"})
+                    return bool(result.is_error)
+
+            assert anyio.run(call) is False
+    assert (tmp_path / "mcp_state" / "cli-ro" / "workspace" / "answer.txt").read_text() == "fox"
