@@ -105,7 +105,7 @@ class DevTools:
     def wait_for(self, expression: str, timeout_s: float = 30) -> Any:
         """Poll inside the page (a promise resolving when ``expression`` is truthy)."""
         script = f"""new Promise((ok, no) => {{ const t0 = Date.now(); const tick = () => {{
-            const v = ({expression}); if (v) ok(v); else if (Date.now() - t0 > {timeout_s * 1000}) no("timeout");
+            let v = null; try {{ v = ({expression}); }} catch (e) {{ v = null; }} if (v) ok(v); else if (Date.now() - t0 > {timeout_s * 1000}) no("timeout");
             else setTimeout(tick, 20); }}; tick(); }})"""
         answer = self.call("Runtime.evaluate", expression=script, awaitPromise=True, returnByValue=True)
         if "exceptionDetails" in answer:

@@ -35,6 +35,9 @@ def _click(browser: DevTools, selector: str) -> str:
 
 def test_runs_to_rollout_in_chromium(browser: DevTools, recorded: Recorded, tmp_path: Path) -> None:
     browser.call("Page.navigate", url=f"{recorded.proxy.url}/ui/?key={recorded.key}#/")
+    row = f"document.querySelector('a.run-link[href=\"#/run/{recorded.run}\"]')?.closest('tr')"
+    chart = browser.wait_for(f"{row}?.querySelectorAll('svg.chart rect').length")
+    assert chart == 1  # one policy version, one bar of mean reward
     assert _click(browser, f'a.run-link[href="#/run/{recorded.run}"]') == f"#/run/{recorded.run}"
     assert _click(browser, "a.rollout-link") == f"#/rollout/{recorded.rollout}"
     browser.wait_for("document.getElementById('rw-perf')")

@@ -45,7 +45,16 @@ def test_key_opens_everything(recorded: Recorded, how: str) -> None:
         for path in _paths(recorded):
             assert client.get(path).status_code == 200, path
         runs = {r["id"]: r for r in client.get("/ui/api/runs").json()}
-        assert runs[recorded.run]["counts"] == {"finished": 1} and runs[recorded.run]["mean_reward"] == 0.75
+        run = runs[recorded.run]
+        assert run["counts"] == {"finished": 1} and run["total"] == 1 and run["mean_reward"] == 0.75
+        version = recorded.proxy.admin.get(f"/admin/v1/rollouts/{recorded.rollout}").json()["calls"][0][
+            "policy_version"
+        ]
+        assert run["policy_versions"] == [version]
+        assert run["reward_by_version"] == [{"version": version, "mean_reward": 0.75, "n": 1}]
+        listed = client.get(f"/ui/api/runs/{recorded.run}/rollouts").json()
+        assert [(r["id"], r["num_calls"], r["num_tool_events"]) for r in listed] == [(recorded.rollout, 2, 2)]
+        assert all("token_hash" not in r for r in listed)
         view = client.get(f"/ui/api/rollouts/{recorded.rollout}").json()
         assert [e["is_error"] for e in view["tool_events"]] == [False, True] and len(view["calls"]) == 2
         raw = client.get(f"/ui/api/rollouts/{recorded.rollout}/trajectory").json()
