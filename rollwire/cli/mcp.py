@@ -1,10 +1,7 @@
-"""MCP task environments and the recording gateway.
-
-rollwire mcp serve [NAME|all] [--transport http|stdio]   env servers (workspace, sqldb, calendar, mail);
-                                                         over HTTP all are hosted at /<name>/mcp (+ /health)
-rollwire mcp gateway                                     the gateway: MCP at /r/<token>/mcp, calls recorded
-rollwire mcp suites [NAME]                               the shipped task suites, or one suite's tasks
-"""
+"""MCP task environments and the recording gateway. `serve [NAME|all] [--transport http|stdio]` runs the env
+servers (workspace, sqldb, calendar, mail; over HTTP all in one process at /<name>/mcp, plus /health);
+`gateway` serves MCP at /r/<token>/mcp for the rollouts in the store and records every tool call;
+`suites [NAME]` lists the shipped task suites, or the tasks of one."""
 
 from __future__ import annotations
 
