@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -84,6 +85,7 @@ class DevTools:
                 break
         else:
             raise RuntimeError(f"chromium exited {self._proc.wait()} before opening its DevTools port")
+        threading.Thread(target=self._proc.stderr.read, daemon=True).start()  # keep the pipe from filling
         import httpx
         import websocket
 

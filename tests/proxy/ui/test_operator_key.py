@@ -58,5 +58,13 @@ def test_key_opens_everything(recorded: Recorded, how: str) -> None:
         view = client.get(f"/ui/api/rollouts/{recorded.rollout}").json()
         assert [e["is_error"] for e in view["tool_events"]] == [False, True] and len(view["calls"]) == 2
         raw = client.get(f"/ui/api/rollouts/{recorded.rollout}/trajectory").json()
+        missing = {
+            "/ui/api/rollouts/ro-none": "ro-none",
+            "/ui/api/runs/run-none/rollouts": "run-none",
+            "/ui/static/secrets.py": "secrets.py",
+        }
+        for path, name in missing.items():
+            answer = client.get(path)
+            assert answer.status_code == 404 and name in answer.json()["error"]["message"], path
     admin = recorded.proxy.admin.get(f"/admin/v1/rollouts/{recorded.rollout}/trajectory").json()
     assert raw == admin
