@@ -48,6 +48,9 @@ class ProxySettings(BaseModel):
     )
     upstream_timeout_s: float = Field(600.0, description="Longest wait for one upstream generation.")
     max_body_bytes: int = Field(8 * 1024 * 1024, description="Request bodies above this get 413.")
+    default_max_output_tokens: int | None = Field(
+        None, description="Output cap for Responses requests that set none (Codex never does); unset: rest of context."
+    )
 
 
 class KubernetesSettings(BaseModel):

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import anyio.to_thread
+from rollwire.proxy.conversation import Conversation
 from rollwire.proxy.dialects.messages import MessagesDialect, parse_messages
 from rollwire.proxy.dialects.responses import ResponsesDialect
 from rollwire.proxy.dialects.responses_history import expand_previous
@@ -38,6 +40,13 @@ def _rendered_errors(dialect: Any, handler: Handler) -> Handler:
     return guarded
 
 
+def _capped(conv: Conversation, cap: int | None) -> Conversation:
+    """The operator's output cap for harnesses that never send one (the recorded request stays as sent)."""
+    if cap is None or conv.sampling.max_tokens is not None:
+        return conv
+    return replace(conv, sampling=replace(conv.sampling, max_tokens=cap))
+
+
 def _generate_route(dialect: Any) -> Handler:
     async def route(request: Request) -> Response:
         state = request.app.state.proxy
@@ -45,7 +54,7 @@ def _generate_route(dialect: Any) -> Handler:
         raw = await state.read_json(request)
         if dialect is RESPONSES:
             raw = await expand_previous(state.engine, caller.rollout_id, raw)
-        conv = dialect.parse_request(raw)
+        conv = _capped(dialect.parse_request(raw), state.settings.default_max_output_tokens)
         generation, body = await state.generator.generate(caller, conv, dialect, raw)
         if not conv.stream:
             return JSONResponse(body)

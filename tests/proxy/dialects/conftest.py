@@ -111,7 +111,10 @@ def dialect_stack(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
     with ServerThread(tap) as engine:
         served = str(httpx.get(f"{engine.url}/v1/models", timeout=10).json()["data"][0]["id"])
         # harnesses insist on their own model names: every name maps to the served model
-        settings = ProxySettings(upstream=engine.url, model=str(tiny_model_dir), model_aliases={"*": served})
+        # and Codex sends no output cap: without one a random model samples up to the rest of the context
+        settings = ProxySettings(
+            upstream=engine.url, model=str(tiny_model_dir), model_aliases={"*": served}, default_max_output_tokens=48
+        )
         store_url = f"sqlite:///{home / 'store.db'}"
         statuses = StatusTap(create_app(settings, store_url, home, OPERATOR))
         with ServerThread(statuses) as proxy:

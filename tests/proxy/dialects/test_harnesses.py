@@ -101,7 +101,7 @@ def test_claude_code_print_mode_runs_to_its_end(dialect_stack: Stack, tmp_path: 
         "CLAUDE_CONFIG_DIR": str(tmp_path / ".claude"),
         "ANTHROPIC_BASE_URL": rollout["anthropic_base_url"],
         "ANTHROPIC_API_KEY": rollout["token"],
-        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "64",
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "24",
         "MAX_THINKING_TOKENS": "0",
     }
     argv = [claude, "-p", "List the files here.", "--model", "claude-sonnet-4-5", "--max-turns", "2"]
@@ -111,8 +111,10 @@ def test_claude_code_print_mode_runs_to_its_end(dialect_stack: Stack, tmp_path: 
     done = _run(argv, work, env)
     # a random tiny model often runs into the output cap, which Claude Code reports as its own error and exits 1:
     # that is the harness judging the sample, not the protocol failing
-    capped = "output token maximum" in done.stdout + done.stderr
-    assert done.returncode == 0 or capped, (done.stdout + done.stderr)[-2000:]
+    # (or, should it emit a tool call, into --max-turns)
+    said = done.stdout + done.stderr
+    judged = "output token maximum" in said or "max turns" in said.lower()
+    assert done.returncode == 0 or judged, said[-2000:]
     answered = _answered(dialect_stack, rollout["token"], since)
     assert answered and all(status == 200 for _, _, status in answered), answered
     dialect_stack.check_exact(rollout["id"], first)
