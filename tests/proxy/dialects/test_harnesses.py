@@ -26,11 +26,10 @@ QUIET_ENV = {
 }
 
 
-def _binary(name: str, package: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.skip(f"{name} is not installed (npm install -g {package}); .ci/run installs it")
-    return path
+def _needs(name: str, package: str) -> pytest.MarkDecorator:
+    """Skip at collection (before the stack starts) when the harness binary is absent."""
+    reason = f"{name} is not installed (npm install -g {package}); .ci/run installs it"
+    return pytest.mark.skipif(shutil.which(name) is None, reason=reason)
 
 
 def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -75,8 +74,9 @@ enabled = false
 """
 
 
+@_needs("codex", "@openai/codex")
 def test_codex_exec_runs_to_its_end(dialect_stack: Stack, tmp_path: Path) -> None:
-    codex = _binary("codex", "@openai/codex")
+    codex = str(shutil.which("codex"))
     rollout = dialect_stack.new_rollout()
     home, work = tmp_path / "codex-home", tmp_path / "work"
     home.mkdir()
@@ -91,8 +91,9 @@ def test_codex_exec_runs_to_its_end(dialect_stack: Stack, tmp_path: Path) -> Non
     dialect_stack.check_exact(rollout["id"], first)
 
 
+@_needs("claude", "@anthropic-ai/claude-code")
 def test_claude_code_print_mode_runs_to_its_end(dialect_stack: Stack, tmp_path: Path) -> None:
-    claude = _binary("claude", "@anthropic-ai/claude-code")
+    claude = str(shutil.which("claude"))
     rollout = dialect_stack.new_rollout()
     work = tmp_path / "work"
     work.mkdir()
