@@ -41,12 +41,16 @@ def create_run(engine: Engine, body: dict[str, Any]) -> Run:
     return run
 
 
-def rollout_links(base: str, token: str) -> dict[str, str]:
+def rollout_links(base: str, token: str, gateway: str = "") -> dict[str, str]:
+    """The URLs a harness of this rollout is pointed at; the MCP one at the gateway when it has its own address."""
     root = f"{base.rstrip('/')}/r/{token}"
-    return {"base_url": root + "/v1", "anthropic_base_url": root, "mcp_url": root + "/mcp"}
+    mcp_root = f"{gateway.rstrip('/')}/r/{token}" if gateway else root
+    return {"base_url": root + "/v1", "anthropic_base_url": root, "mcp_url": mcp_root + "/mcp"}
 
 
-def create_rollouts(engine: Engine, run_id: str, body: dict[str, Any], base: str) -> list[dict[str, Any]]:
+def create_rollouts(
+    engine: Engine, run_id: str, body: dict[str, Any], base: str, gateway: str = ""
+) -> list[dict[str, Any]]:
     count = body.get("count", 1)
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 10_000:
         raise InvalidRequest("count must be an integer in [1, 10000]", param="count")
@@ -67,7 +71,7 @@ def create_rollouts(engine: Engine, run_id: str, body: dict[str, Any], base: str
                 meta=dict(body.get("meta") or {}),
             )
             session.add(rollout)
-            out.append({"id": rollout.id, "token": token, **rollout_links(base, token)})
+            out.append({"id": rollout.id, "token": token, **rollout_links(base, token, gateway)})
     return out
 
 
@@ -143,7 +147,10 @@ async def rollouts_route(request: Request) -> Response:
     state = _state(request)
     body = await _json(request)
     base = str(request.base_url)
-    out = await anyio.to_thread.run_sync(create_rollouts, state.engine, request.path_params["run"], body, base)
+    gateway = state.settings.gateway_url
+    out = await anyio.to_thread.run_sync(
+        create_rollouts, state.engine, request.path_params["run"], body, base, gateway
+    )
     return JSONResponse(out, status_code=201)
 
 

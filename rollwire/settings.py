@@ -38,6 +38,9 @@ class ProxySettings(BaseModel):
     host: str = Field("127.0.0.1", description="Interface the proxy binds to.")
     port: int = Field(8000, description="Port of the proxy.")
     upstream: str = Field("http://127.0.0.1:8100", description="Base URL of the vLLM-compatible engine.")
+    gateway_url: str = Field(
+        "", description="MCP gateway base URL put into rollouts' mcp_url; empty means the proxy's own address."
+    )
     model: str = Field("", description="Tokenizer + chat template source (local folder); empty means the tiny model.")
     operator_key: str = Field("", description="Key for /admin and /ui; empty means a random one, printed at start.")
     splice_policy: str = Field("splice", description="'splice' reuses earlier calls' exact ids; 'render' re-renders.")

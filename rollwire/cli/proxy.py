@@ -80,7 +80,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     engine = open_engine(store_url)
     run_row = create_run(engine, {"name": "adhoc", "kind": "adhoc"})
     base = f"http://{proxy.host}:{proxy.port}"
-    rollout = create_rollouts(engine, run_row.id, {"count": 1}, base)[0]
+    rollout = create_rollouts(engine, run_row.id, {"count": 1}, base, proxy.gateway_url)[0]
     engine.dispose()
     import socket
 
