@@ -7,7 +7,6 @@ Every error leaves as ``{"error": {"message", "type", "param", "code"}}`` with i
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -24,7 +23,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from rollwire.errors import InvalidRequest, PayloadTooLarge, RollwireError
+from rollwire.errors import InvalidRequest, RollwireError
+from rollwire.request_body import read_json_body
 from rollwire.settings import EngineSettings
 
 logger = logging.getLogger(__name__)
@@ -61,18 +61,7 @@ def _engine(request: Request) -> _Engine:
 
 
 async def _read_json(request: Request, limit: int) -> Any:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body of {declared} bytes is over the {limit}-byte limit")
-    body = bytearray()
-    async for piece in request.stream():
-        body += piece
-        if len(body) > limit:
-            raise PayloadTooLarge(f"request body is over the {limit}-byte limit")
-    try:
-        return json.loads(body)
-    except ValueError as exc:
-        raise InvalidRequest(f"malformed JSON body: {exc}") from None
+    return await read_json_body(request, limit)
 
 
 async def _parse(request: Request, model: type[WireT]) -> WireT:

@@ -4,7 +4,6 @@ admin API, body limits and OpenAI-shaped errors; the lifespan owns the httpx cli
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import secrets
 from collections.abc import AsyncIterator
@@ -33,7 +32,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
 
-from rollwire.errors import InvalidRequest, PayloadTooLarge, RollwireError, Unauthorized
+from rollwire.errors import InvalidRequest, RollwireError, Unauthorized
+from rollwire.request_body import read_json_body
 from rollwire.settings import ProxySettings
 from rollwire.store import open_engine
 
@@ -54,19 +54,7 @@ class ProxyState:
         self._finished = anyio.Event()
 
     async def read_json(self, request: Request) -> Any:
-        limit = self.settings.max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > limit:
-            raise PayloadTooLarge(f"request body of {declared} bytes is over the {limit}-byte limit")
-        body = bytearray()
-        async for piece in request.stream():
-            body += piece
-            if len(body) > limit:
-                raise PayloadTooLarge(f"request body is over the {limit}-byte limit")
-        try:
-            return json.loads(body)
-        except ValueError as exc:
-            raise InvalidRequest(f"malformed JSON body: {exc}") from None
+        return await read_json_body(request, self.settings.max_body_bytes)
 
     def notify_finished(self) -> None:
         self._finished.set()
