@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from typing import Any
 
 from rollwire.proxy.conversation import Conversation, Generation, Message, Sampling, ToolCall
+from rollwire.proxy.dialects.fields import checked_schema, named_choice, number
 from rollwire.proxy.sse import DONE, data_event
 
 from rollwire.errors import InvalidRequest, RollwireError
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
-TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 MAX_N = 16
 
 
@@ -79,16 +78,12 @@ def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
         fn = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict):
             raise InvalidRequest(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}", param=f"tools[{i}]")
-        name = fn.get("name")
-        if not isinstance(name, str) or not TOOL_NAME.match(name):
-            raise InvalidRequest(
-                f"tools[{i}].function.name must match {TOOL_NAME.pattern}", param=f"tools[{i}].function.name"
-            )
-        params = fn.get("parameters", {"type": "object", "properties": {}})
-        if not isinstance(params, dict) or params.get("type", "object") != "object":
-            raise InvalidRequest(
-                f"tools[{i}].function.parameters must be a JSON Schema object", param=f"tools[{i}].function.parameters"
-            )
+        params = checked_schema(
+            fn.get("name"),
+            fn.get("parameters", {"type": "object", "properties": {}}),
+            f"tools[{i}].function.name",
+            f"tools[{i}].function.parameters",
+        )
         out.append({"type": "function", "function": {**fn, "parameters": params}})
     return tuple(out)
 
@@ -108,22 +103,7 @@ def _tool_choice(raw: Any, tools: tuple[dict[str, Any], ...]) -> str:
             "tool_choice must be auto, none, required or {'type':'function','function':{'name':...}}",
             param="tool_choice",
         )
-    if name not in {t["function"]["name"] for t in tools}:
-        raise InvalidRequest(f"tool_choice names {name!r}, which is not in tools", param="tool_choice")
-    return "fn:" + name
-
-
-def _number(body: dict[str, Any], name: str, kind: type, low: float, high: float) -> Any:
-    value = body.get(name)
-    if value is None:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float) if kind is float else int)
-        or not low <= value <= high
-    ):
-        raise InvalidRequest(f"{name} must be a {kind.__name__} in [{low}, {high}], got {value!r}", param=name)
-    return kind(value)
+    return named_choice(name, tools, "tool_choice", "tool_choice names")
 
 
 def _sampling(body: dict[str, Any]) -> Sampling:
@@ -131,15 +111,15 @@ def _sampling(body: dict[str, Any]) -> Sampling:
     stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
     if not all(isinstance(s, str) for s in stops) or len(stops) > 4:
         raise InvalidRequest("stop must be a string or a list of up to 4 strings", param="stop")
-    max_tokens = _number(body, "max_completion_tokens", int, 1, 1 << 30)
-    top = _number(body, "top_logprobs", int, 0, 20)
+    max_tokens = number(body, "max_completion_tokens", int, 1, 1 << 30)
+    top = number(body, "top_logprobs", int, 0, 20)
     return Sampling(
-        max_tokens=max_tokens if max_tokens is not None else _number(body, "max_tokens", int, 1, 1 << 30),
-        temperature=_number(body, "temperature", float, 0, 2),
-        top_p=_number(body, "top_p", float, 1e-9, 1),
-        seed=_number(body, "seed", int, -(1 << 63), 1 << 63),
+        max_tokens=max_tokens if max_tokens is not None else number(body, "max_tokens", int, 1, 1 << 30),
+        temperature=number(body, "temperature", float, 0, 2),
+        top_p=number(body, "top_p", float, 1e-9, 1),
+        seed=number(body, "seed", int, -(1 << 63), 1 << 63),
         stop=stops,
-        n=_number(body, "n", int, 1, MAX_N) or 1,
+        n=number(body, "n", int, 1, MAX_N) or 1,
         top_logprobs=(top or 0) if body.get("logprobs") else None,
     )
 

@@ -4,16 +4,15 @@ message body, its event stream and Anthropic-shaped errors back out of a Generat
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from typing import Any
 
 from rollwire.proxy.conversation import Conversation, Generation, Message, Sampling, ToolCall
+from rollwire.proxy.dialects.fields import ANTHROPIC_TOOL_NAME, checked_schema, named_choice
 from rollwire.proxy.sse import named_event
 
 from rollwire.errors import InvalidRequest, RollwireError
 
-TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -122,13 +121,10 @@ def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
                 f"tools[{i}].type {tool.get('type')!r}: server tools are not supported (only custom tools)",
                 param=f"tools[{i}].type",
             )
-        name, schema = tool.get("name"), tool.get("input_schema")
-        if not isinstance(name, str) or not TOOL_NAME.match(name):
-            raise InvalidRequest(f"tools[{i}].name must match {TOOL_NAME.pattern}", param=f"tools[{i}].name")
-        if not isinstance(schema, dict) or schema.get("type", "object") != "object":
-            raise InvalidRequest(
-                f"tools[{i}].input_schema must be a JSON Schema object", param=f"tools[{i}].input_schema"
-            )
+        name = tool.get("name")
+        schema = checked_schema(
+            name, tool.get("input_schema"), f"tools[{i}].name", f"tools[{i}].input_schema", ANTHROPIC_TOOL_NAME
+        )
         fn = {"name": name, "description": str(tool.get("description") or ""), "parameters": schema}
         out.append({"type": "function", "function": fn})
     return tuple(out)
@@ -147,10 +143,7 @@ def _tool_choice(raw: Any, tools: tuple[dict[str, Any], ...]) -> tuple[str, bool
     if kind == "any":
         return "required", parallel
     if kind == "tool":
-        name = raw.get("name")
-        if name not in {t["function"]["name"] for t in tools}:
-            raise InvalidRequest(f"tool_choice.name {name!r} is not in tools", param="tool_choice.name")
-        return "fn:" + str(name), parallel
+        return named_choice(raw.get("name"), tools, "tool_choice.name", "tool_choice.name"), parallel
     raise InvalidRequest("tool_choice.type must be auto, any, tool or none", param="tool_choice.type")
 
 

@@ -4,16 +4,15 @@ object and its typed stream events (with ``sequence_number``) back out of a Gene
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from typing import Any
 
 from rollwire.proxy.conversation import Conversation, Generation, Message, Sampling, ToolCall
+from rollwire.proxy.dialects.fields import checked_schema, named_choice, number
 from rollwire.proxy.dialects.responses_stream import response_events
 
 from rollwire.errors import InvalidRequest, RollwireError
 
-TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 MESSAGE_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 
@@ -97,11 +96,10 @@ def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
                 f"tools[{i}].type {kind!r} is not supported (only 'function')", param=f"tools[{i}].type"
             )
         name = tool.get("name")
-        if not isinstance(name, str) or not TOOL_NAME.match(name):
-            raise InvalidRequest(f"tools[{i}].name must match {TOOL_NAME.pattern}", param=f"tools[{i}].name")
-        params = tool.get("parameters") or {"type": "object", "properties": {}}
-        if not isinstance(params, dict) or params.get("type", "object") != "object":
-            raise InvalidRequest(f"tools[{i}].parameters must be a JSON Schema object", param=f"tools[{i}].parameters")
+        params = checked_schema(
+            name, tool.get("parameters") or {"type": "object", "properties": {}},
+            f"tools[{i}].name", f"tools[{i}].parameters",
+        )  # fmt: skip
         fn = {"name": name, "description": str(tool.get("description") or ""), "parameters": params}
         out.append({"type": "function", "function": fn})
     return tuple(out)
@@ -119,19 +117,7 @@ def _tool_choice(raw: Any, tools: tuple[dict[str, Any], ...]) -> str:
         raise InvalidRequest(
             "tool_choice must be auto, none, required or {'type':'function','name':...}", param="tool_choice"
         )
-    if name not in {t["function"]["name"] for t in tools}:
-        raise InvalidRequest(f"tool_choice names {name!r}, which is not in tools", param="tool_choice")
-    return "fn:" + name
-
-
-def _number(body: dict[str, Any], name: str, kind: type, low: float, high: float) -> Any:
-    value = body.get(name)
-    if value is None:
-        return None
-    numeric = (int, float) if kind is float else int
-    if isinstance(value, bool) or not isinstance(value, numeric) or not low <= value <= high:
-        raise InvalidRequest(f"{name} must be a {kind.__name__} in [{low}, {high}], got {value!r}", param=name)
-    return kind(value)
+    return named_choice(name, tools, "tool_choice", "tool_choice names")
 
 
 def _check_unsupported(body: dict[str, Any]) -> None:
@@ -176,9 +162,9 @@ class ResponsesDialect:
             raise InvalidRequest("input must be a string or a non-empty list of items", param="input")
         tools = _tools(body.get("tools"))
         sampling = Sampling(
-            max_tokens=_number(body, "max_output_tokens", int, 1, 1 << 30),
-            temperature=_number(body, "temperature", float, 0, 2),
-            top_p=_number(body, "top_p", float, 1e-9, 1),
+            max_tokens=number(body, "max_output_tokens", int, 1, 1 << 30),
+            temperature=number(body, "temperature", float, 0, 2),
+            top_p=number(body, "top_p", float, 1e-9, 1),
         )
         return Conversation(
             model=model,

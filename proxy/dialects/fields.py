@@ -1,0 +1,47 @@
+"""Field checks every dialect shares: bounded numbers, function-tool names and schemas, named tool choices.
+
+Each dialect names its own fields (``tools[0].function.name`` in Chat Completions, ``tools[0].name`` in
+Responses and Messages), so the checks take the parameter names and keep one wording for the errors.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rollwire.errors import InvalidRequest
+
+OPENAI_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+ANTHROPIC_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
+
+
+def number(body: dict[str, Any], name: str, kind: type, low: float, high: float) -> Any:
+    """``body[name]`` as ``kind`` within [low, high]; None when absent; 400 naming the field otherwise."""
+    value = body.get(name)
+    if value is None:
+        return None
+    numeric = (int, float) if kind is float else int
+    if isinstance(value, bool) or not isinstance(value, numeric) or not low <= value <= high:
+        raise InvalidRequest(f"{name} must be a {kind.__name__} in [{low}, {high}], got {value!r}", param=name)
+    return kind(value)
+
+
+def checked_schema(
+    name: Any, schema: Any, name_param: str, schema_param: str, pattern: re.Pattern[str] = OPENAI_TOOL_NAME
+) -> dict[str, Any]:
+    """Validate one function tool's name and JSON-Schema parameters; returns the schema (an object)."""
+    if not isinstance(name, str) or not pattern.match(name):
+        raise InvalidRequest(f"{name_param} must match {pattern.pattern}", param=name_param)
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        raise InvalidRequest(f"{schema_param} must be a JSON Schema object", param=schema_param)
+    return schema
+
+
+def named_choice(name: Any, tools: tuple[dict[str, Any], ...], param: str, label: str) -> str:
+    """The neutral ``fn:<name>`` choice for a tool the request must call; it must be one of ``tools``."""
+    if name not in {t["function"]["name"] for t in tools}:
+        raise InvalidRequest(f"{label} {name!r}, which is not in tools", param=param)
+    return f"fn:{name}"
+
+
+__all__ = ["ANTHROPIC_TOOL_NAME", "OPENAI_TOOL_NAME", "checked_schema", "named_choice", "number"]
