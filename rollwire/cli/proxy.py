@@ -22,6 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=None, help=f"{fields['port'].description} (default 8000)")
     parser.add_argument("--upstream", default=None, metavar="URL", help=fields["upstream"].description)
     parser.add_argument("--model", default=None, metavar="PATH", help=fields["model"].description)
+    parser.add_argument("--gateway-url", default=None, metavar="URL", help=fields["gateway_url"].description)
     parser.add_argument(
         "--db",
         default=None,
@@ -54,6 +55,7 @@ def _proxy_settings(args: argparse.Namespace, settings: Settings) -> ProxySettin
         "tool_parser",
         "reasoning_parser",
         "upstream_timeout_s",
+        "gateway_url",
     )
     return settings.proxy.model_copy(update={n: getattr(args, n) for n in names if getattr(args, n) is not None})
 
