@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
+import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -52,7 +55,8 @@ def find_chromium(explicit: str | None = None) -> str | None:
 
 def chromium(binary: str, url: str, *extra: str, budget_ms: int = 20_000, timeout_s: float = 60) -> str:
     """Run one headless Chromium on ``url`` until its JS settles (virtual time budget); stdout back."""
-    with tempfile.TemporaryDirectory(prefix="rw-chromium-") as profile:
+    # Chromium's helper processes can still write to the profile as it exits: clean up what can be.
+    with tempfile.TemporaryDirectory(prefix="rw-chromium-", ignore_cleanup_errors=True) as profile:
         args = [binary, *FLAGS, f"--user-data-dir={profile}", f"--virtual-time-budget={budget_ms}", *extra, url]
         done = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, check=False)
     if done.returncode != 0:
@@ -68,7 +72,7 @@ class DevTools:
     """Real-time timing needs a browser without virtual time: one headless Chromium driven over CDP."""
 
     def __init__(self, binary: str) -> None:
-        self._profile = tempfile.TemporaryDirectory(prefix="rw-chromium-")
+        self._profile = tempfile.TemporaryDirectory(prefix="rw-chromium-", ignore_cleanup_errors=True)
         args = [
             binary,
             *FLAGS,
@@ -77,7 +81,9 @@ class DevTools:
             "--window-size=1280,900",
             "about:blank",
         ]
-        self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self._proc = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
         assert self._proc.stderr is not None
         for line in self._proc.stderr:
             if line.startswith("DevTools listening on "):
@@ -124,7 +130,8 @@ class DevTools:
 
     def close(self) -> None:
         self._ws.close()
-        self._proc.terminate()
+        with contextlib.suppress(ProcessLookupError):  # the whole group: Chromium's helpers too
+            os.killpg(self._proc.pid, signal.SIGTERM)
         self._proc.wait(timeout=10)
         self._profile.cleanup()
 
