@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rollwire.proxy.conversation import Conversation, Generation, Message, Sampling, ToolCall
-from rollwire.proxy.dialects.fields import checked_schema, named_choice, number
+from rollwire.proxy.dialects.fields import checked_schema, named_choice, number, openai_choice_mode
 from rollwire.proxy.sse import DONE, data_event
 
 from rollwire.errors import InvalidRequest, RollwireError
@@ -89,12 +89,9 @@ def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
 
 
 def _tool_choice(raw: Any, tools: tuple[dict[str, Any], ...]) -> str:
-    if raw is None:
-        return "auto" if tools else "none"
-    if raw in ("auto", "none", "required"):
-        if raw == "required" and not tools:
-            raise InvalidRequest("tool_choice 'required' needs tools", param="tool_choice")
-        return str(raw)
+    mode = openai_choice_mode(raw, tools)
+    if mode is not None:
+        return mode
     name = (
         raw.get("function", {}).get("name") if isinstance(raw, dict) and isinstance(raw.get("function"), dict) else None
     )

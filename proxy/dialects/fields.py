@@ -37,6 +37,17 @@ def checked_schema(
     return schema
 
 
+def openai_choice_mode(raw: Any, tools: tuple[dict[str, Any], ...]) -> str | None:
+    """OpenAI's string tool choices (absent, auto, none, required) as the neutral form; None for a named tool."""
+    if raw is None:
+        return "auto" if tools else "none"
+    if raw in ("auto", "none", "required"):
+        if raw == "required" and not tools:
+            raise InvalidRequest("tool_choice 'required' needs tools", param="tool_choice")
+        return str(raw)
+    return None
+
+
 def named_choice(name: Any, tools: tuple[dict[str, Any], ...], param: str, label: str) -> str:
     """The neutral ``fn:<name>`` choice for a tool the request must call; it must be one of ``tools``."""
     if name not in {t["function"]["name"] for t in tools}:
@@ -44,4 +55,4 @@ def named_choice(name: Any, tools: tuple[dict[str, Any], ...], param: str, label
     return f"fn:{name}"
 
 
-__all__ = ["ANTHROPIC_TOOL_NAME", "OPENAI_TOOL_NAME", "checked_schema", "named_choice", "number"]
+__all__ = ["ANTHROPIC_TOOL_NAME", "OPENAI_TOOL_NAME", "checked_schema", "named_choice", "number", "openai_choice_mode"]

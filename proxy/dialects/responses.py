@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rollwire.proxy.conversation import Conversation, Generation, Message, Sampling, ToolCall
-from rollwire.proxy.dialects.fields import checked_schema, named_choice, number
+from rollwire.proxy.dialects.fields import checked_schema, named_choice, number, openai_choice_mode
 from rollwire.proxy.dialects.responses_stream import response_events
 
 from rollwire.errors import InvalidRequest, RollwireError
@@ -106,12 +106,9 @@ def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
 
 
 def _tool_choice(raw: Any, tools: tuple[dict[str, Any], ...]) -> str:
-    if raw is None:
-        return "auto" if tools else "none"
-    if raw in ("auto", "none", "required"):
-        if raw == "required" and not tools:
-            raise InvalidRequest("tool_choice 'required' needs tools", param="tool_choice")
-        return str(raw)
+    mode = openai_choice_mode(raw, tools)
+    if mode is not None:
+        return mode
     name = raw.get("name") if isinstance(raw, dict) and raw.get("type") == "function" else None
     if not isinstance(name, str):
         raise InvalidRequest(
