@@ -3,7 +3,6 @@ are exactly what the engine sampled (with its logprobs) and every other token ex
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from rollwire.reconstruct import reconstruct
 from rollwire.serving import ServerThread
 from rollwire.settings import EngineSettings, ProxySettings
 from rollwire.store import open_engine
+from tests.proxy.engine_tap import EngineTap
 
 OPERATOR = "property-operator"
 TOOLS = [
@@ -26,36 +26,6 @@ TOOLS = [
         "function": {"name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}},
     }
 ]
-
-
-class EngineTap:
-    """ASGI wrapper around the engine that keeps, independently of the proxy, each completion's request and answer."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.calls: list[tuple[dict[str, Any], dict[str, Any]]] = []
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] != "/v1/completions":
-            await self.app(scope, receive, send)
-            return
-        request = bytearray()
-
-        async def tap_receive() -> Any:
-            message = await receive()
-            request.extend(message.get("body", b""))
-            return message
-
-        response = bytearray()
-
-        async def tap_send(message: Any) -> None:
-            if message["type"] == "http.response.body":
-                response.extend(message.get("body", b""))
-                if not message.get("more_body"):
-                    self.calls.append((json.loads(request), json.loads(response)))
-            await send(message)
-
-        await self.app(scope, tap_receive, tap_send)
 
 
 @pytest.fixture(scope="module")

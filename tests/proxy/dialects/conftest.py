@@ -3,7 +3,6 @@ proxy in front, and the exactness check every dialect's trajectory must pass."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,38 +14,11 @@ from rollwire.proxy.app import create_app
 
 from rollwire.serving import ServerThread
 from rollwire.settings import EngineSettings, ProxySettings
+from tests.proxy.engine_tap import EngineTap
 
 OPERATOR = "dialects-operator"
 MAX_MODEL_LEN = 32768
 """Above the tiny model's own 8192: real harness prompts (Codex's instructions and tools) are ~15k tokens."""
-
-
-class EngineTap:
-    """ASGI wrapper around the engine recording each /v1/completions request and answer body."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.calls: list[tuple[dict[str, Any], dict[str, Any]]] = []
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] != "/v1/completions":
-            await self.app(scope, receive, send)
-            return
-        request, response = bytearray(), bytearray()
-
-        async def tap_receive() -> Any:
-            message = await receive()
-            request.extend(message.get("body", b""))
-            return message
-
-        async def tap_send(message: Any) -> None:
-            if message["type"] == "http.response.body":
-                response.extend(message.get("body", b""))
-                if not message.get("more_body"):
-                    self.calls.append((json.loads(request), json.loads(response)))
-            await send(message)
-
-        await self.app(scope, tap_receive, tap_send)
 
 
 class StatusTap:
