@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rollwire.proxy.conversation import Conversation, Generation, Message, Sampling, ToolCall
-from rollwire.proxy.dialects.fields import checked_schema, named_choice, number, openai_choice_mode
+from rollwire.proxy.dialects.fields import checked_schema, named_choice, number, openai_choice_mode, requested_model
 from rollwire.proxy.sse import DONE, data_event
 
 from rollwire.errors import InvalidRequest, RollwireError
@@ -125,11 +125,7 @@ class ChatDialect:
     name = "chat"
 
     def parse_request(self, body: Any) -> Conversation:
-        if not isinstance(body, dict):
-            raise InvalidRequest("the request body must be a JSON object")
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            raise InvalidRequest("model is required", param="model")
+        model = requested_model(body)
         raw = body.get("messages")
         if not isinstance(raw, list) or not raw:
             raise InvalidRequest("messages must be a non-empty list", param="messages")

@@ -15,6 +15,16 @@ OPENAI_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 ANTHROPIC_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 
 
+def requested_model(body: Any) -> str:
+    """The model a request names; the body must be a JSON object (every dialect's first check)."""
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("model is required", param="model")
+    return model
+
+
 def number(body: dict[str, Any], name: str, kind: type, low: float, high: float) -> Any:
     """``body[name]`` as ``kind`` within [low, high]; None when absent; 400 naming the field otherwise."""
     value = body.get(name)
@@ -55,4 +65,12 @@ def named_choice(name: Any, tools: tuple[dict[str, Any], ...], param: str, label
     return f"fn:{name}"
 
 
-__all__ = ["ANTHROPIC_TOOL_NAME", "OPENAI_TOOL_NAME", "checked_schema", "named_choice", "number", "openai_choice_mode"]
+__all__ = [
+    "ANTHROPIC_TOOL_NAME",
+    "OPENAI_TOOL_NAME",
+    "checked_schema",
+    "named_choice",
+    "number",
+    "openai_choice_mode",
+    "requested_model",
+]

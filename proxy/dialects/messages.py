@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rollwire.proxy.conversation import Conversation, Generation, Message, Sampling, ToolCall
-from rollwire.proxy.dialects.fields import ANTHROPIC_TOOL_NAME, checked_schema, named_choice
+from rollwire.proxy.dialects.fields import ANTHROPIC_TOOL_NAME, checked_schema, named_choice, requested_model
 from rollwire.proxy.sse import named_event
 
 from rollwire.errors import InvalidRequest, RollwireError
@@ -169,11 +169,7 @@ def _sampling(body: dict[str, Any]) -> Sampling:
 
 def parse_messages(body: Any, need_max_tokens: bool = True) -> Conversation:
     """The request as a Conversation; ``count_tokens`` bodies carry no ``max_tokens``."""
-    if not isinstance(body, dict):
-        raise InvalidRequest("the request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise InvalidRequest("model is required", param="model")
+    model = requested_model(body)
     tools = _tools(body.get("tools"))
     choice, parallel = _tool_choice(body.get("tool_choice"), tools)
     sampling = _sampling(body if need_max_tokens else {"max_tokens": 1, **body})

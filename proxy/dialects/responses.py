@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rollwire.proxy.conversation import Conversation, Generation, Message, Sampling, ToolCall
-from rollwire.proxy.dialects.fields import checked_schema, named_choice, number, openai_choice_mode
+from rollwire.proxy.dialects.fields import checked_schema, named_choice, number, openai_choice_mode, requested_model
 from rollwire.proxy.dialects.responses_stream import response_events
 
 from rollwire.errors import InvalidRequest, RollwireError
@@ -137,11 +137,7 @@ class ResponsesDialect:
     name = "responses"
 
     def parse_request(self, body: Any) -> Conversation:
-        if not isinstance(body, dict):
-            raise InvalidRequest("the request body must be a JSON object")
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            raise InvalidRequest("model is required", param="model")
+        model = requested_model(body)
         _check_unsupported(body)
         items = _Items()
         instructions = body.get("instructions")
