@@ -1,0 +1,263 @@
+"""The local stack: engine, MCP env servers, gateway and proxy as child processes on loopback ports.
+
+``rollwire up`` and ``rollwire demo`` start it; ``rollwire rollouts`` and ``rollwire run-harness`` find a
+running one through the stack file (``StackInfo.save``). Each part runs as its own ``rollwire`` process,
+exactly as a user would start it by hand, because on a small machine one process per part keeps the
+engine's torch work off the proxy's and the gateway's event loops. With ``upstream`` set (a vLLM server)
+no engine is started and the proxy points there instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+from rollwire.errors import NotFound, RollwireError
+from rollwire.settings import Settings, default_home
+
+DEFAULT_STACK_FILE = default_home() / "stack.json"
+"""Where ``rollwire up`` writes the running stack's addresses (``<home>/stack.json``)."""
+
+TINY_SERVED_NAME = "rollwire-tiny"
+"""The name the bundled engine serves the tiny default model under, in the local stack."""
+
+
+def stack_file(home: Path) -> Path:
+    """The stack file under a given rollwire home folder."""
+    return Path(home) / "stack.json"
+
+
+@dataclass(slots=True)
+class StackInfo:
+    """Where each part of a running stack listens, and what a client needs to use it (the key is secret)."""
+
+    proxy_url: str
+    gateway_url: str
+    env_url: str
+    engine_url: str | None
+    operator_key: str
+    db_url: str
+    state_root: str
+    model: str
+    pids: dict[str, int] = field(default_factory=dict)
+
+    def save(self, path: Path) -> Path:
+        """Write the stack file (owner-readable only: it holds the operator key)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = path.with_suffix(".tmp")
+        staging.write_text(json.dumps(asdict(self), indent=2))
+        staging.chmod(0o600)
+        staging.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> StackInfo:
+        """Read a stack file; a missing or foreign file is a NotFound with what to do about it."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+            return cls(**data)
+        except FileNotFoundError:
+            raise NotFound(f"no running stack: {path} does not exist (start one with `rollwire up`)") from None
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise NotFound(f"{path} is not a rollwire stack file ({exc})") from None
+
+    def admin_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.operator_key}"}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS says is free now (another process may still take it before the child binds it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(slots=True)
+class _Child:
+    name: str
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+class LocalStack:
+    """``with LocalStack(settings) as info:`` starts the parts, waits until each answers /health, stops them after.
+
+    Logs go to ``<log_dir>/<part>.log``; a part that dies or does not come up raises with its log's tail.
+    """
+
+    PARTS = ("engine", "env", "gateway", "proxy")
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        upstream: str | None = None,
+        model: str | None = None,
+        served_model_name: str | None = None,
+        db_url: str | None = None,
+        state_dir: Path | None = None,
+        log_dir: Path | None = None,
+        host: str = "127.0.0.1",
+        ports: dict[str, int] | None = None,
+        engine_args: Sequence[str] = (),
+        proxy_args: Sequence[str] = (),
+        start_timeout_s: float = 180.0,
+    ) -> None:
+        self.settings = settings
+        self.upstream = upstream.rstrip("/") if upstream else None
+        self.model = model
+        self.served_model_name = served_model_name or (None if upstream or model else TINY_SERVED_NAME)
+        self.db_url = db_url or settings.store_url()
+        self.state_dir = Path(state_dir) if state_dir else settings.home / "mcp_state"
+        self.log_dir = Path(log_dir) if log_dir else settings.home / "stack" / "logs"
+        self.host = host
+        self.ports = dict(ports or {})
+        self.engine_args, self.proxy_args = list(engine_args), list(proxy_args)
+        self.start_timeout_s = start_timeout_s
+        self.operator_key = settings.proxy.operator_key or secrets.token_urlsafe(24)
+        self._children: list[_Child] = []
+        self.info: StackInfo | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+
+    def start(self) -> StackInfo:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        if self.upstream is None and not self.model:
+            from rollwire.tiny_model import ensure_tiny_model
+
+            ensure_tiny_model(self.settings.home)  # once here, not raced by the engine process
+        url = {part: f"http://{self.host}:{self.ports.get(part) or free_port(self.host)}" for part in self.PARTS}
+        engine_url = self.upstream or url["engine"]
+        try:
+            if self.upstream is None:
+                self._spawn("engine", url["engine"], ["engine", *self._engine_flags(), *self.engine_args])
+            self._spawn("env", url["env"], ["mcp", "serve", "all", "--state-dir", str(self.state_dir)])
+            self._spawn("gateway", url["gateway"], ["mcp", "gateway", "--env-url", url["env"], "--db", self.db_url])
+            proxy = ["proxy", "--upstream", engine_url, "--gateway-url", url["gateway"], "--db", self.db_url]
+            self._spawn("proxy", url["proxy"], [*proxy, "--operator-key", self.operator_key, *self.proxy_args])
+            for child in self._children:
+                self._wait_healthy(child)
+            if self.upstream is not None:
+                self._wait_upstream(engine_url)
+            served = self.served_model_name or self._served_name(engine_url)
+        except BaseException:
+            self.stop()
+            raise
+        self.info = StackInfo(
+            proxy_url=url["proxy"],
+            gateway_url=url["gateway"],
+            env_url=url["env"],
+            engine_url=engine_url,
+            operator_key=self.operator_key,
+            db_url=self.db_url,
+            state_root=str(self.state_dir),
+            model=served,
+            pids={child.name: child.process.pid for child in self._children},
+        )
+        return self.info
+
+    def stop(self) -> None:
+        """Stop every part (proxy first, engine last): SIGTERM, then SIGKILL after a grace period."""
+        for child in reversed(self._children):
+            if child.process.poll() is None:
+                child.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10.0
+        for child in reversed(self._children):
+            try:
+                child.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.process.kill()
+                child.process.wait()
+        self._children.clear()
+
+    def check_alive(self) -> None:
+        """Raise, with its log tail, if a part has exited while the stack should be running."""
+        for child in self._children:
+            if child.process.poll() is not None:
+                raise RollwireError(f"the {child.name} exited with status {child.process.returncode}: {_tail(child.log)}")
+
+    def __enter__(self) -> StackInfo:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- parts -----------------------------------------------------------------------------------------------
+
+    def _engine_flags(self) -> list[str]:
+        flags = []
+        if self.model:
+            flags += ["--model", self.model]
+        if self.served_model_name:
+            flags += ["--served-model-name", self.served_model_name]
+        return flags
+
+    def _child_env(self, name: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env["ROLLWIRE_HOME"] = str(self.settings.home)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        if name == "proxy" and "ROLLWIRE_PROXY__MODEL_ALIASES" not in env:
+            # One served model: every requested name (a harness's own default, "default") means it.
+            env["ROLLWIRE_PROXY__MODEL_ALIASES"] = json.dumps({"*": self.served_model_name} if self.served_model_name else {})
+        return env
+
+    def _spawn(self, name: str, url: str, argv: list[str]) -> None:
+        port = url.rsplit(":", 1)[1]
+        command = [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", *argv, "--host", self.host, "--port", port]
+        log = self.log_dir / f"{name}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=self._child_env(name))
+        self._children.append(_Child(name, url, process, log))
+
+    def _wait_healthy(self, child: _Child) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if child.process.poll() is not None:
+                raise RollwireError(f"the {child.name} exited with status {child.process.returncode}: {_tail(child.log)}")
+            try:
+                if httpx.get(f"{child.url}/health", timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RollwireError(f"the {child.name} did not answer {child.url}/health in {self.start_timeout_s:.0f}s: {_tail(child.log)}")
+
+    def _wait_upstream(self, url: str) -> None:
+        try:
+            httpx.get(f"{url}/v1/models", timeout=10.0).raise_for_status()
+        except httpx.HTTPError as exc:
+            raise RollwireError(f"the upstream at {url} does not answer /v1/models: {exc}") from None
+
+    @staticmethod
+    def _served_name(url: str) -> str:
+        models = httpx.get(f"{url}/v1/models", timeout=10.0).json().get("data") or [{}]
+        return str(models[0].get("id") or "default")
+
+
+def _tail(log: Path, lines: int = 12) -> str:
+    try:
+        text = log.read_text(errors="replace").strip().splitlines()
+    except FileNotFoundError:
+        return "(no log)"
+    return " | ".join(text[-lines:]) or f"(empty log {log})"
+
+
+__all__ = ["DEFAULT_STACK_FILE", "TINY_SERVED_NAME", "LocalStack", "StackInfo", "free_port", "stack_file"]
