@@ -186,6 +186,16 @@ class LocalStack:
                 child.process.wait()
         self._children.clear()
 
+    def add_proxy(self, name: str, upstream: str) -> str:
+        """Start one more proxy on the same store and gateway in front of another upstream; returns its URL."""
+        if self.info is None:
+            raise RollwireError("start the stack before adding a proxy")
+        url = f"http://{self.host}:{free_port(self.host)}"
+        argv = ["proxy", "--upstream", upstream, "--gateway-url", self.info.gateway_url, "--db", self.db_url]
+        self._spawn(name, url, [*argv, "--operator-key", self.operator_key, *self.proxy_args])
+        self._wait_healthy(self._children[-1])
+        return url
+
     def check_alive(self) -> None:
         """Raise, with its log tail, if a part has exited while the stack should be running."""
         for child in self._children:
@@ -214,7 +224,7 @@ class LocalStack:
         env = dict(os.environ)
         env["ROLLWIRE_HOME"] = str(self.settings.home)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        if name == "proxy" and "ROLLWIRE_PROXY__MODEL_ALIASES" not in env:
+        if name.startswith("proxy") and "ROLLWIRE_PROXY__MODEL_ALIASES" not in env:
             # One served model: every requested name (a harness's own default, "default") means it.
             env["ROLLWIRE_PROXY__MODEL_ALIASES"] = json.dumps({"*": self.served_model_name} if self.served_model_name else {})
         return env

@@ -1,0 +1,114 @@
+"""A scripted expert behind the engine's wire format: it plays a suite's reference solutions.
+
+Put behind a proxy, its answers are recorded like any engine's (exact token ids, one policy version),
+so a harness driven by it leaves teacher trajectories in the store for the SFT warm start. It reads
+the prompt the proxy rendered: the last user message names the task (by its instruction), the tool
+responses after it say how many reference steps are done; the next step is sent as a ``<tool_call>``,
+and once all are done the task's reference answer (or "Done.") ends the turn.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from rollwire.errors import RollwireError
+from rollwire.mcp_servers.tasks.schema import Suite, Task
+from rollwire.request_body import read_json_body
+
+_USER_TURN = re.compile(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", re.S)
+END_OF_TURN = "<|im_end|>"
+
+
+class ScriptedExpert:
+    """Maps a rendered prompt to the expert's next assistant turn (text ending with the end-of-turn token)."""
+
+    def __init__(self, suites: list[Suite]) -> None:
+        self.by_instruction: dict[str, Task] = {t.instruction.strip(): t for s in suites for t in s.tasks}
+
+    def next_turn(self, prompt_text: str) -> str:
+        turns = [m for m in _USER_TURN.finditer(prompt_text) if "<tool_response>" not in m.group(1)]
+        if not turns:
+            raise LookupError("the prompt has no user message")
+        task = self.by_instruction.get(turns[-1].group(1).strip())
+        if task is None:
+            raise LookupError(f"no task has the instruction {turns[-1].group(1).strip()[:80]!r}")
+        done = prompt_text.count("<tool_response>", turns[-1].end())
+        if done < len(task.reference_solution):
+            step = task.reference_solution[done]
+            name = step.tool if f'"name": "{step.tool}"' in prompt_text else f"{step.server}__{step.tool}"
+            call = json.dumps({"name": name, "arguments": step.arguments})
+            return f"<tool_call>\n{call}\n</tool_call>{END_OF_TURN}"
+        return f"{task.reference_answer or 'Done.'}{END_OF_TURN}"
+
+
+def build_teacher_app(model_dir: Path, suites: list[Suite], served_name: str = "teacher") -> Starlette:
+    """``/v1/completions`` (token-id prompts, ``return_token_ids``), ``/v1/models`` and ``/health``."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    expert = ScriptedExpert(suites)
+
+    async def completions(request: Request) -> JSONResponse:
+        body = await read_json_body(request, 8 * 1024 * 1024)
+        prompt = body.get("prompt") if isinstance(body, dict) else None
+        if not isinstance(prompt, list) or not all(isinstance(t, int) for t in prompt):
+            return _error("the teacher takes token-id prompts only (a list of ints)", 400)
+        try:
+            text = expert.next_turn(tokenizer.decode(prompt, skip_special_tokens=False))
+        except LookupError as exc:
+            return _error(f"teacher: {exc}", 400)
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        max_tokens = body.get("max_tokens")
+        finish = "stop"
+        if isinstance(max_tokens, int) and len(ids) > max_tokens:
+            ids, finish = ids[:max_tokens], "length"
+        tokens = [tokenizer.decode([i], skip_special_tokens=False) for i in ids]
+        visible = text[: -len(END_OF_TURN)] if finish == "stop" else tokenizer.decode(ids, skip_special_tokens=False)
+        choice = {
+            "index": 0,
+            "text": visible,
+            "token_ids": ids,
+            "prompt_token_ids": prompt,
+            "finish_reason": finish,
+            "logprobs": {"tokens": tokens, "token_logprobs": [0.0] * len(ids), "top_logprobs": None, "text_offset": None},
+        }
+        usage = {"prompt_tokens": len(prompt), "completion_tokens": len(ids), "total_tokens": len(prompt) + len(ids)}
+        return JSONResponse(
+            {"id": f"cmpl-teacher-{time.time_ns()}", "object": "text_completion", "model": served_name,
+             "choices": [choice], "usage": usage, "weight_version": 0}
+        )  # fmt: skip
+
+    async def models(request: Request) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": served_name, "object": "model", "owned_by": "rollwire"}]})
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def rollwire_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RollwireError)
+        return _error(exc.message, exc.status_code)
+
+    return Starlette(
+        exception_handlers={RollwireError: rollwire_error},
+        routes=[
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+        ]
+    )
+
+
+def _error(message: str, status: int) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "code": status}}, status_code=status)
+
+
+__all__ = ["END_OF_TURN", "ScriptedExpert", "build_teacher_app"]
