@@ -12,8 +12,8 @@ import hashlib
 import logging
 import secrets
 import uuid
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import func, update
@@ -50,11 +50,17 @@ def new_token() -> tuple[str, str]:
     return token, hashlib.sha256(token.encode()).hexdigest()
 
 
+RUNTIME_META = ("runtime", "runtime_ref", "retry_of")
+"""Meta keys that describe one attempt (where it ran, what it retries); a retry does not inherit them."""
+
+
 @dataclass(frozen=True, slots=True)
 class PlannedRollout:
     task_id: str
     group_id: str
     sample_index: int
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    """Task facts other services read from the row (``suite``: the gateway and env servers find the task by it)."""
 
 
 class RolloutBook:
@@ -71,6 +77,10 @@ class RolloutBook:
                 session.add(run)
             return run
 
+    def find_run(self, run_id: str) -> Run | None:
+        with session_scope(self._engine) as session:
+            return session.get(Run, run_id)
+
     def plan(self, run_id: str, planned: Iterable[PlannedRollout]) -> list[str]:
         """Insert pending rows for ``planned`` (attempt 0); returns their ids."""
         ids: list[str] = []
@@ -86,6 +96,7 @@ class RolloutBook:
                         task_id=item.task_id,
                         group_id=item.group_id,
                         sample_index=item.sample_index,
+                        meta=dict(item.meta),
                     )
                 )
                 ids.append(rollout_id)
@@ -131,7 +142,7 @@ class RolloutBook:
             session.add(row)
 
     def retry(self, failed: Rollout) -> str:
-        """A new pending attempt of a rollout that failed for infrastructure reasons."""
+        """A new pending attempt of a rollout that failed for infrastructure reasons (same task meta, no runtime facts)."""
         rollout_id = f"ro-{uuid.uuid4().hex[:16]}"
         _token, placeholder = new_token()
         with session_scope(self._engine) as session:
@@ -144,7 +155,7 @@ class RolloutBook:
                     group_id=failed.group_id,
                     sample_index=failed.sample_index,
                     attempt=failed.attempt + 1,
-                    meta={"retry_of": failed.id},
+                    meta={**{k: v for k, v in failed.meta.items() if k not in RUNTIME_META}, "retry_of": failed.id},
                 )
             )
         return rollout_id
@@ -188,4 +199,4 @@ def final_counts(rows: Sequence[Rollout]) -> dict[str, int]:
     return counts
 
 
-__all__ = ["TRANSITIONS", "PlannedRollout", "RolloutBook", "can_move", "final_counts", "new_token"]
+__all__ = ["RUNTIME_META", "TRANSITIONS", "PlannedRollout", "RolloutBook", "can_move", "final_counts", "new_token"]

@@ -45,6 +45,8 @@ class RunPlan:
     harness: str
     name: str = ""
     policy_version: int | None = None
+    config: Mapping[str, object] = field(default_factory=dict)
+    """Extra facts kept on the Run row (suite, split, the caller's own meta) beside harness and group size."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +94,12 @@ class Progress:
         return sum(self.rewards) / len(self.rewards) if self.rewards else None
 
 
+def live_rows(rows: Sequence[Rollout]) -> list[Rollout]:
+    """The latest attempt of every planned rollout: rows no infrastructure retry has replaced."""
+    replaced = {row.meta.get("retry_of") for row in rows}
+    return [row for row in rows if row.id not in replaced]
+
+
 class Scheduler:
     def __init__(
         self,
@@ -115,32 +123,33 @@ class Scheduler:
 
     async def run(self, plan: RunPlan) -> Progress:
         """Plan the run's rows (first time only), then drive every non-final row to a final state."""
-        config = {"harness": plan.harness, "group_size": plan.group_size, "policy_version": plan.policy_version}
+        config = {
+            **plan.config,
+            "harness": plan.harness,
+            "group_size": plan.group_size,
+            "policy_version": plan.policy_version,
+        }
         await self._db(self._book.ensure_run, plan.run_id, plan.name or plan.run_id, config)
         rows = await self._db(self._book.rollouts, plan.run_id)
         if not rows:
             planned = [
-                PlannedRollout(task.id, f"{plan.run_id}:{task.id}", index)
+                PlannedRollout(task.id, f"{plan.run_id}:{task.id}", index, task.meta)
                 for task in plan.tasks
                 for index in range(plan.group_size)
             ]
             await self._db(self._book.plan, plan.run_id, planned)
             rows = await self._db(self._book.rollouts, plan.run_id)
         tasks = {task.id: task for task in plan.tasks}
-        self._count_existing(rows)
+        live = live_rows(rows)
+        self._count_existing(live)
         slots = anyio.Semaphore(max(1, self._settings.concurrency))
         async with anyio.create_task_group() as group:
-            for row in rows:
-                if not RolloutStatus(row.status).is_final and not self._superseded(row, rows):
+            for row in live:
+                if not RolloutStatus(row.status).is_final:
                     group.start_soon(self._drive, row, tasks, slots)
         return self.progress
 
-    @staticmethod
-    def _superseded(row: Rollout, rows: Sequence[Rollout]) -> bool:
-        return any(other.meta.get("retry_of") == row.id for other in rows)
-
-    def _count_existing(self, rows: Sequence[Rollout]) -> None:
-        live = [row for row in rows if not self._superseded(row, rows)]
+    def _count_existing(self, live: Sequence[Rollout]) -> None:
         self.progress.planned = len(live)
         for row in live:
             status = RolloutStatus(row.status)
@@ -264,4 +273,4 @@ class Scheduler:
         return moved
 
 
-__all__ = ["Endpoints", "Progress", "RunPlan", "Scheduler", "TaskSpec"]
+__all__ = ["Endpoints", "Progress", "RunPlan", "Scheduler", "TaskSpec", "live_rows"]

@@ -1,0 +1,183 @@
+"""One run of a task suite through a harness against a running stack: the entry point the CLI and the demo call.
+
+It only wires parts that exist elsewhere: the suite's tasks (``mcp_servers.tasks``) become ``TaskSpec``s whose
+meta names the suite, because the gateway and the env servers find a rollout's task as ``meta.suite`` +
+``task_id`` on its row (the same way the proxy's admin "create rollout" writes it); the adapter comes from
+the registry, rewards from the suite's checkers (``SuiteScorer``), and the ``Scheduler`` drives the rows in
+the stack's store. Passing the ``run_id`` of an earlier, interrupted run resumes it: rows already final stay.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio.to_thread
+
+from rollwire.errors import InvalidRequest, NotFound
+from rollwire.harness_adapters.base import Adapter
+from rollwire.orchestrator.lifecycle import RolloutBook
+from rollwire.orchestrator.runtimes.base import Runtime
+from rollwire.orchestrator.scheduler import Endpoints, Progress, RunPlan, Scheduler, TaskSpec, live_rows
+from rollwire.settings import OrchestratorSettings, Settings
+from rollwire.store.db import open_engine
+from rollwire.store.schema import Rollout
+
+RUNTIMES = ("local", "kubernetes")
+SPLITS = {"train": "train", "held_out": "held_out", "heldout": "held_out", "held-out": "held_out"}
+"""Accepted spellings of a split -> the name the suite files use."""
+
+
+class StackAddresses(Protocol):
+    """What a run needs of a running stack (``rollwire.stack.StackInfo`` has these and more)."""
+
+    proxy_url: str
+    gateway_url: str
+    db_url: str
+    state_root: str
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteRunResult:
+    run_id: str
+    progress: Progress
+    rollouts: list[Rollout]
+    """The latest attempt of every planned rollout, all in a final state once the run returned."""
+
+
+def suite_ref(suite: str) -> str:
+    """How rows name the suite: a shipped name as is, a JSON file as an absolute path (other processes read it)."""
+    return str(Path(suite).resolve()) if Path(suite).suffix else suite
+
+
+def select_tasks(suite: str, split: str | None = None, task_ids: Sequence[str] | None = None) -> list[TaskSpec]:
+    """The suite's tasks in one split and/or with the given ids, as TaskSpecs; unknown names say what exists."""
+    from rollwire.mcp_servers.tasks.loader import load_suite
+
+    loaded = load_suite(suite)
+    tasks = list(loaded.tasks)
+    if split is not None:
+        if split not in SPLITS:
+            raise InvalidRequest(f"unknown split {split!r}; use train or heldout", param="split")
+        tasks = loaded.split(SPLITS[split])
+    if task_ids:
+        known = {task.id: task for task in tasks}
+        missing = [task_id for task_id in task_ids if task_id not in known]
+        if missing:
+            where = f"split {split!r} of suite {loaded.name!r}" if split else f"suite {loaded.name!r}"
+            raise NotFound(f"{where} has no task {', '.join(map(repr, missing))}; it has: {', '.join(known)}")
+        tasks = [known[task_id] for task_id in dict.fromkeys(task_ids)]
+    if not tasks:
+        raise InvalidRequest(f"suite {loaded.name!r} has no tasks in split {split!r}", param="split")
+    ref = suite_ref(suite)
+    return [TaskSpec(task.id, task.instruction, {"suite": ref}) for task in tasks]
+
+
+def build_adapter(harness: str, options: Mapping[str, object] | None = None) -> Adapter:
+    """The registry's adapter; options it does not take are an InvalidRequest naming them."""
+    from rollwire.harness_adapters.registry import get_adapter
+
+    try:
+        return get_adapter(harness, **dict(options or {}))
+    except TypeError as exc:
+        raise InvalidRequest(f"harness {harness!r} does not take these options: {exc}", param="harness_options") from None
+
+
+def build_runtime(kind: str, settings: OrchestratorSettings, host_env: Mapping[str, str]) -> Runtime:
+    """The runtime named ``kind``; its clients open when the caller enters it (``async with``)."""
+    if kind == "local":
+        from rollwire.orchestrator.runtimes.local import LocalRuntime
+
+        return LocalRuntime(settings, host_env=dict(host_env))
+    if kind == "kubernetes":
+        from rollwire.orchestrator.runtimes.kube_api import api_client_from_settings
+        from rollwire.orchestrator.runtimes.kubernetes import KubernetesRuntime
+
+        return KubernetesRuntime(settings.kubernetes, api_client_from_settings(settings.kubernetes))
+    raise InvalidRequest(f"unknown runtime {kind!r}; use {' or '.join(RUNTIMES)}", param="runtime")
+
+
+def _resume_tasks(book: RolloutBook, run_id: str, suite: str, harness: str, picked: list[TaskSpec]) -> list[TaskSpec]:
+    """For an existing run: check it is the same suite and harness, and cover every task its rows hold."""
+    run = book.find_run(run_id)
+    if run is None:
+        return picked
+    config: dict[str, Any] = dict(run.config or {})
+    for key, want in (("suite", suite_ref(suite)), ("harness", harness)):
+        if config.get(key) not in (None, want):
+            raise InvalidRequest(f"run {run_id!r} was started with {key} {config.get(key)!r}, not {want!r}", param=key)
+    rows = book.rollouts(run_id)
+    if not rows:
+        return picked
+    every = {task.id: task for task in select_tasks(suite)}
+    missing = sorted({row.task_id or "" for row in rows} - set(every))
+    if missing:
+        raise InvalidRequest(f"run {run_id!r} has tasks the suite {suite!r} lacks: {', '.join(missing)}")
+    return [every[task_id] for task_id in dict.fromkeys(row.task_id or "" for row in rows)]
+
+
+async def run_suite(
+    stack: StackAddresses,
+    *,
+    suite: str,
+    harness: str,
+    group_size: int = 1,
+    split: str | None = None,
+    task_ids: Sequence[str] | None = None,
+    runtime: str = "local",
+    concurrency: int = 4,
+    deadline_s: float | None = None,
+    run_id: str | None = None,
+    run_name: str = "",
+    run_meta: Mapping[str, object] | None = None,
+    policy_version: int | None = None,
+    harness_options: Mapping[str, object] | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    settings: Settings | None = None,
+    host_env: Mapping[str, str] | None = None,
+) -> SuiteRunResult:
+    """Run ``group_size`` rollouts of each picked task with ``harness`` until every one is final.
+
+    ``host_env`` is the environment local harnesses inherit PATH and locale from (default: this process's).
+    Rollouts reach the proxy and gateway at ``settings.orchestrator.proxy_url``/``gateway_url`` when set
+    (a pod sees other addresses than this machine), else at the stack's.
+    """
+    if group_size < 1:
+        raise InvalidRequest("group size must be at least 1", param="group_size")
+    if concurrency < 1:
+        raise InvalidRequest("concurrency must be at least 1", param="concurrency")
+    if deadline_s is not None and deadline_s <= 0:
+        raise InvalidRequest("deadline must be a positive number of seconds", param="deadline_s")
+    settings = settings or Settings()
+    orch = settings.orchestrator.model_copy(
+        update={"runtime": runtime, "concurrency": concurrency}
+        | ({"deadline_s": deadline_s} if deadline_s is not None else {})
+    )
+    picked = select_tasks(suite, split, task_ids)
+    adapter = build_adapter(harness, harness_options)
+    from rollwire.mcp_servers.tasks.scorer import SuiteScorer
+
+    scorer = SuiteScorer(suite, Path(stack.state_root))
+    book = RolloutBook(await anyio.to_thread.run_sync(open_engine, stack.db_url))
+    run_id = run_id or f"run-{secrets.token_hex(6)}"
+    tasks = await anyio.to_thread.run_sync(_resume_tasks, book, run_id, suite, harness, picked)
+    config: dict[str, object] = {**(run_meta or {}), "suite": suite_ref(suite), "split": split, "runtime": runtime}
+    plan = RunPlan(run_id, tasks, group_size, harness, run_name, policy_version, config)
+    endpoints = Endpoints(orch.proxy_url or stack.proxy_url, orch.gateway_url or stack.gateway_url)
+    env = dict(os.environ if host_env is None else host_env)
+    async with build_runtime(runtime, orch, env) as opened:
+        scheduler = Scheduler(
+            book=book, runtime=opened, adapter=adapter, scorer=scorer, settings=orch, endpoints=endpoints,
+            on_progress=on_progress,
+        )  # fmt: skip
+        progress = await scheduler.run(plan)
+    rows = await anyio.to_thread.run_sync(book.rollouts, run_id)
+    return SuiteRunResult(run_id, progress, live_rows(rows))
+
+
+__all__ = ["RUNTIMES", "SPLITS", "StackAddresses", "SuiteRunResult", "build_adapter", "build_runtime", "run_suite",
+           "select_tasks", "suite_ref"]  # fmt: skip

@@ -1,0 +1,62 @@
+"""The whole local stack in this process on 127.0.0.1: bundled engine (tiny model), env servers, gateway, proxy.
+
+Each part is the real app on its own uvicorn thread, so the orchestrator's harness subprocesses talk to
+them over loopback exactly as they would to ``rollwire up``'s processes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+from rollwire.serving import ServerThread
+from rollwire.settings import EngineSettings, GatewaySettings, McpSettings, ProxySettings
+from rollwire.store.db import open_engine
+
+OPERATOR_KEY = "orchestrator-test-key"
+
+
+@dataclass(frozen=True, slots=True)
+class LiveStack:
+    """The stack file's fields (``rollwire.stack.StackInfo``'s layout) for the in-process servers."""
+
+    proxy_url: str
+    gateway_url: str
+    env_url: str
+    engine_url: str | None
+    operator_key: str
+    db_url: str
+    state_root: str
+    model: str
+
+    def save(self, path: Path) -> Path:
+        path.write_text(json.dumps({**asdict(self), "pids": {}}))
+        return path
+
+
+@contextmanager
+def live_stack(folder: Path, tiny_model_dir: Path) -> Iterator[LiveStack]:
+    from rollwire.engine import create_app as create_engine
+    from rollwire.mcp_servers.envs.app import SERVERS, build_app, runtime
+    from rollwire.mcp_servers.gateway.server import build_gateway_app
+    from rollwire.mcp_servers.tasks.loader import task_initial
+    from rollwire.proxy.app import create_app as create_proxy
+
+    db_url = f"sqlite:///{folder / 'stack.db'}"
+    mcp = McpSettings(state_dir=str(folder / "state"))
+    env = runtime(mcp, folder, task_initial)
+    with ExitStack() as stack:
+        engine = stack.enter_context(ServerThread(create_engine(EngineSettings(model=str(tiny_model_dir), device="cpu"), folder)))
+        envs = stack.enter_context(ServerThread(build_app(list(SERVERS), env, mcp.allowed_hosts, 1_000_000)))
+        gateway = stack.enter_context(ServerThread(build_gateway_app(GatewaySettings(env_url=envs.url), open_engine(db_url))))
+        model = str(httpx.get(f"{engine.url}/v1/models", timeout=30).json()["data"][0]["id"])
+        settings = ProxySettings(
+            upstream=engine.url, model=str(tiny_model_dir), gateway_url=gateway.url, model_aliases={"*": model}
+        )
+        proxy = stack.enter_context(ServerThread(create_proxy(settings, db_url, folder, operator_key=OPERATOR_KEY)))
+        yield LiveStack(proxy.url, gateway.url, envs.url, engine.url, OPERATOR_KEY, db_url, str(env.store.root), model)

@@ -1,0 +1,58 @@
+"""run_suite against the real stack on loopback: the reference harness as subprocesses, rewards from the suite's checker."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import anyio
+import pytest
+from live_stack import live_stack
+from sqlmodel import func, select
+
+from rollwire.errors import InvalidRequest, NotFound
+from rollwire.mcp_servers.tasks.loader import load_suite
+from rollwire.orchestrator.suite_run import run_suite, select_tasks
+from rollwire.store import ModelCall, session_scope
+from rollwire.store.db import open_engine
+
+
+@pytest.mark.slow
+def test_reference_harness_two_tasks_group_of_two(tmp_path: Path, tiny_model_dir: Path) -> None:
+    seen: list[int] = []
+    with live_stack(tmp_path, tiny_model_dir) as stack:
+        result = anyio.run(
+            lambda: run_suite(
+                stack, suite="tiny", harness="reference", group_size=2, task_ids=["write-cat", "write-dog"],
+                concurrency=2, deadline_s=120, run_name="suite-run-test",
+                harness_options={"max_turns": 2, "max_tokens": 24}, on_progress=lambda p: seen.append(p.done),
+            )
+        )  # fmt: skip
+    rows = result.rollouts
+    assert Counter(row.task_id for row in rows) == {"write-cat": 2, "write-dog": 2}
+    assert result.progress.done == 4 and seen[-1] == 4
+    engine = open_engine(stack.db_url)
+    criteria = {c.name or f"{c.kind}" for c in load_suite("tiny").task("write-cat").checker}
+    for row in rows:
+        assert row.status == "finished", (row.status, row.error, row.log_tail)
+        assert row.meta["suite"] == "tiny" and row.exit_code == 0
+        assert row.reward is not None and 0.0 <= row.reward <= 1.0
+        assert len(row.reward_breakdown) == len(criteria), row.reward_breakdown  # the checker's per-criterion breakdown
+        with session_scope(engine) as session:
+            calls = session.exec(select(func.count()).select_from(ModelCall).where(ModelCall.rollout_id == row.id)).one()
+        assert calls >= 1, f"no model call recorded for {row.id}: {row.log_tail}"
+    assert result.progress.mean_reward == pytest.approx(sum(row.reward or 0.0 for row in rows) / 4)
+
+
+def test_task_selection_and_its_errors() -> None:
+    train = select_tasks("tiny", "train")
+    held = select_tasks("tiny", "heldout")
+    assert train and held and {t.id for t in train}.isdisjoint({t.id for t in held})
+    assert all(t.meta == {"suite": "tiny"} and t.prompt for t in train + held)
+    assert [t.id for t in select_tasks("tiny", task_ids=["write-dog", "write-cat"])] == ["write-dog", "write-cat"]
+    with pytest.raises(InvalidRequest, match="unknown split 'test'"):
+        select_tasks("tiny", "test")
+    with pytest.raises(NotFound, match="no task 'nope'"):
+        select_tasks("tiny", task_ids=["nope"])
+    with pytest.raises(NotFound, match="no suite 'missing'"):
+        select_tasks("missing")
