@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "traces": "rollwire.cli.traces",
     "mcp": "rollwire.cli.mcp",
     "k8s": "rollwire.cli.k8s",
+    "rollouts": "rollwire.cli.rollouts",
 }
 """Subcommand name -> module; modules are imported only to build the parser or run."""
 

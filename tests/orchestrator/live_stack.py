@@ -6,41 +6,22 @@ them over loopback exactly as they would to ``rollwire up``'s processes.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import httpx
 
 from rollwire.serving import ServerThread
+from rollwire.stack import StackInfo
 from rollwire.settings import EngineSettings, GatewaySettings, McpSettings, ProxySettings
 from rollwire.store.db import open_engine
 
 OPERATOR_KEY = "orchestrator-test-key"
 
 
-@dataclass(frozen=True, slots=True)
-class LiveStack:
-    """The stack file's fields (``rollwire.stack.StackInfo``'s layout) for the in-process servers."""
-
-    proxy_url: str
-    gateway_url: str
-    env_url: str
-    engine_url: str | None
-    operator_key: str
-    db_url: str
-    state_root: str
-    model: str
-
-    def save(self, path: Path) -> Path:
-        path.write_text(json.dumps({**asdict(self), "pids": {}}))
-        return path
-
-
 @contextmanager
-def live_stack(folder: Path, tiny_model_dir: Path) -> Iterator[LiveStack]:
+def live_stack(folder: Path, tiny_model_dir: Path) -> Iterator[StackInfo]:
     from rollwire.engine import create_app as create_engine
     from rollwire.mcp_servers.envs.app import SERVERS, build_app, runtime
     from rollwire.mcp_servers.gateway.server import build_gateway_app
@@ -59,4 +40,4 @@ def live_stack(folder: Path, tiny_model_dir: Path) -> Iterator[LiveStack]:
             upstream=engine.url, model=str(tiny_model_dir), gateway_url=gateway.url, model_aliases={"*": model}
         )
         proxy = stack.enter_context(ServerThread(create_proxy(settings, db_url, folder, operator_key=OPERATOR_KEY)))
-        yield LiveStack(proxy.url, gateway.url, envs.url, engine.url, OPERATOR_KEY, db_url, str(env.store.root), model)
+        yield StackInfo(proxy.url, gateway.url, envs.url, engine.url, OPERATOR_KEY, db_url, str(env.store.root), model)

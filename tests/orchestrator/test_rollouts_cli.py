@@ -1,0 +1,85 @@
+"""`rollwire rollouts` as a user runs it (a subprocess): bad inputs, a real run against the stack, interrupt and resume."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from live_stack import live_stack
+
+from rollwire.orchestrator.lifecycle import RolloutBook
+from rollwire.orchestrator.scheduler import live_rows
+from rollwire.store.db import open_engine
+
+CLI = [sys.executable, "-m", "rollwire.cli", "rollouts"]
+FAST = ["--option", "max_turns=2", "--option", "max_tokens=16"]
+
+
+def rollouts(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--suite", "nope"], 1, "no suite 'nope' (shipped: office, ops, tiny)"),
+        (["--suite", "tiny", "--harness", "nope"], 1, "no harness adapter named 'nope'; known: reference"),
+        (["--suite", "tiny", "--tasks", "write-cat,nope"], 1, "suite 'tiny' has no task 'nope'"),
+        (["--suite", "tiny", "--split", "test"], 2, "invalid choice: 'test'"),
+        (["--suite", "tiny", "--option", "max_turn=2"], 1, "does not take these options"),
+        (["--suite", "tiny", "--group-size", "0"], 1, "--group-size must be at least 1"),
+        (["--suite", "tiny", "--stack", "/nonexistent/stack.json"], 1, "no running stack: /nonexistent/stack.json"),
+        (["--suite", "tiny", "--proxy-url", "http://127.0.0.1:9"], 1, "--proxy-url needs --gateway-url too"),
+    ],
+)
+def test_bad_inputs_exit_with_one_readable_line(args: list[str], code: int, message: str) -> None:
+    done = rollouts(*args)
+    assert done.returncode == code, done.stderr
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_help_teaches() -> None:
+    done = rollouts("--help")
+    assert done.returncode == 0
+    for flag in ("--suite", "--harness", "--group-size", "--split", "--tasks", "--runtime", "--run-id", "--stack"):
+        assert flag in done.stdout
+
+
+@pytest.mark.slow
+def test_run_interrupt_and_resume(tmp_path: Path, tiny_model_dir: Path) -> None:
+    with live_stack(tmp_path, tiny_model_dir) as stack:
+        file = stack.save(tmp_path / "stack.json")
+        book = RolloutBook(open_engine(stack.db_url))
+        base = ["--suite", "tiny", "--tasks", "write-cat,write-dog", "--stack", str(file), *FAST]
+
+        done = rollouts(*base, "-G", "2", "--run-id", "cli-run", "--concurrency", "2")
+        assert done.returncode == 0, done.stderr
+        assert "run cli-run: 4 finished, 0 failed, 0 timed out" in done.stdout
+        assert "resume with: rollwire rollouts --suite tiny" in done.stdout and "--run-id cli-run" in done.stdout
+        first = {row.id for row in book.rollouts("cli-run")}
+        again = rollouts(*base, "-G", "2", "--run-id", "cli-run")
+        assert again.returncode == 0 and "4 finished" in again.stdout
+        assert {row.id for row in book.rollouts("cli-run")} == first  # nothing ran twice
+        other = rollouts("--suite", "office", "--stack", str(file), "--run-id", "cli-run")
+        assert other.returncode == 1 and "was started with suite 'tiny', not 'office'" in other.stderr
+
+        process = subprocess.Popen([*CLI, *base, "-G", "3", "--run-id", "cut", "--concurrency", "1"], stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 90
+        while not any(row.status == "finished" for row in book.rollouts("cut")):
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 130 and "interrupted; resume with:" in err and "--run-id cut" in err
+        assert not all(row.status == "finished" for row in book.rollouts("cut"))
+        resumed = rollouts(*base, "-G", "3", "--run-id", "cut")
+        assert resumed.returncode == 0, resumed.stderr
+        live = live_rows(book.rollouts("cut"))
+        assert all(row.status == "finished" for row in live)
+        assert Counter((row.task_id, row.sample_index) for row in live) == {(t, i): 1 for t in ("write-cat", "write-dog") for i in range(3)}
