@@ -16,6 +16,7 @@ from rollwire.errors import RollwireError
 COMMANDS: dict[str, str] = {
     "agent": "rollwire.cli.agent",
     "demo": "rollwire.cli.demo",
+    "up": "rollwire.cli.up",
     "engine": "rollwire.cli.engine",
     "train": "rollwire.cli.train",
     "export": "rollwire.cli.export",

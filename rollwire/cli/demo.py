@@ -1,92 +1,123 @@
-"""Run the main job on the embedded default: start the local stack on this machine and show a round trip.
+"""Run the main job on the embedded default: the whole RL loop on this machine, through the real stack.
 
-Today the stack is the bundled engine (tiny local model) behind the token-faithful proxy and its store.
-The demo plays a two-turn conversation through the proxy with the official ``openai`` client, exactly as
-a harness would, finishes the rollout, and prints the recorded trajectory: one segment whose sampled
-tokens (loss mask 1) are the engine's own ids, with the second turn spliced onto the first.
+It starts the bundled engine (tiny local model), the MCP env servers, the gateway, the proxy and the
+store, then: (1) records teacher trajectories (the reference agent driven by a scripted expert behind
+its own proxy, labelled kind=teacher in the store) and runs an SFT warm start on them; (2) evaluates the
+SFT-only policy on the held-out tasks; (3) runs K GRPO iterations: G rollouts per train task with the
+reference agent on the local runtime, scored by the suite's checkers, one update, new weights pushed to
+the engine; (4) evaluates again with the same sampling settings; (5) writes a report (reward curve PNG,
+HTML summary, results.json) next to the store.
+
+Point the same loop at a real vLLM with --upstream URL --model FOLDER, at another suite with --suite,
+another harness with --harness, or Kubernetes with --runtime kubernetes.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import time
+from pathlib import Path
 
 from rollwire.settings import Settings
 
-HELP = "run the main job on the embedded default (local stack, tiny model, no GPU, no downloads)"
+HELP = "run the main job: teacher SFT, then GRPO through the real local stack, evaluation and a report"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--prompt", default="Write the word Paris to answer.txt.", help="first user message")
-    parser.add_argument("--max-tokens", type=int, default=16, help="most tokens sampled per turn (default 16)")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    parser.add_argument("--db", default=None, help="store URL (default: SQLite in the rollwire home folder)")
+    from rollwire.demo.loop import DemoConfig
+
+    d = DemoConfig()
+    add = parser.add_argument
+    add("--suite", default=d.suite, help=f"task suite: a shipped name or a JSON file (default {d.suite})")
+    add("--harness", default=d.harness, help=f"harness adapter by name (default {d.harness}; see `rollwire run-harness --help`)")
+    add("--runtime", default=d.runtime, choices=["local", "kubernetes"], help="where rollouts run (default local)")
+    add("--iterations", "-K", type=int, default=d.iterations, help=f"GRPO iterations (default {d.iterations})")
+    add("--group-size", "-G", type=int, default=d.group_size, help=f"rollouts per train task per iteration (default {d.group_size})")
+    add("--teacher-group", type=int, default=d.teacher_group, help=f"teacher rollouts per train task (default {d.teacher_group})")
+    add("--sft-epochs", type=int, default=d.sft_epochs, help=f"passes over the teacher data (default {d.sft_epochs})")
+    add("--sft-batch", type=int, default=d.sft_batch, help=f"trajectories per SFT step (default {d.sft_batch})")
+    add("--sft-lr", type=float, default=d.sft_lr, help=f"SFT learning rate (default {d.sft_lr})")
+    add("--grpo-lr", type=float, default=d.grpo_lr, help=f"GRPO learning rate (default {d.grpo_lr})")
+    add("--grpo-epochs", type=int, default=d.grpo_epochs, help=f"clipped steps per GRPO iteration (default {d.grpo_epochs})")
+    add("--eval-group", type=int, default=d.eval_group, help=f"rollouts per held-out task, before and after (default {d.eval_group})")
+    add("--temperature", type=float, default=d.temperature, help=f"sampling temperature, training and eval (default {d.temperature})")
+    add("--max-tokens", type=int, default=d.max_tokens, help=f"most tokens per model call (default {d.max_tokens})")
+    add("--max-turns", type=int, default=d.max_turns, help=f"most model calls per rollout (default {d.max_turns})")
+    add("--concurrency", type=int, default=d.concurrency, help=f"rollouts running at once (default {d.concurrency})")
+    add("--seed", type=int, default=d.seed, help=f"trainer seed (default {d.seed})")
+    add("--upstream", default=None, metavar="URL", help="a running vLLM server to use instead of the bundled engine")
+    add("--model", default=None, metavar="FOLDER", help="local HF folder of the model (needed with --upstream)")
+    add("--out", default=None, metavar="DIR", help="folder for the store, checkpoints, logs and report (default <home>/demo/<time>)")
 
 
-def _admin(client: Any, method: str, path: str, **kwargs: Any) -> Any:
-    response = client.request(method, path, **kwargs)
-    response.raise_for_status()
-    return response.json()
+def _config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from rollwire.demo.loop import DemoConfig
+
+    names = [f.name for f in __import__("dataclasses").fields(DemoConfig)]
+    return DemoConfig(**{n: getattr(args, n) for n in names if getattr(args, n, None) is not None})
 
 
-def _play(base_url: str, token: str, args: argparse.Namespace) -> list[str]:
-    """Two turns, the assistant message carried back unchanged, as a harness does."""
-    from openai import OpenAI
+class _LiveLine:
+    """One live status line: phase, rollouts done / running / failed, mean reward so far, elapsed time."""
 
-    llm = OpenAI(base_url=base_url, api_key=token)
-    model = llm.models.list().data[0].id  # the served name, as a harness would discover it
-    messages: list[dict[str, Any]] = [{"role": "user", "content": args.prompt}]
-    answers = []
-    for turn, follow_up in enumerate(("Thanks. Now say done.", None)):
-        reply = llm.chat.completions.create(
-            model=model, messages=messages, max_tokens=args.max_tokens, seed=args.seed + turn  # type: ignore[arg-type]
-        )
-        message = reply.choices[0].message
-        answers.append(message.content or "")
-        messages.append(message.model_dump(exclude_none=True))
-        if follow_up:
-            messages.append({"role": "user", "content": follow_up})
-    return answers
+    def __init__(self, console) -> None:  # type: ignore[no-untyped-def]
+        from rich.live import Live
+
+        self.started = time.monotonic()
+        self.console = console
+        self.live = Live(console=console, refresh_per_second=4, transient=True)
+        self.last_phase = ""
+
+    def __call__(self, phase: str, progress) -> None:  # type: ignore[no-untyped-def]
+        elapsed = time.monotonic() - self.started
+        if phase != self.last_phase and self.last_phase:
+            self.console.print(f"[dim]{elapsed:6.0f}s[/] done: {self.last_phase}")
+        self.last_phase = phase
+        line = f"[bold]{elapsed:6.0f}s[/] {phase}"
+        if progress is not None:
+            mean = progress.mean_reward
+            line += (
+                f"  rollouts {progress.done}/{progress.planned or '?'} done, {progress.running} running, "
+                f"{progress.failed + progress.timed_out} failed, mean reward {mean:.2f}" if mean is not None else
+                f"  rollouts {progress.done}/{progress.planned or '?'} done, {progress.running} running"
+            )  # fmt: skip
+        self.live.update(line)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    import httpx
     from rich.console import Console
 
-    from rollwire.engine.app import create_app as create_engine
-    from rollwire.proxy.app import create_app as create_proxy
-    from rollwire.serving import ServerThread
-    from rollwire.tiny_model import ensure_tiny_model
-    from rollwire.trajectory import Trajectory
+    from rollwire.demo.loop import Demo
+    from rollwire.demo.report import write_report
 
+    config = _config(args)
+    out = Path(args.out).expanduser() if args.out else settings.home / "demo" / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
     console = Console()
-    with console.status("building or loading the tiny local model"):
+    console.print(f"[bold]rollwire demo[/]: {config.suite} suite, {config.harness} harness, K={config.iterations}, "
+                  f"G={config.group_size}, output in {out}")  # fmt: skip
+    line = _LiveLine(console)
+    with line.live:
+        result = Demo(config, settings, out, line).run()
+    line("report", None)
+    model_dir = Path(config.model).expanduser() if config.model else None
+    if model_dir is None:
+        from rollwire.tiny_model import ensure_tiny_model
+
         model_dir = ensure_tiny_model(settings.home)
-    store_url = args.db or settings.store_url()
-    engine = ServerThread(create_engine(settings.engine.model_copy(update={"model": str(model_dir)}), settings.home))
-    with console.status("starting the bundled engine"):
-        engine.start()
-    try:
-        proxy_settings = settings.proxy.model_copy(update={"upstream": engine.url, "model": str(model_dir)})
-        proxy_app = create_proxy(proxy_settings, store_url, settings.home)
-        with ServerThread(proxy_app) as proxy, httpx.Client(base_url=proxy.url, timeout=60) as admin:
-            headers = {"Authorization": f"Bearer {proxy_app.state.operator_key}"}
-            console.print(f"[bold]engine[/] {engine.url}   [bold]proxy[/] {proxy.url}   [bold]store[/] {store_url}")
-            run_row = _admin(admin, "POST", "/admin/v1/runs", json={"name": "demo", "kind": "adhoc"}, headers=headers)
-            rollout = _admin(admin, "POST", f"/admin/v1/runs/{run_row['id']}/rollouts", json={"count": 1}, headers=headers)[0]
-            console.print(f"[bold]rollout[/] {rollout['id']} at {rollout['base_url'].replace(rollout['token'], '<token>')}")
-            for turn, answer in enumerate(_play(rollout["base_url"], rollout["token"], args), start=1):
-                console.print(f"[bold]turn {turn}[/] the model answered {answer!r}")
-            _admin(admin, "POST", f"/admin/v1/rollouts/{rollout['id']}/finish", json={"status": "finished", "reward": 0.0}, headers=headers)
-            data = _admin(admin, "GET", f"/admin/v1/rollouts/{rollout['id']}/trajectory", headers=headers)
-    finally:
-        engine.stop()
-    trajectory = Trajectory.from_dict(data)
-    for n, segment in enumerate(trajectory.segments):
-        console.print(
-            f"[bold]segment {n}[/]: {len(segment.token_ids)} token ids, {segment.num_sampled} sampled by the engine "
-            f"(policy versions {sorted(set(v for v in segment.policy_versions if v >= 0))}), calls {segment.call_ids}"
-            + (f", new segment because {segment.break_reason}" if segment.break_reason else "")
-        )
-    console.print(f"see it token by token: rollwire traces --db {store_url} show {trajectory.rollout_id}")
+    paths = write_report(result, model_dir)
+    before, after = result.before, result.after
+    assert before is not None and after is not None
+    console.print(f"teacher: {len(result.teacher.rewards) if result.teacher else 0} rollouts, mean reward "
+                  f"{result.teacher.mean if result.teacher else 0:.2f}")  # fmt: skip
+    for k, phase in enumerate(result.iterations, start=1):
+        console.print(f"GRPO iteration {k:3}: {len(phase.rewards)} rollouts, mean reward {phase.mean:.3f}, policy v{phase.policy_version}")
+    console.print(f"[bold]held-out mean reward[/] before RL (SFT only): {before.mean:.3f} over {len(before.rewards)} rollouts")
+    console.print(f"[bold]held-out mean reward[/] after RL:            {after.mean:.3f} over {len(after.rewards)} rollouts")
+    console.print(f"[bold]gain[/] {result.gain:+.3f} in {result.seconds:.0f} s")
+    console.print(f"report: {paths['html']}   curve: {paths['png']}   store: {result.stack.db_url}")
+    console.print(f"browse the traces: rollwire traces --db {result.stack.db_url} ls")
     return 0
+
+
+__all__ = ["HELP", "add_arguments", "run"]

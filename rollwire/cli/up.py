@@ -1,0 +1,126 @@
+"""Start the long-running local stack for pointing an existing harness at rollwire, and keep it up.
+
+Starts the bundled engine (or uses --upstream, a running vLLM), the MCP env servers, the gateway and the
+proxy on this machine, writes their addresses to the stack file (which `rollwire rollouts` and
+`rollwire run-harness` read), creates one ready rollout of a task, and prints its base URLs with
+one-line examples for the `openai` client, Codex CLI and Claude Code. Ctrl-C stops everything.
+What was recorded: `rollwire traces --db <store> ls`, or the viewer at <proxy>/ui/?key=<operator key>.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+
+from rollwire.settings import Settings
+
+HELP = "start the local stack (engine, env servers, gateway, proxy) for real harnesses; Ctrl-C stops it"
+
+DEFAULT_PORTS = {"proxy": 8000, "engine": 8100, "env": 8200, "gateway": 8300}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--upstream", default=None, metavar="URL", help="a running vLLM server to use instead of the bundled engine")
+    add("--model", default=None, metavar="FOLDER", help="local HF folder of the served model (tokenizer + template; "
+        "the engine's weights without --upstream); default: the tiny local model")  # fmt: skip
+    add("--db", default=None, metavar="URL", help="SQLAlchemy URL of the trace store (default SQLite in the home folder)")
+    add("--state-dir", default=None, metavar="DIR", help="where the env servers keep per-rollout state (default <home>/mcp_state)")
+    for part, port in DEFAULT_PORTS.items():
+        add(f"--{part}-port", type=int, default=port, help=f"port of the {part} (default {port}; 0 picks a free one)")
+    add("--suite", default="tiny", help="suite of the ready rollout's task (default tiny)")
+    add("--task", default="write-cat", help="task of the ready rollout (default write-cat; `rollwire mcp suites NAME` lists them)")
+    add("--stack-file", default=None, metavar="PATH", help="where to write the stack's addresses (default <home>/stack.json)")
+
+
+def _ready_rollout(info, suite: str, task: str) -> dict:  # type: ignore[no-untyped-def]
+    import httpx
+
+    from rollwire.errors import InvalidRequest
+    from rollwire.orchestrator.suite_run import select_tasks, suite_ref
+
+    select_tasks(suite, None, [task])  # an unknown suite or task: one readable line before anything is created
+    with httpx.Client(base_url=info.proxy_url, headers=info.admin_headers(), timeout=30) as admin:
+        run = admin.post("/admin/v1/runs", json={"name": "up", "kind": "adhoc"})
+        if run.status_code != 201:
+            raise InvalidRequest(f"the proxy refused to create a run: {run.text[:200]}")
+        body = {"task_id": task, "meta": {"suite": suite_ref(suite)}}
+        rollouts = admin.post(f"/admin/v1/runs/{run.json()['id']}/rollouts", json=body)
+        if rollouts.status_code != 201:
+            raise InvalidRequest(f"the proxy refused to create a rollout: {rollouts.text[:200]}")
+        return dict(rollouts.json()[0])
+
+
+def examples(info, rollout: dict, prompt: str) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    """(label, one-line command) pairs that point each kind of client at this rollout."""
+    base, token, model = rollout["base_url"], rollout["token"], info.model
+    openai_line = (
+        f"python -c \"from openai import OpenAI; c = OpenAI(base_url='{base}', api_key='{token}'); "
+        f"print(c.chat.completions.create(model='{model}', messages=[{{'role': 'user', 'content': 'Hi'}}], "
+        f"max_tokens=16).choices[0].message.content)\""
+    )
+    agent_line = f"rollwire agent --base-url {base} --api-key {token} --mcp-url {rollout['mcp_url']} --model {model} '{prompt}'"
+    codex_line = (
+        f"ROLLWIRE_TOKEN={token} codex exec --skip-git-repo-check -c model_provider=rollwire "
+        f"-c 'model_providers.rollwire={{name=\"rollwire\", base_url=\"{base}\", wire_api=\"responses\", "
+        f"env_key=\"ROLLWIRE_TOKEN\"}}' -m {model} '{prompt}'"
+    )
+    claude_line = f"ANTHROPIC_BASE_URL={rollout['anthropic_base_url']} ANTHROPIC_API_KEY={token} claude -p '{prompt}'"
+    return [("reference agent", agent_line), ("openai client", openai_line), ("Codex CLI", codex_line),
+            ("Claude Code", claude_line)]  # fmt: skip
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    from rollwire.errors import InvalidRequest
+    from rollwire.orchestrator.suite_run import select_tasks
+    from rollwire.stack import LocalStack, stack_file
+
+    ports = {part: getattr(args, f"{part}_port") for part in DEFAULT_PORTS}
+    for part, port in ports.items():
+        if not 0 <= port < 65536:
+            raise InvalidRequest(f"--{part}-port must be in 0..65535")
+    (task,) = select_tasks(args.suite, None, [args.task])
+    path = Path(args.stack_file).expanduser() if args.stack_file else stack_file(settings.home)
+    stack = LocalStack(
+        settings, upstream=args.upstream, model=args.model, db_url=args.db,
+        state_dir=Path(args.state_dir).expanduser() if args.state_dir else None,
+        ports={part: port for part, port in ports.items() if port},
+    )  # fmt: skip
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the stack as cleanly as Ctrl-C
+    print("rollwire up: starting engine, env servers, gateway and proxy ...", flush=True)
+    with stack as info:
+        info.save(path)
+        try:
+            rollout = _ready_rollout(info, args.suite, args.task)
+            print(f"  proxy     {info.proxy_url}   (OpenAI Chat Completions + Responses, Anthropic Messages)")
+            print(f"  gateway   {info.gateway_url}/r/<token>/mcp")
+            print(f"  engine    {info.engine_url}   serving model '{info.model}'")
+            print(f"  store     {info.db_url}")
+            print(f"  operator key  {info.operator_key}   (viewer: {info.proxy_url}/ui/?key={info.operator_key})")
+            print(f"  stack file    {path}   (read by `rollwire rollouts` and `rollwire run-harness`)")
+            print(f"\nready rollout {rollout['id']} of task {args.task} ({task.prompt})")
+            print(f"  base URL            {rollout['base_url']}")
+            print(f"  Anthropic base URL  {rollout['anthropic_base_url']}")
+            print(f"  MCP URL             {rollout['mcp_url']}")
+            print(f"  token (API key)     {rollout['token']}\n")
+            for label, line in examples(info, rollout, task.prompt):
+                print(f"  # {label}\n  {line}")
+            print(f"\nthen: rollwire traces --db {info.db_url} ls      (Ctrl-C stops the stack)", flush=True)
+            while True:
+                stack.check_alive()
+                time.sleep(1.0)
+        except KeyboardInterrupt:
+            print("rollwire up: stopping", file=sys.stderr)
+        finally:
+            path.unlink(missing_ok=True)
+    return 0
+
+
+__all__ = ["HELP", "add_arguments", "run", "examples"]

@@ -1,0 +1,198 @@
+"""The whole loop on one machine: teacher data -> SFT -> eval -> K x (rollouts -> GRPO -> push) -> eval -> report.
+
+Every rollout is a real harness process (the reference agent by default) on the orchestrator's local
+runtime, talking to the real proxy, gateway and env servers of a ``LocalStack``; rewards come from the
+suite's checkers; trajectories come back through the proxy's trajectory stream. The teacher is a scripted
+expert behind its own proxy on the same store, so its calls are recorded token by token like any other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from rollwire.errors import InvalidRequest, RollwireError
+from rollwire.orchestrator.scheduler import Progress
+from rollwire.orchestrator.suite_run import SuiteRunResult, run_suite
+from rollwire.settings import Settings
+from rollwire.stack import LocalStack, StackInfo
+
+
+@dataclass(frozen=True, slots=True)
+class DemoConfig:
+    """The recipe. Defaults are the measured recipe for the tiny model on the tiny suite (docs/architecture.md)."""
+
+    suite: str = "tiny"
+    harness: str = "reference"
+    runtime: str = "local"
+    iterations: int = 10
+    group_size: int = 8
+    teacher_group: int = 2
+    sft_epochs: int = 6
+    sft_batch: int = 4
+    sft_lr: float = 3e-3
+    grpo_lr: float = 1e-3
+    grpo_epochs: int = 1
+    eval_group: int = 8
+    temperature: float = 1.0
+    max_tokens: int = 64
+    max_turns: int = 3
+    concurrency: int = 8
+    deadline_s: float = 120.0
+    seed: int = 0
+    upstream: str | None = None
+    model: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("iterations", "group_size", "teacher_group", "sft_batch", "eval_group", "concurrency", "max_turns"):
+            if getattr(self, name) < 1:
+                raise InvalidRequest(f"--{name.replace('_', '-')} must be at least 1", param=name)
+        if self.group_size < 2:
+            raise InvalidRequest("--group-size must be at least 2: GRPO compares rollouts within a group")
+        if self.upstream and not self.model:
+            raise InvalidRequest("--upstream needs --model: the local folder of the served model (tokenizer, weights)")
+
+    def harness_options(self) -> dict[str, object]:
+        if self.harness != "reference":
+            return {}
+        return {"temperature": self.temperature, "max_tokens": self.max_tokens, "max_turns": self.max_turns}
+
+
+@dataclass(slots=True)
+class PhaseResult:
+    name: str
+    run_id: str
+    rewards: list[float]
+    policy_version: int
+    seconds: float
+    failed: int = 0
+
+    @property
+    def mean(self) -> float:
+        return sum(self.rewards) / len(self.rewards) if self.rewards else 0.0
+
+
+@dataclass(slots=True)
+class DemoResult:
+    config: DemoConfig
+    out_dir: Path
+    stack: StackInfo
+    teacher: PhaseResult | None = None
+    before: PhaseResult | None = None
+    after: PhaseResult | None = None
+    iterations: list[PhaseResult] = field(default_factory=list)
+    train_metrics: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def gain(self) -> float:
+        return (self.after.mean if self.after else 0.0) - (self.before.mean if self.before else 0.0)
+
+
+Reporter = Callable[[str, Progress | None], None]
+"""Called with the phase's name and the live rollout counts (None between rollout phases)."""
+
+
+class Demo:
+    """Runs the phases against a started stack; ``run`` returns what the report needs."""
+
+    def __init__(self, config: DemoConfig, settings: Settings, out_dir: Path, report: Reporter) -> None:
+        self.config, self.settings, self.out_dir, self.report = config, settings, out_dir, report
+
+    def run(self) -> DemoResult:
+        started = time.monotonic()
+        stack = LocalStack(
+            self.settings,
+            upstream=self.config.upstream,
+            model=self.config.model,
+            db_url=f"sqlite:///{self.out_dir / 'store.db'}",
+            state_dir=self.out_dir / "mcp_state",
+            log_dir=self.out_dir / "logs",
+        )
+        self.report("starting the stack (engine, env servers, gateway, proxy)", None)
+        with stack as info:
+            result = DemoResult(self.config, self.out_dir, info)
+            self._phases(stack, info, result)
+        result.seconds = time.monotonic() - started
+        return result
+
+    def _phases(self, stack: LocalStack, info: StackInfo, result: DemoResult) -> None:
+        from rollwire.demo.policy import Learner, read_run
+
+        config = self.config
+        model_dir = self._model_dir()
+        trainer = self.settings.trainer.model_copy(
+            update={"proxy_url": info.proxy_url, "operator_key": info.operator_key, "lr": config.sft_lr,
+                    "seed": config.seed, "group_size": config.group_size, "keep_checkpoints": 2}
+        )  # fmt: skip
+        engine_url = "" if config.upstream else info.engine_url or ""
+        learner = Learner.open(model_dir, self.out_dir / "checkpoints", trainer, engine_url=engine_url, vllm_url=config.upstream or "")
+        try:
+            result.teacher = self._teacher(stack, info, model_dir)
+            teacher_runs = read_run(info.proxy_url, info.operator_key, result.teacher.run_id, len(result.teacher.rewards))
+            self.report(f"SFT warm start on {len(teacher_runs)} teacher trajectories", None)
+            result.train_metrics += [m | {"phase": "sft"} for m in learner.sft(
+                teacher_runs, epochs=config.sft_epochs, batch_size=config.sft_batch, seed=config.seed)]  # fmt: skip
+            result.before = self._rollouts(info, "eval before RL", "held_out", config.eval_group, learner.version, "eval")
+            learner.set_lr(config.grpo_lr)
+            for k in range(1, config.iterations + 1):
+                stack.check_alive()
+                phase = self._rollouts(info, f"GRPO iteration {k}/{config.iterations}", "train", config.group_size, learner.version, "grpo")
+                result.iterations.append(phase)
+                batch = read_run(info.proxy_url, info.operator_key, phase.run_id, len(phase.rewards))
+                self.report(f"GRPO iteration {k}/{config.iterations}: update (mean reward {phase.mean:.2f})", None)
+                metrics = learner.grpo(batch, group_size=config.group_size, epochs=config.grpo_epochs)
+                result.train_metrics += [m | {"phase": "grpo", "iteration": k} for m in metrics]
+            result.after = self._rollouts(info, "eval after RL", "held_out", config.eval_group, learner.version, "eval")
+        finally:
+            learner.close()
+
+    def _model_dir(self) -> Path:
+        if self.config.model:
+            return Path(self.config.model).expanduser()
+        from rollwire.tiny_model import ensure_tiny_model
+
+        return ensure_tiny_model(self.settings.home)
+
+    def _teacher(self, stack: LocalStack, info: StackInfo, model_dir: Path) -> PhaseResult:
+        from rollwire.demo.teacher import build_teacher_app
+        from rollwire.mcp_servers.tasks.loader import load_suite
+        from rollwire.serving import ServerThread
+
+        app = build_teacher_app(model_dir, [load_suite(self.config.suite)], info.model)
+        with ServerThread(app) as teacher:
+            proxy = stack.add_proxy("proxy-teacher", teacher.url)
+            return self._rollouts(
+                dataclasses.replace(info, proxy_url=proxy), "teacher data (scripted expert)", "train",
+                self.config.teacher_group, 0, "teacher",
+            )  # fmt: skip
+
+    def _rollouts(self, info: StackInfo, name: str, split: str, group: int, version: int, kind: str) -> PhaseResult:
+        config, started = self.config, time.monotonic()
+        self.report(name, Progress())
+        outcome: SuiteRunResult = anyio.run(
+            lambda: run_suite(
+                info, suite=config.suite, harness=config.harness, group_size=group, split=split,
+                runtime=config.runtime, concurrency=config.concurrency, deadline_s=config.deadline_s,
+                run_name=name, run_meta={"kind": kind, "phase": name}, policy_version=version,
+                harness_options=config.harness_options(), on_progress=lambda p: self.report(name, p),
+                settings=self.settings,
+            )
+        )  # fmt: skip
+        rows = outcome.rollouts
+        # A rollout that did not finish (harness crashed, deadline) scores 0: an honest mean counts it.
+        rewards = [float(r.reward or 0.0) if r.status == "finished" else 0.0 for r in rows]
+        failed = sum(1 for r in rows if r.status != "finished")
+        if failed == len(rows):
+            errors = sorted({(r.error or "")[:200] for r in rows})
+            raise RollwireError(f"{name}: no rollout finished ({len(rows)} failed; e.g. {errors[:2]})")
+        return PhaseResult(name, outcome.run_id, rewards, version, time.monotonic() - started, failed)
+
+
+__all__ = ["DemoConfig", "DemoResult", "Demo", "PhaseResult", "Reporter"]

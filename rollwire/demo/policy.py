@@ -1,0 +1,113 @@
+"""The demo's learner: one model and optimizer, updated with the trainer's own SFT and GRPO steps.
+
+It is ``rollwire train`` taken apart for a synchronous loop: the same session, steps, checkpoints,
+weight sinks and policy-version publisher (``rollwire.trainer``), driven phase by phase instead of by
+an endless stream, so the demo can evaluate between phases. Trajectories still come from the proxy's
+trajectory stream.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from rollwire.settings import TrainerSettings
+from rollwire.trainer.batching import GroupBuffer
+from rollwire.trainer.distributed import DistContext, init_distributed
+from rollwire.trainer.grpo import grpo_step, prepare_grpo
+from rollwire.trainer.loop import Session, checkpoint_and_push, grpo_config, open_session, sft_config
+from rollwire.trainer.sft import sft_step
+from rollwire.trainer.stream import StreamConfig, TrajectoryStream
+from rollwire.trainer.weights import ProxyVersionPublisher, WeightSink, make_sinks
+from rollwire.trajectory import Trajectory
+
+
+def read_run(proxy_url: str, operator_key: str, run_id: str, expected: int, wait_s: float = 2.0) -> list[Trajectory]:
+    """Every final rollout of a finished run, from the proxy's trajectory stream (stops when ``expected`` came)."""
+    stream = TrajectoryStream(StreamConfig(proxy_url, operator_key, run_id, wait_s))
+    out: list[Trajectory] = []
+    try:
+        empty = 0
+        while len(out) < expected and empty < 3:
+            got = stream.poll()
+            out.extend(got)
+            empty = 0 if got else empty + 1
+    finally:
+        stream.close()
+    return out
+
+
+@dataclass(slots=True)
+class Learner:
+    """Holds the policy between phases; every ``push`` makes a checkpoint the engine serves next."""
+
+    session: Session
+    settings: TrainerSettings
+    out_dir: Path
+    sinks: list[WeightSink]
+    publisher: ProxyVersionPublisher | None
+    client: httpx.Client
+    ctx: DistContext
+
+    @classmethod
+    def open(
+        cls, base_model: Path, out_dir: Path, settings: TrainerSettings, *, engine_url: str = "", vllm_url: str = ""
+    ) -> Learner:
+        ctx = init_distributed(settings.device)
+        session = open_session(settings, base_model, out_dir, ctx)
+        client = httpx.Client(timeout=httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=10.0))
+        sinks = make_sinks(engine_url, vllm_url, settings.vllm_mode, client)
+        publisher = ProxyVersionPublisher(settings.proxy_url, settings.operator_key, client) if sinks else None
+        return cls(session, settings, out_dir, sinks, publisher, client, ctx)
+
+    @property
+    def version(self) -> int:
+        return self.session.state.policy_version
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.session.optimizer.param_groups:
+            group["lr"] = lr
+
+    def sft(self, trajectories: Sequence[Trajectory], *, epochs: int, batch_size: int, seed: int) -> list[dict[str, Any]]:
+        """``epochs`` passes over the teacher trajectories in shuffled batches, then one push."""
+        order, rng, history = list(trajectories), random.Random(seed), []
+        config = sft_config(self.settings)
+        for _ in range(epochs):
+            rng.shuffle(order)
+            for start in range(0, len(order), batch_size):
+                batch = order[start : start + batch_size]
+                history.append(sft_step(self.session.model, self.session.optimizer, batch, config, ctx=self.ctx, pad_id=self.session.pad_id))
+                self.session.state.step += 1
+        self._push([t.rollout_id for t in order])
+        return history
+
+    def grpo(self, trajectories: Sequence[Trajectory], *, group_size: int, epochs: int) -> list[dict[str, Any]]:
+        """One iteration: the groups of this batch of rollouts, ``epochs`` clipped steps on them, one push."""
+        buffer = GroupBuffer(group_size)
+        for trajectory in trajectories:
+            buffer.add(trajectory)
+        groups = buffer.pop_groups(len(buffer.ready()))
+        config = grpo_config(self.settings)
+        batch = prepare_grpo(groups, config, self.version)
+        history = []
+        for _ in range(epochs):
+            history.append(grpo_step(self.session.model, self.session.optimizer, batch, config, ctx=self.ctx, pad_id=self.session.pad_id))
+            self.session.state.step += 1
+        self._push([t.rollout_id for group in groups for t in group])
+        return history
+
+    def _push(self, rollout_ids: list[str]) -> None:
+        self.session.state.policy_version += 1
+        self.session.state.trained_rollouts.extend(rollout_ids)
+        checkpoint_and_push(self.settings, self.session, self.out_dir, self.ctx, self.sinks, self.publisher)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+__all__ = ["Learner", "read_run"]
