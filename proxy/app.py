@@ -174,11 +174,13 @@ def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key
         folder = await anyio.to_thread.run_sync(model_folder, settings, home)
         renderer = await anyio.to_thread.run_sync(Renderer.from_folder, folder)
         async with make_client(settings.upstream_timeout_s) as client:
-            generator = Generator(settings, client, renderer, Recorder(engine, DIALECTS), tools, reasoning)
+            recorder = Recorder(engine, DIALECTS)
+            generator = Generator(settings, client, renderer, recorder, tools, reasoning)
             app.state.proxy = ProxyState(settings, engine, generator, TokenAuth(engine, key))
             try:
                 yield
             finally:
+                await anyio.to_thread.run_sync(recorder.close)
                 engine.dispose()
 
     handlers = {RollwireError: _rollwire_error, HTTPException: _http_error, Exception: _internal_error}

@@ -17,12 +17,18 @@ from rollwire.proxy.dialects.base import Dialect
 from rollwire.proxy.parsers.base import ReasoningParser, ToolParser
 from rollwire.proxy.recorder import Recorder
 from rollwire.proxy.render import Renderer
-from rollwire.proxy.session import Plan, plan_prompt
-from rollwire.proxy.upstream import Sampled, UpstreamResult, complete, completion_body
+from rollwire.proxy.session import Plan, PriorCall, encode_work, plan_prompt
+from rollwire.proxy.upstream import Sampled, complete, completion_body
 
 from rollwire.errors import InvalidRequest, NotFound, UpstreamError, UpstreamTimeout
 from rollwire.settings import ProxySettings
-from rollwire.store import ModelCall, encode_floats, encode_ids, now_ns
+from rollwire.store import encode_floats, encode_ids, now_ns
+
+
+INLINE_PLAN_CHARS = 2048
+"""Plans that render and encode at most this many characters run on the event loop: that costs well under
+the ~0.1-0.3 ms of a hop to a worker thread and back (measured with bench/proxy.py); bigger ones (a long
+first prompt, a re-render) run off the loop so they do not stall other requests."""
 
 
 @dataclass
@@ -121,6 +127,8 @@ class Generator:
     async def _plan(self, caller: Caller, conv: Conversation, prefill: str) -> Plan:
         priors = await self.recorder.priors(caller.rollout_id)
         policy = self.settings.splice_policy
+        if encode_work(conv, priors, policy) <= INLINE_PLAN_CHARS:
+            return plan_prompt(conv, priors, self.renderer, policy, prefill)
         return await anyio.to_thread.run_sync(plan_prompt, conv, priors, self.renderer, policy, prefill)
 
     async def generate(
@@ -148,11 +156,10 @@ class Generator:
             policy_version=version,
         )
         body = dialect.response_body(generation)
-        rows = self._rows(caller, conv, dialect, raw, body, plan, result, generation, started)
-        generation.call_ids.extend(await self.recorder.record(rows))
+        generation.call_ids.extend(await self._record(caller, conv, dialect, raw, body, plan, generation, started))
         return generation, body
 
-    def _rows(
+    async def _record(
         self,
         caller: Caller,
         conv: Conversation,
@@ -160,41 +167,65 @@ class Generator:
         raw: dict[str, Any],
         body: dict[str, Any],
         plan: Plan,
-        result: UpstreamResult,
         generation: Generation,
         started: int,
-    ) -> list[ModelCall]:
+        status: str = "complete",
+        error: str | None = None,
+    ) -> list[int]:
+        """One committed ModelCall row per choice; the session's in-memory priors learn the complete ones."""
         ended = now_ns()
-        rows = []
         request_json = json.dumps(raw, ensure_ascii=False)
         response_json = json.dumps(body, ensure_ascii=False)
+        request_keys = tuple(m.key() for m in conv.messages)
+        tools_key = conv.tools_key()
+        rows: list[dict[str, Any]] = []
+        learnt: list[PriorCall | None] = []
         for choice in generation.choices:
             first = choice.index == 0
+            segment = plan.segment_index if first else plan.next_free + choice.index - 1
             rows.append(
-                ModelCall(
-                    rollout_id=caller.rollout_id,
-                    dialect=dialect.name,
-                    requested_model=conv.model,
-                    served_model=self.served.name or "",
-                    request_json=request_json,
-                    response_json=response_json,
-                    prompt_ids=encode_ids(plan.prompt_ids),
-                    completion_ids=encode_ids(choice.sampled_ids),
-                    completion_logprobs=encode_floats(choice.logprobs),
-                    choice_index=choice.index,
-                    finish_reason=choice.finish_reason,
-                    policy_version=generation.policy_version,
-                    segment_index=plan.segment_index if first else plan.next_free + choice.index - 1,
-                    segment_break=plan.segment_break
-                    if first
-                    else f"choice {choice.index} of {len(generation.choices)}",
-                    reused_prefix_len=plan.reused_prefix_len,
-                    latency_ms=(ended - started) / 1e6,
-                    started_ns=started,
-                    ended_ns=ended,
-                )
+                {
+                    "rollout_id": caller.rollout_id,
+                    "dialect": dialect.name,
+                    "requested_model": conv.model,
+                    "served_model": self.served.name or "",
+                    "request_json": request_json,
+                    "response_json": response_json,
+                    "prompt_ids": encode_ids(plan.prompt_ids),
+                    "completion_ids": encode_ids(choice.sampled_ids),
+                    "completion_logprobs": encode_floats(choice.logprobs),
+                    "choice_index": choice.index,
+                    "finish_reason": choice.finish_reason,
+                    "policy_version": generation.policy_version,
+                    "segment_index": segment,
+                    "segment_break": plan.segment_break if first else f"choice {choice.index} of {len(generation.choices)}",
+                    "reused_prefix_len": plan.reused_prefix_len,
+                    "status": status,
+                    "error": error,
+                    "latency_ms": (ended - started) / 1e6,
+                    "started_ns": started,
+                    "ended_ns": ended,
+                }
             )
-        return rows
+            learnt.append(self._learnt(dialect, body, choice, request_keys, tools_key, plan, segment))
+        return await self.recorder.record(rows, learnt)
+
+    @staticmethod
+    def _learnt(
+        dialect: Dialect,
+        body: dict[str, Any],
+        choice: Choice,
+        request_keys: tuple[Any, ...],
+        tools_key: str,
+        plan: Plan,
+        segment: int,
+    ) -> PriorCall | None:
+        """The call as a later request will find it: its answer as the dialect reads it back from the body."""
+        try:
+            answer = dialect.answer_message(body, choice.index)
+        except (ValueError, KeyError, TypeError, StopIteration, InvalidRequest):
+            return None
+        return PriorCall(0, request_keys, tools_key, answer.key(), plan.prompt_ids, choice.sampled_ids, segment, False)
 
 
 __all__ = ["Generator", "Served"]

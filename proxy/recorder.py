@@ -1,5 +1,6 @@
 """Model-call rows in the trace store: written (and committed) before a response's last byte leaves, read
-back as the session's earlier calls. All database work runs off the event loop."""
+back as the session's earlier calls. All database work runs off the event loop (inserts on the store's
+writer thread, see ``rollwire.store.writer``)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from sqlmodel import select
 
 from rollwire.errors import InvalidRequest
 from rollwire.store import ModelCall, decode_ids, session_scope
+from rollwire.store.writer import RowWriter
 
 RequestParser = Callable[[dict[str, Any]], Conversation]
 AnswerParser = Callable[[dict[str, Any], int], Message]
@@ -62,15 +64,6 @@ def load_priors(
     return out
 
 
-def _insert(engine: Engine, rows: list[ModelCall]) -> list[int]:
-    with session_scope(engine) as session:
-        for row in rows:
-            session.add(row)
-        session.flush()
-        ids = [int(row.id or 0) for row in rows]
-    return ids
-
-
 class Recorder:
     """Writes calls and keeps each recent rollout's earlier calls in memory (read from the store once, e.g.
     after a restart), so a call does not re-read and re-parse its whole history. One proxy process per store."""
@@ -82,6 +75,7 @@ class Recorder:
         self.dialects = dialects
         self._cached = cached
         self._priors: OrderedDict[str, list[PriorCall]] = OrderedDict()
+        self.writer = RowWriter(engine, ModelCall.__table__)  # type: ignore[attr-defined]
 
     async def priors(self, rollout_id: str) -> list[PriorCall]:
         found = self._priors.get(rollout_id)
@@ -93,26 +87,26 @@ class Recorder:
         self._priors.move_to_end(rollout_id)
         return list(found)
 
-    async def record(self, rows: list[ModelCall]) -> list[int]:
-        """Insert and commit; returns only once the rows are durable. Then the in-memory priors learn the calls."""
-        ids = await anyio.to_thread.run_sync(_insert, self.engine, rows)
-        self._remember(rows, ids)
+    async def record(self, rows: list[dict[str, Any]], learnt: list[PriorCall | None]) -> list[int]:
+        """Insert ``rows`` (ModelCall columns) and commit; returns only once they are durable. Then the in-memory
+        priors learn ``learnt`` (one per row, None for a row that cannot be continued), which the caller built
+        from the request and answer it already holds, so nothing is re-serialized or re-parsed here."""
+        ids = await self.writer.insert(rows)
+        self._remember(rows, learnt, ids)
         return ids
 
-    def _remember(self, rows: list[ModelCall], ids: list[int]) -> None:
-        if not rows or rows[0].rollout_id not in self._priors:
+    def close(self) -> None:
+        self.writer.close()
+
+    def _remember(self, rows: list[dict[str, Any]], learnt: list[PriorCall | None], ids: list[int]) -> None:
+        if not rows or rows[0]["rollout_id"] not in self._priors:
             return
-        known = self._priors[rows[0].rollout_id]
-        for row, call_id in zip(rows, ids):
-            if row.status != "complete" or row.dialect not in self.dialects:
+        known = self._priors[rows[0]["rollout_id"]]
+        for row, prior, call_id in zip(rows, learnt, ids):
+            if prior is None or row["status"] != "complete":
                 continue
-            row.id = call_id
-            parse, answer = self.dialects[row.dialect]
-            prior = _prior(row, parse, answer, continued=False)
-            if prior is None:
-                continue
-            known[:] = [replace(p, continued=True) if p.segment_index == row.segment_index else p for p in known]
-            known.append(prior)
+            known[:] = [replace(p, continued=True) if p.segment_index == prior.segment_index else p for p in known]
+            known.append(replace(prior, call_id=call_id))
 
 
 __all__ = ["Recorder", "load_priors"]

@@ -152,6 +152,19 @@ def _rendered(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, pre
     return Plan(prompt, _next_segment(priors), reason, 0)
 
 
+def _chars(messages: tuple[Any, ...] | list[Any]) -> int:
+    return sum(len(m.content) + len(m.reasoning or "") + sum(len(c.arguments) for c in m.tool_calls) for m in messages)
+
+
+def encode_work(conv: Conversation, priors: list[PriorCall], policy: str) -> int:
+    """About how many characters planning ``conv`` will render and encode: a splice encodes only the new tail."""
+    if policy == "splice":
+        prior = next((p for p in reversed(priors) if _extends(conv, p)), None)
+        if prior is not None:
+            return _chars(conv.messages[len(prior.request_keys) + 1 :])
+    return _chars(conv.messages) + (len(conv.tools_key()) if conv.tools else 0)
+
+
 def plan_prompt(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, policy: str, prefill: str = "") -> Plan:
     """The prompt ids for ``conv`` and the segment they belong to, under ``policy`` (splice or render)."""
     plan = _splice(conv, priors, ops, prefill) if policy == "splice" else None
@@ -163,4 +176,4 @@ def plan_prompt(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, p
     )
 
 
-__all__ = ["MARKER", "POLICIES", "Plan", "PriorCall", "TemplateOps", "plan_prompt", "tail_text"]
+__all__ = ["MARKER", "POLICIES", "Plan", "PriorCall", "TemplateOps", "encode_work", "plan_prompt", "tail_text"]

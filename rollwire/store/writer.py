@@ -1,0 +1,149 @@
+"""Durable row inserts off the event loop, one writer thread per table, with group commit.
+
+A call's rows must be committed before its answer's last byte leaves, so the insert sits on every request's
+critical path. A prepared Core insert on one long-lived connection costs a fraction of an ORM flush, one
+thread avoids SQLite writers fighting over the database lock, and rows that callers hand in while a commit
+is running share the next commit (one WAL write for many concurrent calls). Each caller's awaitable
+resolves only once its rows are committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Table, insert
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from rollwire.errors import StoreError
+
+MAX_BATCH = 256
+"""Most callers' rows that share one commit."""
+
+
+@dataclass(slots=True)
+class _Job:
+    rows: Sequence[Mapping[str, Any]]
+    future: asyncio.Future[list[int]]
+    loop: asyncio.AbstractEventLoop
+
+
+def _settle(job: _Job, ids: list[int] | None, error: BaseException | None) -> None:
+    def done() -> None:
+        if job.future.done():  # the caller was cancelled; its rows are committed all the same
+            return
+        if error is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(ids or [])
+
+    try:
+        job.loop.call_soon_threadsafe(done)
+    except RuntimeError:  # the caller's loop is closed: nobody is waiting
+        pass
+
+
+class RowWriter:
+    """``await writer.insert(rows)`` -> the new primary keys, committed. ``close()`` drains and stops the thread."""
+
+    def __init__(self, engine: Engine, table: Table) -> None:
+        self._engine = engine
+        self._statement = insert(table).returning(table.c.id)
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    async def insert(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+        if self._closed:
+            raise StoreError("the store writer is closed")
+        self._start()
+        loop = asyncio.get_running_loop()
+        job = _Job(rows, loop.create_future(), loop)
+        self._jobs.put(job)
+        return await job.future
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._jobs.put(None)
+            thread.join(30)
+
+    def _start(self) -> None:
+        if self._thread is not None:
+            return
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="rollwire-store-writer", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        connection: Connection | None = None
+        try:
+            while True:
+                first = self._jobs.get()
+                if first is None:
+                    return
+                batch = [first]
+                stop = False
+                while len(batch) < MAX_BATCH:
+                    try:
+                        more = self._jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if more is None:
+                        stop = True
+                        break
+                    batch.append(more)
+                connection = self._commit(connection, batch)
+                if stop:
+                    return
+        finally:
+            if connection is not None:
+                connection.close()
+
+    def _commit(self, connection: Connection | None, batch: list[_Job]) -> Connection | None:
+        """All jobs in one transaction; if that fails, each alone, so one bad row fails only its caller."""
+        try:
+            connection = connection or self._engine.connect()
+            ids = self._insert_all(connection, batch)
+        except Exception:  # noqa: BLE001  (retried one by one below, where each caller gets its own error)
+            connection = self._reset(connection)
+        else:
+            for job, job_ids in zip(batch, ids):
+                _settle(job, job_ids, None)
+            return connection
+        for job in batch:
+            try:
+                connection = connection or self._engine.connect()
+                (job_ids,) = self._insert_all(connection, [job])
+            except Exception as exc:  # noqa: BLE001  (the caller is told; the writer keeps serving the rest)
+                connection = self._reset(connection)
+                detail = exc.orig if hasattr(exc, "orig") else exc
+                _settle(job, None, StoreError(f"store write failed: {exc.__class__.__name__}: {detail}"))
+            else:
+                _settle(job, job_ids, None)
+        return connection
+
+    def _insert_all(self, connection: Connection, batch: list[_Job]) -> list[list[int]]:
+        with connection.begin():
+            return [[int(connection.execute(self._statement, row).scalar_one()) for row in job.rows] for job in batch]
+
+    @staticmethod
+    def _reset(connection: Connection | None) -> None:
+        if connection is not None:
+            try:
+                connection.close()
+            except SQLAlchemyError:
+                pass
+        return None
+
+
+__all__ = ["RowWriter"]
