@@ -173,6 +173,7 @@ class Scheduler:
         status = RolloutStatus(row.status)
         token: str | None = None
         handle: Handle | None = None
+        launched_ns: int | None = None
         if status in (S.STARTING, S.RUNNING):
             handle = await self._runtime.attach(row.id, str(row.meta.get("runtime_ref", "")))
             if handle is None and status == S.RUNNING:
@@ -186,6 +187,7 @@ class Scheduler:
                 return None  # another scheduler claimed it
             try:
                 handle = await self._launch(row, task, token)
+                launched_ns = time.time_ns()
             except INFRA_ERRORS as exc:
                 return await self._lost(row, S.STARTING, f"could not start: {exc}")
             except RollwireError as exc:
@@ -196,7 +198,7 @@ class Scheduler:
         self.progress.running += 1
         self._on_progress(self.progress)
         try:
-            ended, tail = await self._wait(row, handle)  # cancelled: the workload stays for a resume to re-attach
+            ended, tail = await self._wait(row, handle, launched_ns)  # cancelled: the workload stays for a resume to re-attach
         finally:
             self.progress.running -= 1
         await self._runtime.stop(handle)
@@ -210,9 +212,12 @@ class Scheduler:
         await self._db(self._book.merge_meta, row.id, {"runtime": self._runtime.name, "runtime_ref": handle.ref})
         return handle
 
-    async def _wait(self, row: Rollout, handle: Handle) -> tuple[Ended, str]:
-        fresh = await self._db(self._book.get, row.id)
-        elapsed = (time.time_ns() - (fresh.started_ns or time.time_ns())) / 1e9
+    async def _wait(self, row: Rollout, handle: Handle, launched_ns: int | None) -> tuple[Ended, str]:
+        """The deadline counts from the workload's start (a re-attached one: from its claim, as stored), so the
+        runtime's own set-up (workspace files, a warm pool starting) is not charged to the harness."""
+        if launched_ns is None:
+            launched_ns = (await self._db(self._book.get, row.id)).started_ns
+        elapsed = (time.time_ns() - (launched_ns or time.time_ns())) / 1e9
         ended = await self._runtime.wait(handle, self._settings.deadline_s - elapsed)
         tail = await self._runtime.logs_tail(handle, self._settings.log_tail_lines)
         return ended, tail

@@ -80,6 +80,20 @@ class OrchestratorSettings(BaseModel):
     log_tail_lines: int = Field(50, description="Lines of a rollout's output kept in Rollout.log_tail.")
     workspace_root: str = Field("", description="Folder for local rollout workspaces; empty means the system temp folder.")
     keep_workspaces: bool = Field(False, description="Keep local rollout workspaces after they finish (debugging).")
+    warm_pool: bool = Field(
+        True,
+        description="Local runtime: fork `python -m MODULE` harnesses from a process that has already imported "
+        "warm_preload (other launches still start as plain subprocesses).",
+    )
+    warm_preload: list[str] = Field(
+        default_factory=lambda: [
+            "openai",
+            "mcp",
+            "rollwire.harness_adapters.reference_agent",
+            "rollwire.cli.__main__:build_parser",
+        ],
+        description="Modules the warm pool imports once ('module', or 'module:function' to also call it).",
+    )
     proxy_url: str = Field("", description="Proxy base URL as rollouts see it; empty means http://<proxy.host>:<proxy.port>.")
     gateway_url: str = Field("", description="MCP gateway base URL as rollouts see it; empty means the proxy URL.")
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)

@@ -1,8 +1,10 @@
-"""The local runtime: one subprocess per rollout in its own temp workspace, its whole process group killed at the end.
+"""The local runtime: one process per rollout in its own temp workspace, its whole process group killed at the end.
 
 Each rollout gets ``<root>/<rollout_id>/workspace`` (the harness's cwd and ``HOME``, so harness config
 never lands in the user's home) and ``<root>/<rollout_id>/output.log`` (combined stdout/stderr, outside the
 workspace). The process leads its own session, so a timeout or the end of the rollout kills its children too.
+With ``warm_pool`` on, ``python -m MODULE`` launches are forked from a warm process (``warm_pool``) instead of
+started cold; everything above holds for them the same way.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import anyio.abc
 from rollwire.errors import InvalidRequest
 from rollwire.harness_adapters.base import WORKSPACE_ENV
 from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob
+from rollwire.orchestrator.runtimes.warm_pool import PooledProcess, PoolUnavailable, WarmPool, poolable
 from rollwire.settings import OrchestratorSettings
 
 logger = logging.getLogger(__name__)
@@ -37,10 +40,9 @@ TERM_GRACE_S = 2.0
 
 @dataclass(slots=True)
 class _Proc:
-    process: anyio.abc.Process
+    process: anyio.abc.Process | PooledProcess  # both: pid, returncode, wait()
     folder: Path
     answer_path: Path
-    log_file: object
 
 
 class LocalRuntime:
@@ -53,9 +55,12 @@ class LocalRuntime:
         self._host_env = {k: v for k, v in (host_env or {}).items() if k in PASS_THROUGH_ENV}
         self._root = Path(settings.workspace_root) if settings.workspace_root else Path(tempfile.gettempdir())
         self._procs: dict[str, _Proc] = {}
+        self._pool: WarmPool | None = None
 
     async def __aenter__(self) -> Self:
         self._root.mkdir(parents=True, exist_ok=True)
+        if self._settings.warm_pool:  # the fork server itself starts on the first pooled launch
+            self._pool = await WarmPool(self._settings.warm_preload, self._host_env, self._root).__aenter__()
         return self
 
     async def __aexit__(
@@ -64,6 +69,9 @@ class LocalRuntime:
         with anyio.CancelScope(shield=True):
             for rollout_id in list(self._procs):
                 await self.stop(Handle(rollout_id, ""))
+        if self._pool is not None:
+            await self._pool.__aexit__(exc_type, exc, tb)
+            self._pool = None
 
     async def start(self, job: RolloutJob) -> Handle:
         if job.rollout_id in self._procs:
@@ -73,24 +81,30 @@ class LocalRuntime:
         await anyio.to_thread.run_sync(self._prepare, workspace, job)
         env = {**self._host_env, **job.launch.env, WORKSPACE_ENV: str(workspace), "HOME": str(workspace)}
         env[ROLLOUT_ENV] = job.rollout_id
-        log_file = open(folder / "output.log", "wb")  # noqa: SIM115  (closed in stop)
-        try:
-            process = await anyio.open_process(
-                list(job.launch.argv),
-                cwd=workspace,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=log_file,
-                start_new_session=True,
-            )
-        except OSError as exc:  # command not found / not executable: a configuration error, not infrastructure
-            log_file.close()
-            raise InvalidRequest(f"cannot start {job.launch.argv[0]!r}: {exc.strerror or exc}", param="argv") from exc
+        process = await self._spawn(list(job.launch.argv), env, workspace, folder / "output.log")
         answer_path = workspace / job.launch.final_answer_path
-        self._procs[job.rollout_id] = _Proc(process, folder, answer_path, log_file)
-        logger.info("rollout started as pid %s", process.pid, extra={"rollout_id": job.rollout_id})
+        self._procs[job.rollout_id] = _Proc(process, folder, answer_path)
+        pooled = " (warm pool)" if isinstance(process, PooledProcess) else ""
+        logger.info("rollout started as pid %s%s", process.pid, pooled, extra={"rollout_id": job.rollout_id})
         return Handle(job.rollout_id, str(process.pid))
+
+    async def _spawn(
+        self, argv: list[str], env: dict[str, str], workspace: Path, log: Path
+    ) -> anyio.abc.Process | PooledProcess:
+        """Fork from the warm pool when the launch allows it, else a plain subprocess in its own session."""
+        if self._pool is not None and poolable(argv):
+            try:
+                return await self._pool.spawn(argv, env, workspace, log)
+            except PoolUnavailable as exc:
+                logger.debug("warm pool unavailable (%s); starting a subprocess", exc)
+        with open(log, "wb") as log_file:  # the child keeps its own descriptor
+            try:
+                return await anyio.open_process(
+                    argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+                    start_new_session=True,
+                )  # fmt: skip
+            except OSError as exc:  # command not found / not executable: a configuration error, not infrastructure
+                raise InvalidRequest(f"cannot start {argv[0]!r}: {exc.strerror or exc}", param="argv") from exc
 
     @staticmethod
     def _prepare(workspace: Path, job: RolloutJob) -> None:
@@ -113,6 +127,8 @@ class LocalRuntime:
             await self._kill_group(proc)
             return Ended(EndKind.TIMED_OUT, exit_code=proc.process.returncode, reason=f"deadline of {timeout_s:.1f}s")
         await self._kill_group(proc)  # the harness is done: its children go with it
+        if isinstance(proc.process, PooledProcess) and proc.process.lost:
+            return Ended(EndKind.LOST, reason=proc.process.lost)
         answer = await anyio.to_thread.run_sync(_read_answer, proc.answer_path)
         return Ended(EndKind.EXITED, exit_code=code, final_answer=answer)
 
@@ -128,7 +144,6 @@ class LocalRuntime:
             return
         with anyio.CancelScope(shield=True):
             await self._kill_group(proc)
-            proc.log_file.close()  # type: ignore[attr-defined]
             if not self._settings.keep_workspaces:
                 await anyio.to_thread.run_sync(lambda: shutil.rmtree(proc.folder, ignore_errors=True))
 
@@ -157,12 +172,19 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 
 
 def _is_our_process(pid: int, rollout_id: str) -> bool:
-    """True only if ``pid`` still carries this rollout's id in its environment (guards against pid reuse)."""
+    """True only if ``pid`` is still this rollout's (guards against pid reuse): its start-up environment names the
+    rollout, or, for a warm-pool child (whose /proc environ is the fork server's), its cwd is the rollout's folder."""
     try:
         environ = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
         return False
-    return f"{ROLLOUT_ENV}={rollout_id}".encode() in environ.split(b"\0")
+    if f"{ROLLOUT_ENV}={rollout_id}".encode() in environ.split(b"\0"):
+        return True
+    try:
+        cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        return False
+    return f"rollwire-{rollout_id}" in cwd.parts
 
 
 def _read_answer(path: Path) -> str | None:

@@ -38,15 +38,29 @@ class ImageAdapter:
 
 @dataclass
 class ScriptAdapter:
-    """Runs a Python script as the harness (the interpreter running the tests), with the rollout's URLs in env."""
+    """Runs a Python script as the harness (the interpreter running the tests), with the rollout's URLs in env.
+
+    ``module=True`` launches it as ``python -m harness`` (from the workspace), the form the warm pool forks.
+    """
 
     script: str
     name: str = "script"
+    module: bool = False
 
     def launch(self, ctx: RolloutContext) -> Launch:
         env = {"OPENAI_BASE_URL": ctx.base_url, "OPENAI_API_KEY": ctx.token, "ROLLWIRE_SAMPLE": str(ctx.sample_index)}
         files = {"task/prompt.txt": ctx.prompt, "harness.py": self.script}
-        return Launch(argv=(sys.executable, "harness.py"), env=env, files=files)
+        argv = (sys.executable, "-m", "harness") if self.module else (sys.executable, "harness.py")
+        return Launch(argv=argv, env=env, files=files)
+
+
+LAUNCH_MODES = {
+    "cold-script": (False, False),
+    "cold-module": (False, True),
+    "pool-module": (True, True),
+    "pool-script": (True, False),  # not `python -m`: the pool lets it start as a plain subprocess
+}
+"""Test id -> (warm_pool, launch as ``python -m``): the local runtime must behave the same in each."""
 
 
 def k8s_settings(**overrides: Any) -> KubernetesSettings:

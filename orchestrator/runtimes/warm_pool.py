@@ -1,0 +1,184 @@
+"""The orchestrator's side of the warm pool: starts the fork server on first use and turns its reports into processes.
+
+The local runtime asks ``spawn`` for launches of the form ``sys.executable -m MODULE ...``; the result,
+a ``PooledProcess``, has the part of anyio's ``Process`` the runtime uses (``pid``, ``returncode``,
+``wait``), so deadlines, group kills, log tails and cleanup stay the runtime's, unchanged. When the pool
+cannot serve (the server would fork with threads running, or it died) ``spawn`` raises
+``PoolUnavailable`` and the runtime starts a plain subprocess instead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+import anyio.abc
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+logger = logging.getLogger(__name__)
+
+SERVER_MODULE = "rollwire.orchestrator.runtimes.fork_server"
+START_TIMEOUT_S = 120.0  # the preloads import on a possibly busy machine
+REPLY_TIMEOUT_S = 30.0
+MAX_LINE = 1 << 20
+
+
+class PoolUnavailable(Exception):
+    """The warm pool cannot start this launch; run it as a plain subprocess."""
+
+
+@dataclass(slots=True)
+class PooledProcess:
+    """A rollout forked by the fork server; ``lost`` says why its end could not be observed."""
+
+    pid: int
+    returncode: int | None = None
+    lost: str | None = None
+    ended: anyio.Event = field(default_factory=anyio.Event)
+
+    async def wait(self) -> int | None:
+        await self.ended.wait()
+        return self.returncode
+
+
+def poolable(argv: Sequence[str]) -> bool:
+    """Only ``<this interpreter> -m MODULE ...`` can be forked from this interpreter's warm imports."""
+    return len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m" and bool(argv[2])
+
+
+class WarmPool:
+    """``async with WarmPool(preload, env, cwd) as pool: await pool.spawn(...)``; the server starts on first spawn."""
+
+    def __init__(self, preload: Sequence[str], env: Mapping[str, str], cwd: Path) -> None:
+        self._preload, self._env, self._cwd = list(preload), dict(env), cwd
+        self._process: anyio.abc.Process | None = None
+        self._reader: BufferedByteReceiveStream | None = None
+        self._group: anyio.abc.TaskGroup | None = None
+        self._lock = anyio.Lock()
+        self._unavailable: str | None = None
+        self._reply: tuple[anyio.Event, dict[str, Any]] | None = None
+        self._children: dict[int, PooledProcess] = {}
+
+    async def __aenter__(self) -> Self:
+        self._group = anyio.create_task_group()
+        await self._group.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._group is not None
+        with anyio.CancelScope(shield=True):
+            await self._close_server()
+        self._group.cancel_scope.cancel()
+        await self._group.__aexit__(exc_type, exc, tb)
+
+    async def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path) -> PooledProcess:
+        """Fork one rollout; raises PoolUnavailable when the pool cannot (the caller falls back)."""
+        async with self._lock:  # one request in flight: replies come back in order
+            await self._ensure_server()
+            request = {"id": str(log), "argv": list(argv), "env": dict(env), "cwd": str(cwd), "log": str(log)}
+            reply = await self._request(request)
+        if "pid" not in reply:
+            raise PoolUnavailable(str(reply.get("error") or "the fork server did not start the rollout"))
+        return self._children[int(reply["pid"])]
+
+    async def _ensure_server(self) -> None:
+        if self._unavailable is not None:
+            raise PoolUnavailable(self._unavailable)
+        if self._process is not None:
+            return
+        try:
+            self._process = await anyio.open_process(
+                [sys.executable, "-m", SERVER_MODULE, *self._preload],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, cwd=self._cwd, env=self._env,
+                start_new_session=True,  # a Ctrl-C for the orchestrator is not the server's to handle
+            )  # fmt: skip
+            assert self._process.stdout is not None
+            self._reader = BufferedByteReceiveStream(self._process.stdout)
+            with anyio.fail_after(START_TIMEOUT_S):
+                hello = json.loads(await self._reader.receive_until(b"\n", MAX_LINE))
+        except (OSError, TimeoutError, ValueError, anyio.EndOfStream, anyio.IncompleteRead) as exc:
+            self._give_up(f"the fork server did not start: {exc.__class__.__name__}: {exc}")
+            raise PoolUnavailable(self._unavailable or "") from exc
+        for note in hello.get("skipped") or []:
+            logger.warning("warm pool: could not preload %s", note)
+        if hello.get("unsafe"):
+            self._give_up(f"warm pool off: {hello['unsafe']}")
+            raise PoolUnavailable(self._unavailable or "")
+        assert self._group is not None
+        self._group.start_soon(self._read)
+        logger.info("warm pool ready (pid %s, preloaded %s)", self._process.pid, ", ".join(self._preload) or "nothing")
+
+    async def _request(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self._process is not None and self._process.stdin is not None
+        event: anyio.Event = anyio.Event()
+        reply: dict[str, Any] = {}
+        self._reply = (event, reply)
+        try:
+            await self._process.stdin.send((json.dumps(request) + "\n").encode())
+            with anyio.fail_after(REPLY_TIMEOUT_S):
+                await event.wait()
+        except (OSError, TimeoutError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            self._give_up(f"the fork server stopped answering: {exc.__class__.__name__}")
+            raise PoolUnavailable(self._unavailable or "") from exc
+        finally:
+            self._reply = None
+        return reply
+
+    async def _read(self) -> None:
+        """Dispatch the server's lines: a reply to the request in flight, or a child's exit status."""
+        assert self._reader is not None
+        try:
+            while True:
+                message = json.loads(await self._reader.receive_until(b"\n", MAX_LINE))
+                if "id" in message:
+                    if "pid" in message:  # registered before its exit report can arrive (same pipe, in order)
+                        self._children[int(message["pid"])] = PooledProcess(int(message["pid"]))
+                    if self._reply is not None:
+                        self._reply[1].update(message)
+                        self._reply[0].set()
+                elif "code" in message:
+                    child = self._children.pop(int(message["pid"]), None)
+                    if child is not None:
+                        child.returncode = int(message["code"])
+                        child.ended.set()
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError, anyio.BrokenResourceError, ValueError):
+            self._give_up("the fork server exited")
+
+    def _give_up(self, reason: str) -> None:
+        """No more pooled launches; rollouts whose end the server would have reported are lost (retried)."""
+        if self._unavailable is None:
+            logger.warning("%s; rollouts start as plain subprocesses from now on", reason)
+        self._unavailable = reason
+        if self._reply is not None:
+            self._reply[0].set()
+        for child in self._children.values():
+            child.lost = reason
+            child.ended.set()
+        self._children.clear()
+
+    async def _close_server(self) -> None:
+        process = self._process
+        if process is None:
+            return
+        self._unavailable = self._unavailable or "the warm pool is closed"
+        if process.stdin is not None:
+            await process.stdin.aclose()
+        with anyio.move_on_after(5.0):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        self._process = None
+
+
+__all__ = ["PoolUnavailable", "PooledProcess", "WarmPool", "poolable"]
