@@ -12,7 +12,10 @@ class ReferenceAgentAdapter:
 
     name = "reference"
 
-    def __init__(self, max_turns: int = 4, max_tokens: int = 128, temperature: float = 1.0) -> None:
+    def __init__(
+        self, max_turns: int = 4, max_tokens: int = 128, temperature: float = 1.0, model: str | None = None
+    ) -> None:
+        self.model = model  # None: the agent's own default name (the proxy's alias table maps it)
         self.max_turns = max_turns
         self.max_tokens = max_tokens
         self.temperature = temperature
@@ -24,7 +27,8 @@ class ReferenceAgentAdapter:
             "--max-tokens", str(self.max_tokens),
             "--temperature", str(self.temperature),
             "--final-answer", "final_answer.txt",
-            ctx.prompt,
+            *(("--model", self.model) if self.model else ()),
+            "--", ctx.prompt,
         )  # fmt: skip
         env = {"OPENAI_BASE_URL": ctx.base_url, "OPENAI_API_KEY": ctx.token, "ROLLWIRE_MCP_URL": ctx.mcp_url}
         return Launch(argv=argv, env=env, final_answer_path="final_answer.txt")

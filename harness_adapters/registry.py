@@ -15,6 +15,10 @@ ENTRY_POINT_GROUP = "rollwire.harness_adapters"
 
 BUILTIN: dict[str, str] = {
     "reference": "rollwire.harness_adapters.reference:ReferenceAgentAdapter",
+    "codex": "rollwire.harness_adapters.codex:CodexAdapter",
+    "claude-code": "rollwire.harness_adapters.claude_code:ClaudeCodeAdapter",
+    "openai-agents": "rollwire.harness_adapters.openai_agents:OpenAIAgentsAdapter",
+    "mini-swe-agent": "rollwire.harness_adapters.mini_swe_agent:MiniSweAgentAdapter",
 }
 """Name -> "module:Class"; imported only when asked for."""
 

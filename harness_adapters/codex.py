@@ -1,0 +1,126 @@
+"""Adapter for the Codex CLI (``codex exec``): configured only by a ``config.toml`` in the rollout's workspace.
+
+Codex reads its configuration from ``$CODEX_HOME/config.toml``; the adapter points ``CODEX_HOME`` at a
+folder inside the workspace (a relative path, resolved against the workspace, which every runtime makes
+the working directory), so nothing is read from or written to a developer's ``~/.codex``. The config
+names one model provider (the rollout's base URL, Responses wire API, the token taken from an
+environment variable) and, with ``mcp=True``, one MCP server (the rollout's gateway URL over streamable
+HTTP, its tools approved up front, since nobody is there to approve them).
+
+``mcp`` is off by default: Codex (0.144 and later) sends an MCP server's tools as one Responses tool of
+type ``namespace`` (``{"type": "namespace", "name": "mcp__rollwire", "tools": [functions...]}``), which
+the proxy refuses with a 400 naming ``tools[i].type``, so every model call of such a rollout would fail.
+Without it Codex still runs, with its own tools only.
+
+Where results land: the last agent message in ``final_answer.txt`` (``--output-last-message``); Codex's
+session transcript under ``.codex/sessions/``; its stdout/stderr in the runtime's log.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from rollwire.harness_adapters.base import Launch, RolloutContext
+
+CODEX_HOME = ".codex"
+"""Workspace-relative CODEX_HOME."""
+TOKEN_ENV = "ROLLWIRE_TOKEN"
+FINAL_ANSWER = "final_answer.txt"
+DEFAULT_MODEL = "rollwire-policy"
+"""Codex insists on a model name; the proxy's alias table maps it to the served model."""
+SANDBOX_MODES = ("read-only", "workspace-write", "danger-full-access")
+
+
+def _toml(value: str) -> str:
+    """A TOML basic string (JSON's escapes are valid TOML escapes)."""
+    return json.dumps(value, ensure_ascii=True)
+
+
+def codex_config(
+    ctx: RolloutContext,
+    *,
+    model: str,
+    sandbox: str,
+    mcp: bool = False,
+    mcp_startup_timeout_s: float = 20.0,
+    tool_timeout_s: float = 60.0,
+) -> str:
+    """The whole ``config.toml`` for one rollout."""
+    config = f"""\
+model = {_toml(model)}
+model_provider = "rollwire"
+approval_policy = "never"            # nobody is there to approve: a rollout never waits
+sandbox_mode = {_toml(sandbox)}
+check_for_update_on_startup = false  # only the proxy and the gateway are reachable
+web_search = "disabled"              # a hosted tool the proxy cannot run
+
+[model_providers.rollwire]
+name = "rollwire"
+base_url = {_toml(ctx.base_url)}
+wire_api = "responses"
+env_key = "{TOKEN_ENV}"              # the rollout token, sent as a Bearer key
+request_max_retries = 0              # a retried call would be recorded twice
+stream_max_retries = 0
+
+[analytics]
+enabled = false
+
+[agents]
+enabled = false                      # sub-agent tools come as a 'namespace' tool, which the proxy refuses
+"""
+    if mcp:
+        config += f"""
+[mcp_servers.rollwire]
+url = {_toml(ctx.mcp_url)}
+bearer_token_env_var = "{TOKEN_ENV}"
+startup_timeout_sec = {mcp_startup_timeout_s:g}
+tool_timeout_sec = {tool_timeout_s:g}
+default_tools_approval_mode = "approve"  # nobody is there to approve a tool call
+"""
+    return config
+
+
+class CodexAdapter:
+    """Runs ``codex exec`` on the task prompt with a per-rollout CODEX_HOME."""
+
+    name = "codex"
+
+    def __init__(
+        self,
+        model: str | None = None,
+        sandbox: str = "read-only",
+        command: str = "codex",
+        extra_args: Sequence[str] = (),
+        mcp: bool = False,
+        mcp_startup_timeout_s: float = 20.0,
+        tool_timeout_s: float = 60.0,
+    ) -> None:
+        if sandbox not in SANDBOX_MODES:
+            raise ValueError(f"sandbox must be one of {', '.join(SANDBOX_MODES)}, not {sandbox!r}")
+        self.model = model or DEFAULT_MODEL
+        self.sandbox = sandbox
+        self.command = command
+        self.extra_args = tuple(extra_args)
+        self.mcp = mcp
+        self.mcp_startup_timeout_s = mcp_startup_timeout_s
+        self.tool_timeout_s = tool_timeout_s
+
+    def launch(self, ctx: RolloutContext) -> Launch:
+        config = codex_config(
+            ctx,
+            model=self.model,
+            sandbox=self.sandbox,
+            mcp=self.mcp,
+            mcp_startup_timeout_s=self.mcp_startup_timeout_s,
+            tool_timeout_s=self.tool_timeout_s,
+        )
+        argv = (
+            self.command, "exec", "--skip-git-repo-check", "--color", "never",
+            "--output-last-message", FINAL_ANSWER, *self.extra_args, "--", ctx.prompt,
+        )  # fmt: skip
+        env = {"CODEX_HOME": CODEX_HOME, TOKEN_ENV: ctx.token, "NO_COLOR": "1"}
+        return Launch(argv=argv, env=env, files={f"{CODEX_HOME}/config.toml": config}, final_answer_path=FINAL_ANSWER)
+
+
+__all__ = ["CODEX_HOME", "CodexAdapter", "codex_config"]
