@@ -40,6 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--grpo-lr", type=float, default=d.grpo_lr, help=f"GRPO learning rate (default {d.grpo_lr})")
     add("--grpo-epochs", type=int, default=d.grpo_epochs, help=f"clipped steps per GRPO iteration (default {d.grpo_epochs})")
     add("--eval-group", type=int, default=d.eval_group, help=f"rollouts per held-out task, before and after (default {d.eval_group})")
+    add("--train-tasks", type=int, default=d.train_tasks, help="use only the first N train tasks (default 0: all)")
+    add("--eval-tasks", type=int, default=d.eval_tasks, help="evaluate on only the first N held-out tasks (default 0: all)")
     add("--temperature", type=float, default=d.temperature, help=f"sampling temperature, training and eval (default {d.temperature})")
     add("--max-tokens", type=int, default=d.max_tokens, help=f"most tokens per model call (default {d.max_tokens})")
     add("--max-turns", type=int, default=d.max_turns, help=f"most model calls per rollout (default {d.max_turns})")
@@ -91,6 +93,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from rollwire.demo.report import write_report
 
     config = _config(args)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the live line is the progress; no weight-loading bars under it
     out = Path(args.out).expanduser() if args.out else settings.home / "demo" / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     console = Console()

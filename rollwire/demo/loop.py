@@ -40,6 +40,10 @@ class DemoConfig:
     grpo_lr: float = 1e-3
     grpo_epochs: int = 1
     eval_group: int = 8
+    train_tasks: int = 0
+    """Use only the first N train tasks (0: all); a shortened demo."""
+    eval_tasks: int = 0
+    """Evaluate on only the first N held-out tasks (0: all)."""
     temperature: float = 1.0
     max_tokens: int = 64
     max_turns: int = 3
@@ -50,6 +54,9 @@ class DemoConfig:
     model: str | None = None
 
     def __post_init__(self) -> None:
+        for name in ("train_tasks", "eval_tasks"):
+            if getattr(self, name) < 0:
+                raise InvalidRequest(f"--{name.replace('_', '-')} must be 0 (all) or more", param=name)
         for name in ("iterations", "group_size", "teacher_group", "sft_batch", "eval_group", "concurrency", "max_turns"):
             if getattr(self, name) < 1:
                 raise InvalidRequest(f"--{name.replace('_', '-')} must be at least 1", param=name)
@@ -173,12 +180,18 @@ class Demo:
                 self.config.teacher_group, 0, "teacher",
             )  # fmt: skip
 
+    def _task_ids(self, split: str) -> list[str] | None:
+        from rollwire.orchestrator.suite_run import select_tasks
+
+        limit = self.config.train_tasks if split == "train" else self.config.eval_tasks
+        return [task.id for task in select_tasks(self.config.suite, split)][:limit] if limit else None
+
     def _rollouts(self, info: StackInfo, name: str, split: str, group: int, version: int, kind: str) -> PhaseResult:
         config, started = self.config, time.monotonic()
         self.report(name, Progress())
         outcome: SuiteRunResult = anyio.run(
             lambda: run_suite(
-                info, suite=config.suite, harness=config.harness, group_size=group, split=split,
+                info, suite=config.suite, harness=config.harness, group_size=group, split=split, task_ids=self._task_ids(split),
                 runtime=config.runtime, concurrency=config.concurrency, deadline_s=config.deadline_s,
                 run_name=name, run_meta={"kind": kind, "phase": name}, policy_version=version,
                 harness_options=config.harness_options(), on_progress=lambda p: self.report(name, p),

@@ -1,28 +1,84 @@
-"""The README's main command runs on the embedded default and shows a real round trip."""
+"""The README's main command: a shortened `rollwire demo` closes the loop through the real stack.
 
+Asserted from the store the demo leaves behind, not from what it prints: teacher rollouts recorded and
+labelled, rewards from the checkers, weights pushed (the engine's version advanced), and rollouts of
+later iterations sampled under the newer policy version.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+
+DEMO = ["-K", "2", "-G", "2", "--train-tasks", "3", "--eval-group", "2", "--eval-tasks", "2", "--teacher-group", "1",
+        "--sft-epochs", "2", "--concurrency", "6"]  # fmt: skip
 
 
-def test_demo_round_trip_prints_sampled_tokens(tmp_path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "demo", "--max-tokens", "5"],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path.parent), "COLUMNS": "120",
-             "ROLLWIRE_HOME": str(tmp_path / "home")},
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    out = " ".join(result.stdout.split())  # rich wraps long lines
-    assert "turn 1 the model answered" in out and "turn 2 the model answered" in out
-    # Both turns spliced into one segment: 2 x 5 sampled tokens, both calls, one policy version.
-    assert "segment 0: " in out and "10 sampled by the engine (policy versions [0]), calls [1, 2]" in out
-    assert "segment 1" not in out
+def _run(tmp_path: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "COLUMNS": "160", "ROLLWIRE_HOME": str(tmp_path / "home")}
+    return subprocess.run(
+        [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "demo", *args],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_shortened_demo_closes_the_loop(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    result = _run(tmp_path, *DEMO, "--out", str(out))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    numbers = json.loads((out / "results.json").read_text())
+    assert (out / "report.html").is_file() and (out / "reward_curve.png").stat().st_size > 1000
+
+    db = sqlite3.connect(out / "store.db")
+    runs = {row[0]: json.loads(row[1]) for row in db.execute("select id, config from run")}
+    kinds = [config.get("kind") for config in runs.values()]
+    assert kinds.count("teacher") == 1 and kinds.count("eval") == 2 and kinds.count("grpo") == 2
+
+    def rollouts(run_id: str) -> list[tuple[str, str, float | None]]:
+        return [(i, s.lower(), r) for i, s, r in db.execute("select id, status, reward from rollout where run_id = ?", (run_id,))]
+
+    def versions(run_id: str) -> set[int]:
+        query = "select distinct m.policy_version from modelcall m join rollout r on m.rollout_id = r.id where r.run_id = ?"
+        return {row[0] for row in db.execute(query, (run_id,))}
+
+    teacher = numbers["teacher"]["run_id"]
+    assert [r[1:] for r in rollouts(teacher)] == [("finished", 1.0)] * 3  # the expert solves every train task
+    assert versions(teacher) == {0}
+    # SFT pushed v1; eval-before ran on v1; GRPO iteration k ran on v k and pushed v k+1; eval-after ran on v3.
+    assert versions(numbers["before_rl"]["run_id"]) == {1}
+    assert [versions(it["run_id"]) for it in numbers["iterations"]] == [{1}, {2}]
+    assert versions(numbers["after_rl"]["run_id"]) == {3}
+    for phase in (numbers["before_rl"], numbers["after_rl"], *numbers["iterations"]):
+        rows = rollouts(phase["run_id"])
+        assert len(rows) == phase["rollouts"] and all(status in ("finished", "failed", "timed_out") for _, status, _ in rows)
+        assert all(reward is not None for _, status, reward in rows if status == "finished")  # scored by the checker
+        calls = db.execute(
+            "select count(*) from modelcall m join rollout r on m.rollout_id = r.id where r.run_id = ?", (phase["run_id"],)
+        ).fetchone()[0]
+        assert calls >= len(rows)  # every rollout made at least one model call through the proxy
+    assert len(rollouts(numbers["iterations"][0]["run_id"])) == 3 * 2
+    assert len(rollouts(numbers["before_rl"]["run_id"])) == 2 * 2
+    checkpoints = sorted(p.name for p in (out / "checkpoints").glob("step-*"))
+    assert checkpoints, "no checkpoint was written"
+    assert "held-out mean reward" in result.stdout and "gain" in result.stdout
+
+
+def test_demo_bad_options_fail_with_one_line(tmp_path: Path) -> None:
+    result = _run(tmp_path, "-G", "1", timeout=120)
+    assert result.returncode != 0
+    assert "group-size must be at least 2" in result.stderr and "Traceback" not in result.stderr
+    result = _run(tmp_path, "--upstream", "http://127.0.0.1:9", timeout=120)
+    assert result.returncode != 0 and "--upstream needs --model" in result.stderr
 
 
 def test_help_lists_every_command() -> None:
     result = subprocess.run([sys.executable, "-m", "rollwire.cli", "--help"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0
-    for command in ("demo", "engine"):
+    for command in ("demo", "up", "engine", "proxy", "train", "traces"):
         assert command in result.stdout
