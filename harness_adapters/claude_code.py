@@ -77,7 +77,7 @@ class ClaudeCodeAdapter:
 
     def launch(self, ctx: RolloutContext) -> Launch:
         claude = [
-            self.command, "-p", ctx.prompt, "--model", self.model, "--max-turns", str(self.max_turns),
+            self.command, "-p", "--model", self.model, "--max-turns", str(self.max_turns),
             "--mcp-config", MCP_CONFIG, "--strict-mcp-config", "--allowedTools", f"mcp__{SERVER}",
             "--output-format", "text",
         ]  # fmt: skip
@@ -85,7 +85,7 @@ class ClaudeCodeAdapter:
             claude += ["--tools", self.tools]
         if self.system_prompt is not None:
             claude += ["--system-prompt", self.system_prompt]
-        claude += self.extra_args
+        claude += [*self.extra_args, "--", ctx.prompt]
         env = {
             **QUIET_ENV,
             "ANTHROPIC_BASE_URL": ctx.anthropic_base_url,
