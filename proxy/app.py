@@ -16,20 +16,19 @@ from rollwire.proxy import admin
 from rollwire.proxy.auth import TokenAuth
 from rollwire.proxy.dialects.chat import ChatDialect
 from rollwire.proxy.dialects.routes import DIALECTS as FRONT_DIALECTS
-from rollwire.proxy.dialects.routes import dialect_routes
+from rollwire.proxy.dialects.routes import answer_response, dialect_routes
 from rollwire.proxy.generate import Generator
 from rollwire.proxy.parsers import reasoning_parser, tool_parser
 from rollwire.proxy.recorder import Recorder
 from rollwire.proxy.render import Renderer
 from rollwire.proxy.session import POLICIES
-from rollwire.proxy.sse import SSE_HEADERS
 from rollwire.proxy.stream import stream_route
 from rollwire.proxy.ui.routes import ui_routes
 from rollwire.proxy.upstream import make_client
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from rollwire.errors import InvalidRequest, RollwireError, Unauthorized
@@ -73,11 +72,7 @@ async def chat_completions(request: Request) -> Response:
     state = _state(request)
     caller = await state.auth.caller(request)
     raw = await state.read_json(request)
-    conv = CHAT.parse_request(raw)
-    generation, body = await state.generator.generate(caller, conv, CHAT, raw)
-    if not conv.stream:
-        return JSONResponse(body)
-    return StreamingResponse(CHAT.stream_events(generation, conv), media_type="text/event-stream", headers=SSE_HEADERS)
+    return await answer_response(state, caller, CHAT.parse_request(raw), CHAT, raw)
 
 
 async def models(request: Request) -> Response:

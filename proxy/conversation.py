@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollwire.errors import RollwireError
+
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
@@ -126,4 +128,71 @@ class Generation:
     call_ids: list[int] = field(default_factory=list)
 
 
-__all__ = ["Choice", "Conversation", "Generation", "Message", "Sampling", "ToolCall"]
+@dataclass(frozen=True, slots=True)
+class TokenLogprobs:
+    """Logprobs of a run of sampled tokens, for the dialects that return them."""
+
+    tokens: list[str]
+    logprobs: list[float]
+    top_logprobs: list[dict[str, float]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStart:
+    """The upstream answered: ``generation`` has the id, model, prompt size and version, no choices yet."""
+
+    generation: Generation
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """New text of one choice while it is sampled; ``channel`` is "reasoning" or "content"."""
+
+    index: int
+    channel: str
+    text: str
+    logprobs: TokenLogprobs | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceEnd:
+    """A finished choice (sent once its call is committed) and the text its deltas had not shown yet."""
+
+    choice: Choice
+    tail: tuple[tuple[str, str], ...]
+    """(channel, text) pairs, in order."""
+    logprobs: TokenLogprobs | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnd:
+    """Every choice is committed; ``generation`` is complete (usage, call ids)."""
+
+    generation: Generation
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFailure:
+    """The upstream failed mid-stream; nothing was recorded."""
+
+    error: RollwireError
+
+
+StreamEvent = StreamStart | TextDelta | ChoiceEnd | StreamEnd | StreamFailure
+
+
+__all__ = [
+    "Choice",
+    "ChoiceEnd",
+    "Conversation",
+    "Generation",
+    "Message",
+    "Sampling",
+    "StreamEnd",
+    "StreamEvent",
+    "StreamFailure",
+    "StreamStart",
+    "TextDelta",
+    "TokenLogprobs",
+    "ToolCall",
+]

@@ -11,8 +11,9 @@ from typing import Any
 
 import anyio.to_thread
 import httpx
+from rollwire.proxy.answer import AnswerStream, Delta
 from rollwire.proxy.auth import Caller
-from rollwire.proxy.conversation import Choice, Conversation, Generation, Message, Sampling
+from rollwire.proxy.conversation import Choice, Conversation, Generation, Sampling
 from rollwire.proxy.dialects.base import Dialect
 from rollwire.proxy.parsers.base import ReasoningParser, ToolParser
 from rollwire.proxy.recorder import Recorder
@@ -23,7 +24,6 @@ from rollwire.proxy.upstream import Sampled, complete, completion_body
 from rollwire.errors import InvalidRequest, NotFound, UpstreamError, UpstreamTimeout
 from rollwire.settings import ProxySettings
 from rollwire.store import encode_floats, encode_ids, now_ns
-
 
 INLINE_PLAN_CHARS = 2048
 """Plans that render and encode at most this many characters run on the event loop: that costs well under
@@ -42,10 +42,14 @@ class Served:
     """Set through the admin API for engines that cannot report a version (real vLLM)."""
 
 
-def _cut_at_stop(text: str, stops: tuple[str, ...]) -> str:
-    """The answer ends before the first stop string, as OpenAI's (the sampled ids keep every token)."""
-    cuts = [at for at in (text.find(s) for s in stops if s) if at >= 0]
-    return text[: min(cuts)] if cuts else text
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A request ready for the upstream."""
+
+    started: int
+    prefill: str
+    plan: Plan
+    body: dict[str, Any]
 
 
 class Generator:
@@ -96,22 +100,35 @@ class Generator:
             return self.tools.prefill_named(conv.tool_choice[3:])
         return ""
 
-    def _choice(self, index: int, sampled: Sampled, conv: Conversation, prefill: str) -> Choice:
-        ids = sampled.token_ids
-        body = ids[:-1] if ids and ids[-1] in self.renderer.end_ids else ids
-        text = _cut_at_stop(prefill + self.renderer.decode(body), conv.sampling.stop)
-        reasoning, rest = self.reasoning.split(text)
-        calls: list[Any] = []
-        if conv.tools and conv.tool_choice != "none":
-            rest, calls = self.tools.parse(rest)
-            if not conv.parallel_tool_calls:
-                calls = calls[:1]
-        finish = "tool_calls" if calls and sampled.finish_reason == "stop" else sampled.finish_reason
+    def answer(self, conv: Conversation, prefill: str) -> AnswerStream:
+        """A fresh parser of one choice's sampled ids (tool calls only when the request allows them)."""
+        tools = self.tools if conv.tools and conv.tool_choice != "none" else None
+        return AnswerStream(self.renderer, self.reasoning, tools, conv.sampling.stop, prefill, conv.parallel_tool_calls)
+
+    def choice(
+        self, index: int, answer: AnswerStream, sampled: Sampled, conv: Conversation
+    ) -> tuple[Choice, list[Delta]]:
+        """The finished choice from its parser, and the deltas a stream has not shown yet."""
+        message, tail = answer.finish()
+        finish = "tool_calls" if message.tool_calls and sampled.finish_reason == "stop" else sampled.finish_reason
         tokens = None
         if conv.sampling.top_logprobs is not None:
-            tokens = sampled.tokens or self.renderer.token_strings(ids)
-        message = Message(role="assistant", content=rest, reasoning=reasoning, tool_calls=tuple(calls))
-        return Choice(index, message, finish, ids, sampled.logprobs, sampled.top_logprobs, tokens)
+            tokens = sampled.tokens or self.renderer.token_strings(sampled.token_ids)
+        choice = Choice(index, message, finish, sampled.token_ids, sampled.logprobs, sampled.top_logprobs, tokens)
+        return choice, tail
+
+    def new_generation(self, conv: Conversation, prompt_len: int, upstream_version: int | None) -> Generation:
+        """Id, time, usage and version of an answer; choices are added as they finish."""
+        version = self.served.policy_version if self.served.policy_version is not None else (upstream_version or 0)
+        return Generation(
+            id="chatcmpl-" + secrets.token_hex(12),
+            created=int(time.time()),
+            model=conv.model,
+            choices=[],
+            prompt_tokens=prompt_len,
+            completion_tokens=0,
+            policy_version=version,
+        )
 
     def _sampling(self, sampling: Sampling, prompt_len: int) -> Sampling:
         """As OpenAI and vLLM's chat route: an unset max_tokens is the rest of the context (not 16)."""
@@ -131,48 +148,48 @@ class Generator:
             return plan_prompt(conv, priors, self.renderer, policy, prefill)
         return await anyio.to_thread.run_sync(plan_prompt, conv, priors, self.renderer, policy, prefill)
 
-    async def generate(
-        self, caller: Caller, conv: Conversation, dialect: Dialect, raw: dict[str, Any]
-    ) -> tuple[Generation, dict[str, Any]]:
-        """Answer ``conv`` for ``caller``; the calls are committed to the store when this returns."""
+    async def prepare(self, caller: Caller, conv: Conversation) -> Prepared:
+        """Model, prompt plan and upstream body: everything that can refuse the request before it is sent."""
         started = now_ns()
         served = await self.resolve_model(conv.model)
         prefill = self._prefill(conv)
         plan = await self._plan(caller, conv, prefill)
         stop_ids = sorted(self.renderer.end_ids)
         body = completion_body(served, plan.prompt_ids, self._sampling(conv.sampling, len(plan.prompt_ids)), stop_ids)
-        result = await complete(self.client, self.settings.upstream, body)
-        if result.prompt_ids and result.prompt_ids != plan.prompt_ids:
+        return Prepared(started, prefill, plan, body)
+
+    async def generate(
+        self, caller: Caller, conv: Conversation, dialect: Dialect, raw: dict[str, Any]
+    ) -> tuple[Generation, dict[str, Any]]:
+        """Answer ``conv`` for ``caller``; the calls are committed to the store when this returns."""
+        prepared = await self.prepare(caller, conv)
+        result = await complete(self.client, self.settings.upstream, prepared.body)
+        if result.prompt_ids and result.prompt_ids != prepared.plan.prompt_ids:
             raise UpstreamError("the upstream reports a different prompt than the proxy sent")
-        choices = [self._choice(i, s, conv, prefill) for i, s in enumerate(result.choices)]
-        version = self.served.policy_version if self.served.policy_version is not None else (result.weight_version or 0)
-        generation = Generation(
-            id="chatcmpl-" + secrets.token_hex(12),
-            created=int(time.time()),
-            model=conv.model,
-            choices=choices,
-            prompt_tokens=len(plan.prompt_ids),
-            completion_tokens=sum(len(c.sampled_ids) for c in choices),
-            policy_version=version,
-        )
+        generation = self.new_generation(conv, len(prepared.plan.prompt_ids), result.weight_version)
+        for i, sampled in enumerate(result.choices):
+            answer = self.answer(conv, prepared.prefill)
+            answer.ids.extend(sampled.token_ids)
+            generation.choices.append(self.choice(i, answer, sampled, conv)[0])
+        generation = replace(generation, completion_tokens=sum(len(c.sampled_ids) for c in generation.choices))
         body = dialect.response_body(generation)
-        generation.call_ids.extend(await self._record(caller, conv, dialect, raw, body, plan, generation, started))
+        generation.call_ids.extend(await self.record(caller, conv, dialect, raw, body, prepared, generation))
         return generation, body
 
-    async def _record(
+    async def record(
         self,
         caller: Caller,
         conv: Conversation,
         dialect: Dialect,
         raw: dict[str, Any],
         body: dict[str, Any],
-        plan: Plan,
+        prepared: Prepared,
         generation: Generation,
-        started: int,
         status: str = "complete",
         error: str | None = None,
     ) -> list[int]:
         """One committed ModelCall row per choice; the session's in-memory priors learn the complete ones."""
+        started, plan = prepared.started, prepared.plan
         ended = now_ns()
         request_json = json.dumps(raw, ensure_ascii=False)
         response_json = json.dumps(body, ensure_ascii=False)
@@ -198,7 +215,9 @@ class Generator:
                     "finish_reason": choice.finish_reason,
                     "policy_version": generation.policy_version,
                     "segment_index": segment,
-                    "segment_break": plan.segment_break if first else f"choice {choice.index} of {len(generation.choices)}",
+                    "segment_break": plan.segment_break
+                    if first
+                    else f"choice {choice.index} of {len(generation.choices)}",
                     "reused_prefix_len": plan.reused_prefix_len,
                     "status": status,
                     "error": error,
@@ -228,4 +247,4 @@ class Generator:
         return PriorCall(0, request_keys, tools_key, answer.key(), plan.prompt_ids, choice.sampled_ids, segment, False)
 
 
-__all__ = ["Generator", "Served"]
+__all__ = ["Generator", "Prepared", "Served"]

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,19 +71,126 @@ def _raise_for(response: httpx.Response) -> None:
     raise UpstreamError(f"upstream answered HTTP {response.status_code}: {message}")
 
 
+def _choice(c: dict[str, Any]) -> tuple[list[int], list[float], dict[str, Any]]:
+    lp = c.get("logprobs") or {}
+    logprobs = [float(x) if x is not None else 0.0 for x in lp.get("token_logprobs") or []]
+    ids = [int(t) for t in c.get("token_ids") or []]
+    if len(logprobs) != len(ids):
+        raise UpstreamError("upstream logprobs do not align with its token ids")
+    return ids, logprobs, lp
+
+
+def _version(data: dict[str, Any]) -> int | None:
+    version = data.get("weight_version")
+    return int(version) if version is not None else None
+
+
 def _parse(data: dict[str, Any]) -> UpstreamResult:
     choices = sorted(data["choices"], key=lambda c: c["index"])
     out = []
     for c in choices:
-        lp = c.get("logprobs") or {}
-        logprobs = [float(x) if x is not None else 0.0 for x in lp.get("token_logprobs") or []]
-        ids = [int(t) for t in c["token_ids"]]
-        if len(logprobs) != len(ids):
-            raise UpstreamError("upstream logprobs do not align with its token ids")
+        if c.get("token_ids") is None:
+            raise KeyError("token_ids")
+        ids, logprobs, lp = _choice(c)
         out.append(Sampled(ids, logprobs, c.get("finish_reason") or "stop", lp.get("top_logprobs"), lp.get("tokens")))
     prompt_ids = data.get("prompt_token_ids") or choices[0].get("prompt_token_ids") or []
-    version = data.get("weight_version")
-    return UpstreamResult([int(t) for t in prompt_ids], out, int(version) if version is not None else None)
+    return UpstreamResult([int(t) for t in prompt_ids], out, _version(data))
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceChunk:
+    """What one streamed chunk adds to one choice."""
+
+    index: int
+    token_ids: list[int]
+    logprobs: list[float]
+    top_logprobs: list[dict[str, float]] | None
+    tokens: list[str] | None
+    finish_reason: str | None
+    prompt_ids: list[int] | None
+    """Only on a choice's first chunk (vLLM's place for them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    choices: list[ChoiceChunk]
+    weight_version: int | None
+
+
+def _chunk(data: dict[str, Any]) -> Chunk:
+    if "error" in data:
+        error = data["error"]
+        message = error.get("message") if isinstance(error, dict) else error
+        raise UpstreamError(f"upstream failed mid-stream: {message}")
+    out = []
+    for c in data["choices"]:
+        ids, logprobs, lp = _choice(c)
+        prompt = c.get("prompt_token_ids")
+        out.append(
+            ChoiceChunk(
+                int(c["index"]),
+                ids,
+                logprobs,
+                lp.get("top_logprobs"),
+                lp.get("tokens"),
+                c.get("finish_reason"),
+                [int(t) for t in prompt] if prompt is not None else None,
+            )
+        )
+    return Chunk(out, _version(data))
+
+
+def _whole(result: UpstreamResult) -> Chunk:
+    """A non-streamed answer (an upstream that ignores ``stream``) as one chunk that finishes every choice."""
+    choices = [
+        ChoiceChunk(i, s.token_ids, s.logprobs, s.top_logprobs, s.tokens, s.finish_reason, result.prompt_ids)
+        for i, s in enumerate(result.choices)
+    ]
+    return Chunk(choices, result.weight_version)
+
+
+def _failure(exc: httpx.HTTPError, base_url: str) -> Exception:
+    if isinstance(exc, httpx.TimeoutException):
+        return UpstreamTimeout(f"upstream at {base_url} timed out ({exc.__class__.__name__})")
+    return UpstreamError(f"cannot reach the upstream at {base_url}: {exc.__class__.__name__}")
+
+
+async def open_stream(client: httpx.AsyncClient, base_url: str, body: dict[str, Any]) -> httpx.Response:
+    """Send a streamed completion and wait for its status; the caller reads ``chunks`` and closes the response."""
+    url = base_url.rstrip("/") + "/v1/completions"
+    request = client.build_request("POST", url, json={**body, "stream": True})
+    try:
+        response = await client.send(request, stream=True)
+    except httpx.HTTPError as exc:
+        raise _failure(exc, base_url) from None
+    if response.status_code != 200:
+        try:
+            await response.aread()
+        except httpx.HTTPError as exc:
+            raise _failure(exc, base_url) from None
+        finally:
+            await response.aclose()
+        _raise_for(response)
+    return response
+
+
+async def chunks(response: httpx.Response, base_url: str) -> AsyncIterator[Chunk]:
+    """The engine's server-sent events as chunks, up to ``[DONE]``."""
+    try:
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            yield _whole(_parse(json.loads(await response.aread())))
+            return
+        async for line in response.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                return
+            yield _chunk(json.loads(payload))
+    except httpx.HTTPError as exc:
+        raise _failure(exc, base_url) from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UpstreamError(f"upstream stream is not completion chunks with token ids: {exc}") from None
 
 
 async def complete(client: httpx.AsyncClient, base_url: str, body: dict[str, Any]) -> UpstreamResult:
@@ -89,10 +198,8 @@ async def complete(client: httpx.AsyncClient, base_url: str, body: dict[str, Any
     url = base_url.rstrip("/") + "/v1/completions"
     try:
         response = await client.post(url, json=body)
-    except httpx.TimeoutException as exc:
-        raise UpstreamTimeout(f"upstream at {base_url} timed out ({exc.__class__.__name__})") from None
     except httpx.HTTPError as exc:
-        raise UpstreamError(f"cannot reach the upstream at {base_url}: {exc.__class__.__name__}") from None
+        raise _failure(exc, base_url) from None
     if response.status_code != 200:
         _raise_for(response)
     try:
@@ -101,4 +208,14 @@ async def complete(client: httpx.AsyncClient, base_url: str, body: dict[str, Any
         raise UpstreamError(f"upstream answer is not a completion with token ids: {exc}") from None
 
 
-__all__ = ["Sampled", "UpstreamResult", "complete", "completion_body", "make_client"]
+__all__ = [
+    "ChoiceChunk",
+    "Chunk",
+    "Sampled",
+    "UpstreamResult",
+    "chunks",
+    "complete",
+    "completion_body",
+    "make_client",
+    "open_stream",
+]

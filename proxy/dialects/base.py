@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Protocol
 
-from rollwire.proxy.conversation import Conversation, Generation, Message
+from rollwire.proxy.conversation import Conversation, Generation, Message, StreamEvent
 
 from rollwire.errors import RollwireError
 
@@ -26,8 +26,12 @@ class Dialect(Protocol):
         """Choice ``index``'s assistant message, read back from a stored response body."""
         ...
 
+    def stream(self, events: AsyncIterator[StreamEvent], conv: Conversation) -> AsyncIterator[str]:
+        """A live answer's events as this dialect's SSE text, sent as they arrive."""
+        ...
+
     def stream_events(self, generation: Generation, conv: Conversation) -> Iterator[str]:
-        """The streamed response as SSE text."""
+        """A finished answer as the same SSE text (``streaming.replay``)."""
         ...
 
     def error_body(self, exc: RollwireError) -> dict[str, Any]:

@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from rollwire.proxy.conversation import Conversation, Generation, Message, Sampling, ToolCall
+from rollwire.proxy.answer import REASONING
+from rollwire.proxy.conversation import (
+    ChoiceEnd,
+    Conversation,
+    Generation,
+    Message,
+    Sampling,
+    StreamEnd,
+    StreamEvent,
+    StreamFailure,
+    StreamStart,
+    TextDelta,
+    TokenLogprobs,
+    ToolCall,
+)
 from rollwire.proxy.dialects.fields import checked_schema, named_choice, number, openai_choice_mode, requested_model
+from rollwire.proxy.dialects.streaming import render, rendered, replay
 from rollwire.proxy.sse import DONE, data_event
 
 from rollwire.errors import InvalidRequest, RollwireError
@@ -153,12 +168,12 @@ class ChatDialect:
             ]
         return out
 
-    def _logprobs(self, choice: Any) -> dict[str, Any] | None:
-        if choice.tokens is None:
+    def _logprobs(self, run: TokenLogprobs | None) -> dict[str, Any] | None:
+        if run is None:
             return None
         content = []
-        for j, (token, lp) in enumerate(zip(choice.tokens, choice.logprobs)):
-            tops = (choice.top_logprobs or [{}])[j] if choice.top_logprobs and j < len(choice.top_logprobs) else {}
+        for j, (token, lp) in enumerate(zip(run.tokens, run.logprobs)):
+            tops = run.top_logprobs[j] if run.top_logprobs and j < len(run.top_logprobs) else {}
             content.append(
                 {
                     "token": token,
@@ -180,7 +195,9 @@ class ChatDialect:
             {
                 "index": c.index,
                 "message": self._message_body(c.message),
-                "logprobs": self._logprobs(c),
+                "logprobs": self._logprobs(
+                    TokenLogprobs(c.tokens, c.logprobs, c.top_logprobs) if c.tokens is not None else None
+                ),
                 "finish_reason": c.finish_reason,
             }
             for c in generation.choices
@@ -200,46 +217,69 @@ class ChatDialect:
         raw = next(c for c in response_body["choices"] if c["index"] == index)["message"]
         return _message(raw, index)
 
+    def stream(self, events: AsyncIterator[StreamEvent], conv: Conversation) -> AsyncIterator[str]:
+        return render(_ChatStream(self, conv), events)
+
     def stream_events(self, generation: Generation, conv: Conversation) -> Iterator[str]:
-        head = {
-            "id": generation.id,
-            "object": "chat.completion.chunk",
-            "created": generation.created,
-            "model": generation.model,
-        }
-        usage_field: dict[str, Any] = {"usage": None} if conv.include_usage else {}
-
-        def chunk(index: int, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> str:
-            return data_event(
-                {
-                    **head,
-                    "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
-                    **usage_field,
-                }
-            )
-
-        for c in generation.choices:
-            yield chunk(c.index, {"role": "assistant", "content": ""})
-            if c.message.reasoning is not None:
-                yield chunk(c.index, {"reasoning_content": c.message.reasoning})
-            if c.message.content:
-                yield chunk(c.index, {"content": c.message.content}, logprobs=self._logprobs(c))
-            for i, call in enumerate(c.message.tool_calls):
-                opening = {
-                    "index": i,
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": ""},
-                }
-                yield chunk(c.index, {"tool_calls": [opening]})
-                yield chunk(c.index, {"tool_calls": [{"index": i, "function": {"arguments": call.arguments}}]})
-            yield chunk(c.index, {}, c.finish_reason)
-        if conv.include_usage:
-            yield data_event({**head, "choices": [], "usage": self._usage(generation)})
-        yield DONE
+        return rendered(_ChatStream(self, conv), replay(generation))
 
     def error_body(self, exc: RollwireError) -> dict[str, Any]:
         return {"error": {"message": exc.message, "type": exc.code, "param": exc.param, "code": exc.code}}
+
+
+class _ChatStream:
+    """``chat.completion.chunk`` events: a role chunk opens each choice, text and reasoning stream as deltas,
+    tool calls and the finish reason come with the choice's end, then usage and ``[DONE]``."""
+
+    def __init__(self, dialect: ChatDialect, conv: Conversation) -> None:
+        self.dialect = dialect
+        self.conv = conv
+        self.head: dict[str, Any] = {}
+        self.opened: set[int] = set()
+        self.usage_field: dict[str, Any] = {"usage": None} if conv.include_usage else {}
+
+    def _chunk(self, index: int, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> str:
+        choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        return data_event({**self.head, "choices": [choice], **self.usage_field})
+
+    def _open(self, index: int) -> Iterator[str]:
+        if index not in self.opened:
+            self.opened.add(index)
+            yield self._chunk(index, {"role": "assistant", "content": ""})
+
+    def _text(self, index: int, channel: str, text: str, logprobs: Any) -> str:
+        key = "reasoning_content" if channel == REASONING else "content"
+        return self._chunk(index, {key: text}, logprobs=logprobs)
+
+    def feed(self, event: StreamEvent) -> Iterator[str]:
+        if isinstance(event, StreamStart):
+            g = event.generation
+            self.head = {"id": g.id, "object": "chat.completion.chunk", "created": g.created, "model": g.model}
+        elif isinstance(event, TextDelta):
+            yield from self._open(event.index)
+            yield self._text(event.index, event.channel, event.text, self.dialect._logprobs(event.logprobs))
+        elif isinstance(event, ChoiceEnd):
+            yield from self._end(event)
+        elif isinstance(event, StreamEnd):
+            if self.conv.include_usage:
+                yield data_event({**self.head, "choices": [], "usage": self.dialect._usage(event.generation)})
+            yield DONE
+        elif isinstance(event, StreamFailure):
+            yield data_event(self.dialect.error_body(event.error))
+            yield DONE
+
+    def _end(self, event: ChoiceEnd) -> Iterator[str]:
+        c = event.choice
+        yield from self._open(c.index)
+        logprobs = self.dialect._logprobs(event.logprobs)
+        for channel, text in event.tail:
+            yield self._text(c.index, channel, text, logprobs)
+            logprobs = None
+        for i, call in enumerate(c.message.tool_calls):
+            opening = {"index": i, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+            yield self._chunk(c.index, {"tool_calls": [opening]})
+            yield self._chunk(c.index, {"tool_calls": [{"index": i, "function": {"arguments": call.arguments}}]})
+        yield self._chunk(c.index, {}, c.finish_reason, logprobs)
 
 
 __all__ = ["ChatDialect"]

@@ -4,11 +4,24 @@ message body, its event stream and Anthropic-shaped errors back out of a Generat
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from rollwire.proxy.conversation import Conversation, Generation, Message, Sampling, ToolCall
+from rollwire.proxy.answer import REASONING
+from rollwire.proxy.conversation import (
+    Conversation,
+    Generation,
+    Message,
+    Sampling,
+    StreamEnd,
+    StreamEvent,
+    StreamFailure,
+    StreamStart,
+    TextDelta,
+    ToolCall,
+)
 from rollwire.proxy.dialects.fields import ANTHROPIC_TOOL_NAME, checked_schema, named_choice, requested_model
+from rollwire.proxy.dialects.streaming import render, rendered, replay
 from rollwire.proxy.sse import named_event
 
 from rollwire.errors import InvalidRequest, RollwireError
@@ -239,43 +252,95 @@ class MessagesDialect:
     def answer_message(self, response_body: dict[str, Any], index: int) -> Message:
         return _assistant(response_body["content"], "content")
 
+    def opening(self, generation: Generation) -> dict[str, Any]:
+        message = {**self._head(generation), "content": [], "stop_reason": None, "stop_sequence": None}
+        return {**message, "usage": self._usage(generation, 1)}
+
+    def stream(self, events: AsyncIterator[StreamEvent], conv: Conversation) -> AsyncIterator[str]:
+        return render(_MessagesStream(self), events)
+
     def stream_events(self, generation: Generation, conv: Conversation) -> Iterator[str]:
-        body = self.response_body(generation)
-        opening = {**self._head(generation), "content": [], "stop_reason": None, "stop_sequence": None}
-        opening["usage"] = self._usage(generation, 1)
-        yield named_event("message_start", {"type": "message_start", "message": opening})
-        yield named_event("ping", {"type": "ping"})
-        for index, block in enumerate(body["content"]):
-            yield from _block_events(index, block)
-        delta = {"stop_reason": body["stop_reason"], "stop_sequence": None}
-        usage = {"output_tokens": generation.completion_tokens}
-        yield named_event("message_delta", {"type": "message_delta", "delta": delta, "usage": usage})
-        yield named_event("message_stop", {"type": "message_stop"})
+        return rendered(_MessagesStream(self), replay(generation))
 
     def error_body(self, exc: RollwireError) -> dict[str, Any]:
         kind = ERROR_TYPES.get(exc.status_code, "api_error")
         return {"type": "error", "error": {"type": kind, "message": exc.message}}
 
 
-def _block_events(index: int, block: dict[str, Any]) -> Iterator[str]:
-    kind = block["type"]
-    opened = {"text": {"type": "text", "text": ""}, "thinking": {"type": "thinking", "thinking": "", "signature": ""}}
-    start = opened.get(kind) or {**block, "input": {}}
-    yield named_event("content_block_start", {"type": "content_block_start", "index": index, "content_block": start})
-    if kind == "text" and block["text"]:
-        delta: dict[str, Any] = {"type": "text_delta", "text": block["text"]}
-    elif kind == "thinking":
-        delta = {"type": "thinking_delta", "thinking": block["thinking"]}
-    elif kind == "tool_use":
-        delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)}
-    else:
-        delta = {}
-    if delta:
-        yield named_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+_OPENED = {"text": {"type": "text", "text": ""}, "thinking": {"type": "thinking", "thinking": "", "signature": ""}}
+_DELTAS = {"text": ("text_delta", "text"), "thinking": ("thinking_delta", "thinking")}
+
+
+def _event(kind: str, **payload: Any) -> str:
+    return named_event(kind, {"type": kind, **payload})
+
+
+def _text_delta(index: int, kind: str, text: str) -> str:
+    name, field = _DELTAS[kind]
+    return _event("content_block_delta", index=index, delta={"type": name, field: text})
+
+
+def _block_end(index: int, kind: str) -> Iterator[str]:
     if kind == "thinking":
-        signature = {"type": "signature_delta", "signature": ""}
-        yield named_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": signature})
-    yield named_event("content_block_stop", {"type": "content_block_stop", "index": index})
+        yield _event("content_block_delta", index=index, delta={"type": "signature_delta", "signature": ""})
+    yield _event("content_block_stop", index=index)
+
+
+class _MessagesStream:
+    """message_start, then thinking and text blocks that stream as they arrive; at the end the streamed blocks
+    are completed and the rest (tool_use blocks) sent whole from the final content, then message_delta/stop."""
+
+    def __init__(self, dialect: MessagesDialect) -> None:
+        self.dialect = dialect
+        self.streamed: list[tuple[str, str]] = []
+        """(block type, text shown) of the blocks opened so far."""
+
+    def feed(self, event: StreamEvent) -> Iterator[str]:
+        if isinstance(event, StreamStart):
+            yield _event("message_start", message=self.dialect.opening(event.generation))
+            yield _event("ping")
+        elif isinstance(event, TextDelta) and event.index == 0:
+            kind = "thinking" if event.channel == REASONING else "text"
+            if not self.streamed or self.streamed[-1][0] != kind:
+                if self.streamed:
+                    yield from _block_end(len(self.streamed) - 1, self.streamed[-1][0])
+                yield _event("content_block_start", index=len(self.streamed), content_block=_OPENED[kind])
+                self.streamed.append((kind, ""))
+            if event.text:
+                yield _text_delta(len(self.streamed) - 1, kind, event.text)
+                self.streamed[-1] = (kind, self.streamed[-1][1] + event.text)
+        elif isinstance(event, StreamEnd):
+            yield from self._end(event.generation)
+        elif isinstance(event, StreamFailure):
+            yield _event("error", error=self.dialect.error_body(event.error)["error"])
+
+    def _end(self, generation: Generation) -> Iterator[str]:
+        body = self.dialect.response_body(generation)
+        for index, block in enumerate(body["content"]):
+            if index < len(self.streamed) and self.streamed[index][0] == block["type"]:
+                if index == len(self.streamed) - 1:  # earlier streamed blocks were closed when the next opened
+                    kind, shown = self.streamed[index]
+                    text = block[_DELTAS[kind][1]]
+                    if text.startswith(shown) and len(text) > len(shown):
+                        yield _text_delta(index, kind, text[len(shown) :])
+                    yield from _block_end(index, kind)
+            else:
+                yield from _block_events(index, block)
+        delta = {"stop_reason": body["stop_reason"], "stop_sequence": None}
+        yield _event("message_delta", delta=delta, usage={"output_tokens": generation.completion_tokens})
+        yield _event("message_stop")
+
+
+def _block_events(index: int, block: dict[str, Any]) -> Iterator[str]:
+    """A whole block: start, its content as one delta, stop."""
+    kind = block["type"]
+    yield _event("content_block_start", index=index, content_block=_OPENED.get(kind) or {**block, "input": {}})
+    if kind == "tool_use":
+        partial = json.dumps(block["input"], ensure_ascii=False)
+        yield _event("content_block_delta", index=index, delta={"type": "input_json_delta", "partial_json": partial})
+    elif kind == "thinking" or (kind == "text" and block["text"]):
+        yield _text_delta(index, kind, block[_DELTAS[kind][1]])
+    yield from _block_end(index, kind)
 
 
 __all__ = ["MessagesDialect", "content_blocks", "parse_messages"]

@@ -4,12 +4,13 @@ object and its typed stream events (with ``sequence_number``) back out of a Gene
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from rollwire.proxy.conversation import Conversation, Generation, Message, Sampling, ToolCall
+from rollwire.proxy.conversation import Conversation, Generation, Message, Sampling, StreamEvent, ToolCall
 from rollwire.proxy.dialects.fields import checked_schema, named_choice, number, openai_choice_mode, requested_model
-from rollwire.proxy.dialects.responses_stream import response_events
+from rollwire.proxy.dialects.responses_stream import ResponsesStream, message_item, reasoning_item
+from rollwire.proxy.dialects.streaming import render, rendered, replay
 
 from rollwire.errors import InvalidRequest, RollwireError
 
@@ -169,24 +170,15 @@ class ResponsesDialect:
             parallel_tool_calls=body.get("parallel_tool_calls") is not False,
         )
 
-    def _output(self, generation: Generation) -> list[dict[str, Any]]:
+    def output(self, generation: Generation) -> list[dict[str, Any]]:
+        """The response's output items: reasoning, the message (always, unless only tool calls), calls."""
         _, suffix = _ids(generation)
         message = generation.choices[0].message
         out: list[dict[str, Any]] = []
         if message.reasoning is not None:
-            content = [{"type": "reasoning_text", "text": message.reasoning}]
-            out.append({"type": "reasoning", "id": f"rs_{suffix}", "summary": [], "content": content})
+            out.append(reasoning_item(suffix, message.reasoning))
         if message.content or not message.tool_calls:
-            part = {"type": "output_text", "text": message.content, "annotations": [], "logprobs": []}
-            out.append(
-                {
-                    "type": "message",
-                    "id": f"msg_{suffix}",
-                    "role": "assistant",
-                    "status": "completed",
-                    "content": [part],
-                }
-            )
+            out.append(message_item(suffix, message.content))
         for i, call in enumerate(message.tool_calls):
             out.append(
                 {
@@ -200,9 +192,9 @@ class ResponsesDialect:
             )
         return out
 
-    def _envelope(self, generation: Generation, status: str, output: list[dict[str, Any]]) -> dict[str, Any]:
+    def envelope(self, generation: Generation, status: str, output: list[dict[str, Any]]) -> dict[str, Any]:
         response_id, _ = _ids(generation)
-        finish = generation.choices[0].finish_reason
+        finish = generation.choices[0].finish_reason if generation.choices else None
         incomplete = status == "incomplete"
         return {
             "id": response_id,
@@ -241,7 +233,7 @@ class ResponsesDialect:
         return "incomplete" if generation.choices[0].finish_reason == "length" else "completed"
 
     def response_body(self, generation: Generation) -> dict[str, Any]:
-        return self._envelope(generation, self._status(generation), self._output(generation))
+        return self.envelope(generation, self._status(generation), self.output(generation))
 
     def answer_message(self, response_body: dict[str, Any], index: int) -> Message:
         items = _Items()
@@ -250,10 +242,11 @@ class ResponsesDialect:
         messages = [m for m in items.messages if m.role == "assistant"]
         return messages[0] if messages else Message("assistant", "")
 
+    def stream(self, events: AsyncIterator[StreamEvent], conv: Conversation) -> AsyncIterator[str]:
+        return render(ResponsesStream(self), events)
+
     def stream_events(self, generation: Generation, conv: Conversation) -> Iterator[str]:
-        return response_events(
-            self._envelope(generation, "in_progress", []), self._output(generation), self.response_body(generation)
-        )
+        return rendered(ResponsesStream(self), replay(generation))
 
     def error_body(self, exc: RollwireError) -> dict[str, Any]:
         return {"error": {"message": exc.message, "type": exc.code, "param": exc.param, "code": exc.code}}

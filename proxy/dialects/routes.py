@@ -13,6 +13,7 @@ from rollwire.proxy.conversation import Conversation
 from rollwire.proxy.dialects.messages import MessagesDialect, parse_messages
 from rollwire.proxy.dialects.responses import ResponsesDialect
 from rollwire.proxy.dialects.responses_history import expand_previous
+from rollwire.proxy.live import open_live
 from rollwire.proxy.sse import SSE_HEADERS
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -47,6 +48,15 @@ def _capped(conv: Conversation, cap: int | None) -> Conversation:
     return replace(conv, sampling=replace(conv.sampling, max_tokens=cap))
 
 
+async def answer_response(state: Any, caller: Any, conv: Conversation, dialect: Any, raw: dict[str, Any]) -> Response:
+    """The shared generation path's answer: a JSON body, or the dialect's events streamed as tokens arrive."""
+    if not conv.stream:
+        _, body = await state.generator.generate(caller, conv, dialect, raw)
+        return JSONResponse(body)
+    events = await open_live(state.generator, caller, conv, dialect, raw)
+    return StreamingResponse(dialect.stream(events, conv), media_type="text/event-stream", headers=SSE_HEADERS)
+
+
 def _generate_route(dialect: Any) -> Handler:
     async def route(request: Request) -> Response:
         state = request.app.state.proxy
@@ -55,11 +65,7 @@ def _generate_route(dialect: Any) -> Handler:
         if dialect is RESPONSES:
             raw = await expand_previous(state.engine, caller.rollout_id, raw)
         conv = _capped(dialect.parse_request(raw), state.settings.default_max_output_tokens)
-        generation, body = await state.generator.generate(caller, conv, dialect, raw)
-        if not conv.stream:
-            return JSONResponse(body)
-        events = dialect.stream_events(generation, conv)
-        return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+        return await answer_response(state, caller, conv, dialect, raw)
 
     return _rendered_errors(dialect, route)
 
@@ -102,4 +108,4 @@ def dialect_routes() -> list[Route]:
     return out
 
 
-__all__ = ["DIALECTS", "dialect_routes"]
+__all__ = ["DIALECTS", "answer_response", "dialect_routes"]

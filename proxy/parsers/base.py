@@ -17,6 +17,11 @@ class ReasoningParser(Protocol):
         """(reasoning or None, the rest of the text)."""
         ...
 
+    def partial(self, text: str) -> tuple[str | None, str]:
+        """The same split of an answer still being sampled, keeping back what more text could change: each
+        part only ever grows as ``text`` grows (reasoning None: none so far; content "": none yet)."""
+        ...
+
 
 class ToolParser(Protocol):
     prefill_required: str
@@ -30,5 +35,18 @@ class ToolParser(Protocol):
         """(remaining content, calls); a call that does not parse stays in the content as text."""
         ...
 
+    def holdback(self, text: str) -> int:
+        """Where a tool call may start in content still being sampled: text from there on is kept back from
+        the stream until the answer ends (then ``parse`` decides)."""
+        ...
 
-__all__ = ["ReasoningParser", "ToolParser", "new_call_id"]
+
+def partial_marker(text: str, marker: str) -> int:
+    """Where ``text`` ends with a proper prefix of ``marker`` (len(text) if it does not): a marker half-sampled."""
+    for k in range(min(len(marker) - 1, len(text)), 0, -1):
+        if text.endswith(marker[:k]):
+            return len(text) - k
+    return len(text)
+
+
+__all__ = ["ReasoningParser", "ToolParser", "new_call_id", "partial_marker"]

@@ -6,8 +6,9 @@ import json
 import re
 
 from rollwire.proxy.conversation import ToolCall
-from rollwire.proxy.parsers.base import new_call_id
+from rollwire.proxy.parsers.base import new_call_id, partial_marker
 
+OPEN = "<tool_call>"
 _BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
@@ -50,6 +51,10 @@ class HermesToolParser:
             last = match.end()
         kept.append(text[last:])
         return "".join(kept).strip() if calls else text, calls
+
+    def holdback(self, text: str) -> int:
+        at = text.find(OPEN)
+        return at if at >= 0 else partial_marker(text, OPEN)
 
 
 __all__ = ["HermesToolParser", "call_from_json"]

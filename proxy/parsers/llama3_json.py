@@ -47,5 +47,12 @@ class Llama3JsonToolParser:
             return text, []
         return "", [c for c in calls if c is not None]
 
+    def holdback(self, text: str) -> int:
+        """The whole answer is a call or plain text: an answer that opens like a call waits for its end."""
+        body = text.lstrip()
+        if not body or body.startswith(("{", PYTHON_TAG)) or PYTHON_TAG.startswith(body):
+            return 0
+        return len(text)
+
 
 __all__ = ["Llama3JsonToolParser"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rollwire.proxy.parsers.base import partial_marker
+
 START = "<think>"
 END = "</think>"
 
@@ -15,9 +17,24 @@ class Qwen3ReasoningParser:
         reasoning = before.split(START, 1)[1] if START in before else before
         return reasoning.strip("\n"), after.lstrip("\n")
 
+    def partial(self, text: str) -> tuple[str | None, str]:
+        """Reasoning streams only when the answer opens with ``<think>``; until then nothing is decided."""
+        if END in text:
+            return self.split(text)
+        head = text.lstrip()
+        if head.startswith(START):
+            thought = text.split(START, 1)[1].lstrip("\n")
+            return thought[: partial_marker(thought, END)].rstrip("\n"), ""
+        if START.startswith(head):
+            return None, ""
+        return None, text
+
 
 class NoReasoningParser:
     def split(self, text: str) -> tuple[str | None, str]:
+        return None, text
+
+    def partial(self, text: str) -> tuple[str | None, str]:
         return None, text
 
 

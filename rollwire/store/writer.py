@@ -10,6 +10,7 @@ resolves only once its rows are committed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 from collections.abc import Mapping, Sequence
@@ -137,12 +138,11 @@ class RowWriter:
             return [[int(connection.execute(self._statement, row).scalar_one()) for row in job.rows] for job in batch]
 
     @staticmethod
-    def _reset(connection: Connection | None) -> None:
+    def _reset(connection: Connection | None) -> Connection | None:
+        """Drop a connection a failed transaction may have left unusable; the next job opens a fresh one."""
         if connection is not None:
-            try:
+            with contextlib.suppress(SQLAlchemyError):
                 connection.close()
-            except SQLAlchemyError:
-                pass
         return None
 
 

@@ -1,10 +1,30 @@
 """EngineTap: an ASGI wrapper around the engine that keeps, independently of the proxy, each completion's
-request and answer body, so tests can compare recorded trajectories with what the engine really saw and sampled."""
+request and answer body, so tests can compare recorded trajectories with what the engine really saw and sampled.
+A streamed answer is kept folded into the non-streamed body's shape (ids and logprobs concatenated per choice)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+
+def fold_stream(sse: str) -> dict[str, Any]:
+    """The server-sent chunks of one streamed completion as one completion body."""
+    choices: dict[int, dict[str, Any]] = {}
+    for line in sse.splitlines():
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        for part in json.loads(line[6:]).get("choices", []):
+            choice = choices.setdefault(
+                part["index"],
+                {"index": part["index"], "token_ids": [], "logprobs": {"token_logprobs": []}, "finish_reason": None},
+            )
+            choice["token_ids"] += part.get("token_ids") or []
+            choice["logprobs"]["token_logprobs"] += (part.get("logprobs") or {}).get("token_logprobs") or []
+            choice["finish_reason"] = part.get("finish_reason") or choice["finish_reason"]
+            if part.get("prompt_token_ids") is not None:
+                choice["prompt_token_ids"] = part["prompt_token_ids"]
+    return {"choices": [choices[i] for i in sorted(choices)]}
 
 
 class EngineTap:
@@ -29,7 +49,9 @@ class EngineTap:
             if message["type"] == "http.response.body":
                 response.extend(message.get("body", b""))
                 if not message.get("more_body"):
-                    self.calls.append((json.loads(request), json.loads(response)))
+                    body = json.loads(request)
+                    answer = fold_stream(response.decode()) if body.get("stream") else json.loads(response)
+                    self.calls.append((body, answer))
             await send(message)
 
         await self.app(scope, tap_receive, tap_send)

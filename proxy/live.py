@@ -1,0 +1,184 @@
+"""A streamed answer: the upstream's token chunks become dialect-neutral events as they arrive.
+
+Text and reasoning stream as soon as they are certain (``answer.AnswerStream``); tool calls, finish reasons
+and usage follow only once every choice's call is committed, so no client acts on an answer the store could
+still lose. A stream that does not finish records what was sampled with ``finish_reason`` "abort": status
+"partial" when the client left (the upstream request is closed at once, so the engine stops), "error" when
+the upstream failed. Neither kind is spliced or reconstructed into trajectories; both show in the traces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import anyio
+import httpx
+from rollwire.proxy.answer import AnswerStream
+from rollwire.proxy.auth import Caller
+from rollwire.proxy.conversation import (
+    ChoiceEnd,
+    Conversation,
+    Generation,
+    StreamEnd,
+    StreamEvent,
+    StreamFailure,
+    StreamStart,
+    TextDelta,
+    TokenLogprobs,
+)
+from rollwire.proxy.dialects.base import Dialect
+from rollwire.proxy.generate import Generator, Prepared
+from rollwire.proxy.upstream import ChoiceChunk, Sampled, chunks, open_stream
+
+from rollwire.errors import RollwireError, UpstreamError
+
+ABORTED = "abort"
+
+
+@dataclass
+class _Choice:
+    """One choice as it streams: its parser, what was sampled so far, and how much logprob data was sent."""
+
+    answer: AnswerStream
+    logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[dict[str, float]] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+    sent: int = 0
+
+    @property
+    def ids(self) -> list[int]:
+        return self.answer.ids
+
+    def add(self, chunk: ChoiceChunk) -> None:
+        self.logprobs.extend(chunk.logprobs)
+        self.top_logprobs.extend(chunk.top_logprobs or [])
+        self.tokens.extend(chunk.tokens or [])
+        self.finish_reason = chunk.finish_reason or self.finish_reason
+
+    def sampled(self, finish_reason: str | None = None) -> Sampled:
+        tokens = self.tokens if len(self.tokens) == len(self.ids) else None
+        top = self.top_logprobs if len(self.top_logprobs) == len(self.ids) else None
+        return Sampled(self.ids, self.logprobs, finish_reason or self.finish_reason or "stop", top, tokens)
+
+    def unsent(self, generator: Generator) -> TokenLogprobs:
+        """Logprobs of the tokens sampled since the last call (for dialects that stream them)."""
+        start, self.sent = self.sent, len(self.ids)
+        ids = self.ids[start:]
+        tokens = self.tokens[start:] if len(self.tokens) == len(self.ids) else generator.renderer.token_strings(ids)
+        top = self.top_logprobs[start:] if len(self.top_logprobs) == len(self.ids) else None
+        return TokenLogprobs(tokens, self.logprobs[start:], top)
+
+
+class LiveGeneration:
+    """``events()`` once; opened by ``open_live`` after the upstream accepted the request."""
+
+    def __init__(
+        self,
+        generator: Generator,
+        caller: Caller,
+        conv: Conversation,
+        dialect: Dialect,
+        raw: dict[str, Any],
+        prepared: Prepared,
+        response: httpx.Response,
+    ) -> None:
+        self.generator = generator
+        self.caller = caller
+        self.conv = conv
+        self.dialect = dialect
+        self.raw = raw
+        self.prepared = prepared
+        self.response = response
+        self.choices = [_Choice(generator.answer(conv, prepared.prefill)) for _ in range(conv.sampling.n)]
+        self.generation: Generation | None = None
+        self.recorded = False
+
+    def _logprobs(self, choice: _Choice) -> TokenLogprobs | None:
+        return choice.unsent(self.generator) if self.conv.sampling.top_logprobs is not None else None
+
+    async def events(self) -> AsyncIterator[StreamEvent]:
+        failure: RollwireError | None = None
+        try:
+            async with aclosing(self._stream()) as stream:
+                async for event in stream:
+                    yield event
+        except RollwireError as exc:
+            failure = exc
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.response.aclose()
+                if not self.recorded:
+                    await self._record_unfinished(failure)
+        if failure is not None:
+            yield StreamFailure(failure)
+
+    async def _stream(self) -> AsyncIterator[StreamEvent]:
+        plan = self.prepared.plan
+        async for chunk in chunks(self.response, self.generator.settings.upstream):
+            if self.generation is None:
+                self.generation = self.generator.new_generation(self.conv, len(plan.prompt_ids), chunk.weight_version)
+                yield StreamStart(self.generation)
+            for part in chunk.choices:
+                if part.prompt_ids is not None and part.prompt_ids != plan.prompt_ids:
+                    raise UpstreamError("the upstream reports a different prompt than the proxy sent")
+                if not 0 <= part.index < len(self.choices):
+                    raise UpstreamError(f"the upstream streamed choice {part.index} of {len(self.choices)}")
+                choice = self.choices[part.index]
+                choice.add(part)
+                for channel, text in choice.answer.feed(part.token_ids):
+                    yield TextDelta(part.index, channel, text, self._logprobs(choice))
+        if self.generation is None:
+            raise UpstreamError("the upstream's stream ended before any token")
+        generation, tails = self._finished()
+        body = self.dialect.response_body(generation)
+        with anyio.CancelScope(shield=True):  # a client leaving now must not half-record the answer
+            self.recorded = True
+            ids = await self.generator.record(
+                self.caller, self.conv, self.dialect, self.raw, body, self.prepared, generation
+            )
+        generation.call_ids.extend(ids)
+        for c, tail, choice in zip(generation.choices, tails, self.choices):
+            yield ChoiceEnd(c, tuple(tail), self._logprobs(choice))
+        yield StreamEnd(generation)
+
+    def _finished(self, finish_reason: str | None = None) -> tuple[Generation, list[Any]]:
+        assert self.generation is not None
+        generation, tails = self.generation, []
+        for i, choice in enumerate(self.choices):
+            c, tail = self.generator.choice(i, choice.answer, choice.sampled(finish_reason), self.conv)
+            generation.choices.append(c)
+            tails.append(tail)
+        generation = replace(generation, completion_tokens=sum(len(c.sampled_ids) for c in generation.choices))
+        self.generation = generation
+        return generation, tails
+
+    async def _record_unfinished(self, failure: RollwireError | None) -> None:
+        """What was sampled before the client left (or the upstream failed), marked as such."""
+        sampled = sum(len(c.ids) for c in self.choices)
+        if self.generation is None or sampled == 0 or self.generation.choices:
+            return
+        self.recorded = True
+        generation, _ = self._finished(ABORTED)
+        status = "error" if failure is not None else "partial"
+        why = failure.message if failure is not None else "the client left"
+        body = self.dialect.response_body(generation)
+        await self.generator.record(
+            self.caller, self.conv, self.dialect, self.raw, body, self.prepared, generation,
+            status=status, error=f"{why} after {sampled} sampled tokens",
+        )  # fmt: skip
+
+
+async def open_live(
+    generator: Generator, caller: Caller, conv: Conversation, dialect: Dialect, raw: dict[str, Any]
+) -> AsyncIterator[StreamEvent]:
+    """Plan the prompt and open the upstream stream (errors so far are ordinary HTTP errors); the events follow."""
+    prepared = await generator.prepare(caller, conv)
+    response = await open_stream(generator.client, generator.settings.upstream, prepared.body)
+    return LiveGeneration(generator, caller, conv, dialect, raw, prepared, response).events()
+
+
+__all__ = ["ABORTED", "LiveGeneration", "open_live"]
