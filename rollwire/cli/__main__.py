@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "mcp": "rollwire.cli.mcp",
     "k8s": "rollwire.cli.k8s",
     "rollouts": "rollwire.cli.rollouts",
+    "run-harness": "rollwire.cli.run_harness",
 }
 """Subcommand name -> module; modules are imported only to build the parser or run."""
 

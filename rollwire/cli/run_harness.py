@@ -1,0 +1,103 @@
+"""Run one harness on one task against a running local stack, and say how it went and where its trace is.
+
+The harness is an adapter by name (`reference`, `codex`, `claude-code`, `openai-agents`, `mini-swe-agent`, or
+one a package registers); it runs as its own process in a fresh workspace, with its config written there,
+its model calls going through the proxy and its tool calls through the MCP gateway. The stack comes from
+the file `rollwire up` writes (default), `--stack FILE`, or explicit `--proxy-url`, `--gateway-url`, `--db`
+and `--state-dir`. Prints the rollout id, status, reward, exit status and how to look at the trace.
+Exit status 0 when the rollout finished (whatever its reward), 1 when it failed or timed out. Examples:
+
+  rollwire run-harness reference --task write-cat
+  rollwire run-harness codex --task write-cat --suite tiny --option sandbox=workspace-write
+  rollwire run-harness claude-code --task write-cat --option max_turns=4 --option 'tools=""'
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+from typing import Any
+
+from rollwire.errors import InvalidRequest
+from rollwire.settings import Settings
+
+HELP = "run one harness on one task against the running local stack; prints the rollout, reward and trace"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("harness", metavar="NAME", help="harness adapter by name (e.g. reference, codex, claude-code)")
+    parser.add_argument("--task", required=True, metavar="ID", help="task id in the suite (e.g. write-cat)")
+    parser.add_argument("--suite", default="tiny", help="task suite: a shipped name or a JSON file (default: tiny)")
+    parser.add_argument(
+        "--option", action="append", default=[], metavar="KEY=VALUE",
+        help="harness adapter option, repeatable (e.g. max_turns=2); VALUE is JSON when it parses, else a string",
+    )  # fmt: skip
+    parser.add_argument("--deadline", type=float, default=None, metavar="S", help="seconds the harness may take")
+    parser.add_argument("--keep-workspace", action="store_true", help="keep the rollout's workspace to look at")
+    where = parser.add_argument_group("which stack")
+    where.add_argument("--stack", type=Path, default=None, metavar="FILE", help="stack file (default: rollwire up's)")
+    where.add_argument("--proxy-url", default=None, help="proxy base URL (instead of a stack file)")
+    where.add_argument("--gateway-url", default=None, help="MCP gateway base URL (with --proxy-url)")
+    where.add_argument("--db", default=None, metavar="URL", help="store URL (with --proxy-url; default: home)")
+    where.add_argument("--state-dir", default=None, help="env servers' state folder (with --proxy-url; default: home)")
+
+
+def _with_served_model(harness: str, options: dict[str, Any], model: str) -> dict[str, Any]:
+    """Name the stack's served model to adapters that take a ``model`` option, unless the user named one."""
+    from rollwire.orchestrator.suite_run import build_adapter
+
+    if not model or "model" in options:
+        return options
+    try:
+        build_adapter(harness, {**options, "model": model})
+    except InvalidRequest:  # a plugin adapter without a model option: it keeps its own default
+        return options
+    return {**options, "model": model}
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    import anyio
+
+    from rollwire.cli.rollouts import _options, _stack
+    from rollwire.orchestrator.suite_run import build_adapter, run_suite, select_tasks
+
+    if args.deadline is not None and args.deadline <= 0:
+        raise InvalidRequest("--deadline must be a positive number of seconds")
+    options = _options(args.option)
+    select_tasks(args.suite, task_ids=[args.task])  # a bad suite or task fails here, before the stack is looked for
+    build_adapter(args.harness, options)
+    stack = _stack(args, settings)
+    options = _with_served_model(args.harness, options, stack.model)
+    if args.keep_workspace:
+        orch = settings.orchestrator.model_copy(update={"keep_workspaces": True})
+        settings = settings.model_copy(update={"orchestrator": orch})
+    print(f"running {args.harness} on {args.suite}:{args.task} against {stack.proxy_url} ...", flush=True)
+    result = anyio.run(
+        lambda: run_suite(
+            stack, suite=args.suite, harness=args.harness, task_ids=[args.task], runtime="local", concurrency=1,
+            deadline_s=args.deadline, run_name=f"run-harness {args.harness}", harness_options=options,
+            settings=settings,
+        )
+    )  # fmt: skip
+    (row,) = result.rollouts
+    reward = "-" if row.reward is None else f"{row.reward:.3f}"
+    print(f"rollout   {row.id}  (run {result.run_id})")
+    print(f"status    {row.status}   reward {reward}   exit status {row.exit_code}")
+    if row.error:
+        print(f"error     {row.error}")
+    if row.final_answer:
+        print(f"answer    {row.final_answer.strip()[:400]}")
+    if row.status != "finished" and row.log_tail:
+        print("log tail  " + "\n          ".join(row.log_tail.splitlines()[-10:]))
+    if args.keep_workspace:
+        root = settings.orchestrator.workspace_root or "<system temp folder>"
+        print(f"workspace {root}/rollwire-{row.id}/workspace")
+    print(f"trace     {shlex.join(['rollwire', 'traces', '--db', stack.db_url, 'show', row.id])}")
+    key = f"?key={stack.operator_key}" if stack.operator_key else ""
+    print(f"viewer    {stack.proxy_url.rstrip('/')}/ui/{key}#/rollout/{row.id}")
+    return 0 if row.status == "finished" else 1
+
+
+__all__ = ["HELP", "add_arguments", "run"]
