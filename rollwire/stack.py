@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -116,6 +116,7 @@ class LocalStack:
         ports: dict[str, int] | None = None,
         engine_args: Sequence[str] = (),
         proxy_args: Sequence[str] = (),
+        proxy_env: Mapping[str, str] | None = None,
         start_timeout_s: float = 180.0,
     ) -> None:
         self.settings = settings
@@ -128,6 +129,7 @@ class LocalStack:
         self.host = host
         self.ports = dict(ports or {})
         self.engine_args, self.proxy_args = list(engine_args), list(proxy_args)
+        self.proxy_env = dict(proxy_env or {})
         self.start_timeout_s = start_timeout_s
         self.operator_key = settings.proxy.operator_key or secrets.token_urlsafe(24)
         self._children: list[_Child] = []
@@ -224,9 +226,11 @@ class LocalStack:
         env = dict(os.environ)
         env["ROLLWIRE_HOME"] = str(self.settings.home)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        if name.startswith("proxy") and "ROLLWIRE_PROXY__MODEL_ALIASES" not in env:
-            # One served model: every requested name (a harness's own default, "default") means it.
-            env["ROLLWIRE_PROXY__MODEL_ALIASES"] = json.dumps({"*": self.served_model_name} if self.served_model_name else {})
+        if name.startswith("proxy"):
+            if "ROLLWIRE_PROXY__MODEL_ALIASES" not in env and self.served_model_name:
+                # One served model: every requested name (a harness's own default, "default") means it.
+                env["ROLLWIRE_PROXY__MODEL_ALIASES"] = json.dumps({"*": self.served_model_name})
+            env.update(self.proxy_env)
         return env
 
     def _spawn(self, name: str, url: str, argv: list[str]) -> None:

@@ -33,6 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add(f"--{part}-port", type=int, default=port, help=f"port of the {part} (default {port}; 0 picks a free one)")
     add("--suite", default="tiny", help="suite of the ready rollout's task (default tiny)")
     add("--task", default="write-cat", help="task of the ready rollout (default write-cat; `rollwire mcp suites NAME` lists them)")
+    add("--max-model-len", type=int, default=32768, help="context length of the bundled engine (default 32768: "
+        "room for Codex CLI's and Claude Code's long prompts)")  # fmt: skip
+    add("--default-max-output-tokens", type=int, default=512, help="output cap for requests that set none "
+        "(Codex never does; default 512)")  # fmt: skip
     add("--stack-file", default=None, metavar="PATH", help="where to write the stack's addresses (default <home>/stack.json)")
 
 
@@ -66,7 +70,8 @@ def examples(info, rollout: dict, prompt: str) -> list[tuple[str, str]]:  # type
     codex_line = (
         f"ROLLWIRE_TOKEN={token} codex exec --skip-git-repo-check -c model_provider=rollwire "
         f"-c 'model_providers.rollwire={{name=\"rollwire\", base_url=\"{base}\", wire_api=\"responses\", "
-        f"env_key=\"ROLLWIRE_TOKEN\"}}' -m {model} '{prompt}'"
+        f"env_key=\"ROLLWIRE_TOKEN\", request_max_retries=0}}' -c 'mcp_servers.rollwire={{url=\"{rollout['mcp_url']}\"}}' "
+        f"-c agents.enabled=false -c web_search=disabled -c analytics.enabled=false -m {model} '{prompt}'"
     )
     claude_line = f"ANTHROPIC_BASE_URL={rollout['anthropic_base_url']} ANTHROPIC_API_KEY={token} claude -p '{prompt}'"
     return [("reference agent", agent_line), ("openai client", openai_line), ("Codex CLI", codex_line),
@@ -86,14 +91,22 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     for part, port in ports.items():
         if not 0 <= port < 65536:
             raise InvalidRequest(f"--{part}-port must be in 0..65535")
+    if args.max_model_len < 1 or args.default_max_output_tokens < 1:
+        raise InvalidRequest("--max-model-len and --default-max-output-tokens must be positive")
     (task,) = select_tasks(args.suite, None, [args.task])
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     path = Path(args.stack_file).expanduser() if args.stack_file else stack_file(settings.home)
     stack = LocalStack(
         settings, upstream=args.upstream, model=args.model, db_url=args.db,
         state_dir=Path(args.state_dir).expanduser() if args.state_dir else None,
         ports={part: port for part, port in ports.items() if port},
+        engine_args=["--max-model-len", str(args.max_model_len)] if args.upstream is None else [],
+        proxy_env={"ROLLWIRE_PROXY__DEFAULT_MAX_OUTPUT_TOKENS": str(args.default_max_output_tokens)},
     )  # fmt: skip
-    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the stack as cleanly as Ctrl-C
+    for signum in (signal.SIGTERM, signal.SIGINT):  # `kill` stops the stack as cleanly as Ctrl-C
+        signal.signal(signum, _interrupt)
     print("rollwire up: starting engine, env servers, gateway and proxy ...", flush=True)
     with stack as info:
         info.save(path)
