@@ -10,12 +10,14 @@ from typing import Any
 
 import openai
 import pytest
+from sqlmodel import select
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from rollwire.serving import ServerThread
+from rollwire.store import ModelCall, decode_ids, open_engine, session_scope
 from rollwire.tokenizers import load_tokenizer
 from tests.proxy.conftest import Proxy
 
@@ -37,9 +39,30 @@ class Script:
         self.text = ""
         self.prompts: list[list[int]] = []
         self.max_tokens: list[int | None] = []
+        self.streams = True
+        self.fail_after: int | None = None
+        """Stream this many tokens, then the engine's mid-stream error chunk."""
+        """Answer ``stream: true`` with one server-sent chunk per token (else one JSON body, as some upstreams)."""
 
     def ids(self) -> list[int]:
         return list(self.tokenizer(self.text, add_special_tokens=False)["input_ids"]) + [self.tokenizer.eos_token_id]
+
+
+def _chunks(prompt: list[int], ids: list[int], fail_after: int | None) -> Iterator[str]:
+    for i, token in enumerate(ids):
+        if i == fail_after:
+            yield 'data: {"error": {"message": "engine fell over", "type": "upstream_error", "code": 502}}\n\n'
+            break
+        choice = {
+            "index": 0,
+            "text": "",
+            "finish_reason": "stop" if i == len(ids) - 1 else None,
+            "token_ids": [token],
+            "prompt_token_ids": prompt if i == 0 else None,
+            "logprobs": {"token_logprobs": [-0.25], "tokens": [f"t{token}"], "top_logprobs": None},
+        }
+        yield f"data: {json.dumps({'id': 'x', 'choices': [choice], 'weight_version': 7})}\n\n"
+    yield "data: [DONE]\n\n"
 
 
 @pytest.fixture()
@@ -54,6 +77,9 @@ def scripted(tiny_model_dir: Path) -> Iterator[tuple[str, Script]]:
         script.prompts.append(body["prompt"])
         script.max_tokens.append(body.get("max_tokens"))
         ids = script.ids()
+        if body.get("stream") and script.streams:
+            chunks = _chunks(body["prompt"], ids, script.fail_after)
+            return StreamingResponse(chunks, media_type="text/event-stream")
         choice = {
             "index": 0,
             "text": "",
@@ -94,18 +120,24 @@ def test_parallel_calls_and_reasoning_non_streamed(
     assert trajectory["segments"][0]["policy_versions"][-1] == 7
 
 
-def test_tool_call_deltas_assemble(start_proxy: Callable[..., Proxy], scripted: tuple[str, Script]) -> None:
+@pytest.mark.parametrize("upstream_streams", [True, False])
+def test_tool_call_deltas_assemble(
+    start_proxy: Callable[..., Proxy], scripted: tuple[str, Script], upstream_streams: bool
+) -> None:
     url, script = scripted
     script.text = TWO_CALLS
+    script.streams = upstream_streams
     _, client, _ = _client(start_proxy, url)
     stream = client.chat.completions.create(
         model="m", messages=MESSAGES, tools=TOOLS, stream=True, stream_options={"include_usage": True}
     )
     calls: dict[int, dict[str, str]] = {}
     reasoning, finish, usage = "", None, None
+    calls_before_reasoning_ended = False
     for chunk in stream:
         usage = chunk.usage or usage
         for choice in chunk.choices:
+            calls_before_reasoning_ended |= bool(choice.delta.tool_calls) and reasoning != "plan it"
             reasoning += getattr(choice.delta, "reasoning_content", None) or ""
             finish = choice.finish_reason or finish
             for delta in choice.delta.tool_calls or []:
@@ -120,6 +152,7 @@ def test_tool_call_deltas_assemble(start_proxy: Callable[..., Proxy], scripted: 
     assert all(c["id"].startswith("call_") for c in calls.values())
     assert finish == "tool_calls" and reasoning == "plan it"
     assert usage is not None and usage.completion_tokens == len(script.ids())
+    assert calls_before_reasoning_ended is False
 
 
 def test_tool_choice_none_and_parallel_off(start_proxy: Callable[..., Proxy], scripted: tuple[str, Script]) -> None:
@@ -171,3 +204,21 @@ def test_stop_string_is_cut_from_the_answer_but_kept_in_the_ids(
     assert out.choices[0].message.content == "alpha "
     segment = proxy.admin.get(f"/admin/v1/rollouts/{rollout['id']}/trajectory").json()["segments"][0]
     assert segment["token_ids"][-len(script.ids()) :] == script.ids()
+
+
+def test_an_upstream_failing_mid_stream_is_an_error_event_and_an_error_row(
+    start_proxy: Callable[..., Proxy], scripted: tuple[str, Script]
+) -> None:
+    url, script = scripted
+    script.text = "one two three four five six seven eight"
+    script.fail_after = 4
+    proxy, client, rollout = _client(start_proxy, url)
+    with pytest.raises(openai.APIError, match="engine fell over"):
+        for _ in client.chat.completions.create(model="m", messages=MESSAGES, stream=True):
+            pass
+    engine = open_engine(proxy.store_url)
+    with session_scope(engine) as session:
+        rows = list(session.exec(select(ModelCall).where(ModelCall.rollout_id == rollout["id"])).all())
+    engine.dispose()
+    assert [(r.status, r.finish_reason, len(decode_ids(r.completion_ids))) for r in rows] == [("error", "abort", 4)]
+    assert "engine fell over" in (rows[0].error or "")
