@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -87,9 +89,10 @@ class WarmPool:
             await self._ensure_server()
             request = {"id": str(log), "argv": list(argv), "env": dict(env), "cwd": str(cwd), "log": str(log)}
             reply = await self._request(request)
-        if "pid" not in reply:
+        child = reply.get("child")
+        if not isinstance(child, PooledProcess):
             raise PoolUnavailable(str(reply.get("error") or "the fork server did not start the rollout"))
-        return self._children[int(reply["pid"])]
+        return child  # not looked up by pid: a quick child's exit report may already have removed it
 
     async def _ensure_server(self) -> None:
         if self._unavailable is not None:
@@ -142,10 +145,12 @@ class WarmPool:
                 message = json.loads(await self._reader.receive_until(b"\n", MAX_LINE))
                 if "id" in message:
                     if "pid" in message:  # registered before its exit report can arrive (same pipe, in order)
-                        self._children[int(message["pid"])] = PooledProcess(int(message["pid"]))
+                        message["child"] = self._children[int(message["pid"])] = PooledProcess(int(message["pid"]))
                     if self._reply is not None:
                         self._reply[1].update(message)
                         self._reply[0].set()
+                    elif "pid" in message:  # its request stopped waiting (timed out): nobody would supervise it
+                        _kill(int(message["pid"]))
                 elif "code" in message:
                     child = self._children.pop(int(message["pid"]), None)
                     if child is not None:
@@ -179,6 +184,14 @@ class WarmPool:
             process.kill()
             await process.wait()
         self._process = None
+
+
+def _kill(pid: int) -> None:
+    for kill, target in ((os.killpg, pid), (os.kill, pid)):
+        try:
+            kill(target, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 __all__ = ["PoolUnavailable", "PooledProcess", "WarmPool", "poolable"]
