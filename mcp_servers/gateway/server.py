@@ -42,6 +42,8 @@ class RolloutInfo:
     rollout_id: str
     task_ref: str | None
     servers: tuple[str, ...]
+    tools: frozenset[str] | None = None
+    """The task's own tool allow-list (exposed names); None shows every tool of its servers."""
 
 
 @dataclass
@@ -76,13 +78,15 @@ class Gateway:
             suite = (row.meta or {}).get("suite")
             ref = f"{suite}:{row.task_id}" if suite and row.task_id else None
             servers: list[str] = []
+            tools: frozenset[str] | None = None
             if ref:
                 try:
-                    servers = list(resolve_task(ref).servers)
+                    task = resolve_task(ref)
+                    servers, tools = list(task.servers), frozenset(task.tools) if task.tools is not None else None
                 except NotFound:
                     log.warning("rollout %s names an unknown task", row.id)
             servers += [s for s in (row.meta or {}).get("mcp_servers", []) if s not in servers]
-            return RolloutInfo(row.id, ref, tuple(servers))
+            return RolloutInfo(row.id, ref, tuple(servers), tools)
 
     async def rollout_for(self, token: str) -> RolloutInfo:
         digest = hashlib.sha256(token.encode()).hexdigest()
@@ -119,7 +123,7 @@ class Gateway:
         for server, tools in per_server.items():
             for tool in tools:
                 exposed = f"{server}{SEP}{tool.name}" if counts[tool.name] > 1 else tool.name
-                if self.limits.allows_tool(exposed):
+                if self.limits.allows_tool(exposed) and (info.tools is None or exposed in info.tools):
                     result.tools.append(tool.model_copy(update={"name": exposed}))
                     result.targets[exposed] = (server, tool.name)
         return result

@@ -30,6 +30,9 @@ class Task(BaseModel):
     id: str
     instruction: str
     servers: list[str] = Field(min_length=1)
+    tools: list[str] | None = Field(
+        None, description="Tool names the harness is shown (as the gateway exposes them); default: all of its servers'."
+    )
     initial_state: dict[str, dict[str, Any]] = Field(default_factory=dict, description="server name -> its seed")
     checker: list[Criterion] = Field(min_length=1)
     split: Literal["train", "held_out"] = "train"
