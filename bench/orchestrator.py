@@ -1,15 +1,21 @@
-"""Rollouts scheduled per second against an emulated Kubernetes API (kmock + fake kubelet) at several concurrencies.
+"""Rollouts scheduled per second: against an emulated Kubernetes API (kmock + fake kubelet) at several
+concurrencies, and with the local runtime, a real ``python -m`` harness per rollout with the warm pool on and off.
 
-    python bench/orchestrator.py [--rollouts N] [--concurrency 8 64 256]
+    python bench/orchestrator.py [--rollouts N] [--concurrency 8 64 256] [--local-rollouts N] [--local-concurrency C]
 
-Loopback only; each rollout is the full Kubernetes lifecycle: claim, Secret + Pod create, watch to the
-end, log tail, delete, score, final state in a SQLite store.
+Loopback only. Kubernetes: each rollout is the full lifecycle (claim, Secret + Pod create, watch to the end,
+log tail, delete, score, final state in a SQLite store). Local: each rollout is a process that imports what
+the reference agent imports (the CLI parser, openai, mcp) and writes its answer; CPU is every process's own
+(the orchestrator's children, the fork server's included), so the pool's one-off start-up is counted.
+``--local-rollouts 0`` skips the local table.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import resource
 import sys
 import tempfile
 import time
@@ -23,6 +29,7 @@ from rollwire.harness_adapters.base import Launch, RolloutContext  # noqa: E402
 from rollwire.orchestrator.lifecycle import RolloutBook  # noqa: E402
 from rollwire.orchestrator.runtimes.kube_api import api_client_from_settings  # noqa: E402
 from rollwire.orchestrator.runtimes.kubernetes import KubernetesRuntime  # noqa: E402
+from rollwire.orchestrator.runtimes.local import LocalRuntime  # noqa: E402
 from rollwire.orchestrator.scheduler import Endpoints, RunPlan, Scheduler, TaskSpec  # noqa: E402
 from rollwire.orchestrator.scoring import ExitCodeScorer  # noqa: E402
 from rollwire.settings import KubernetesSettings, OrchestratorSettings  # noqa: E402
@@ -54,10 +61,69 @@ async def one(rollouts: int, concurrency: int, folder: Path) -> tuple[float, int
         return rollouts / elapsed, kubelet.peak
 
 
+REFERENCE_LIKE = """
+from rollwire.cli.__main__ import build_parser
+args = build_parser().parse_args(["agent", "--max-turns", "1", "Write cat to answer.txt."])
+import openai, mcp  # what the reference agent's loop imports
+from rollwire.harness_adapters.reference_agent import AgentConfig
+AgentConfig(base_url="http://127.0.0.1:1/v1", mcp_url=None)
+open("final_answer.txt", "w").write("ok")
+"""
+
+
+class ModuleAdapter:
+    """``python -m harness`` from the workspace: the launch form the warm pool forks."""
+
+    name = "bench-local"
+
+    def launch(self, ctx: RolloutContext) -> Launch:
+        files = {"harness.py": REFERENCE_LIKE}
+        return Launch(argv=(sys.executable, "-m", "harness"), env={"OPENAI_BASE_URL": ctx.base_url}, files=files)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def one_local(rollouts: int, concurrency: int, pool: bool, folder: Path) -> tuple[float, float]:
+    """(rollouts per second, CPU seconds per rollout) for one local run."""
+    settings = OrchestratorSettings(
+        concurrency=concurrency, deadline_s=300.0, workspace_root=str(folder / f"ws-{pool}"), warm_pool=pool
+    )
+    book = RolloutBook(open_engine(f"sqlite:///{folder / f'local-{pool}.db'}"))
+    plan = RunPlan(run_id=f"local-{pool}", tasks=[TaskSpec("t", "p")], group_size=rollouts, harness="bench")
+    cpu, started = _children_cpu(), time.perf_counter()
+    async with LocalRuntime(settings, host_env=dict(os.environ)) as runtime:
+        scheduler = Scheduler(
+            book=book, runtime=runtime, adapter=ModuleAdapter(), scorer=ExitCodeScorer(), settings=settings,
+            endpoints=Endpoints("http://proxy:8000", "http://gateway:8001"),
+        )  # fmt: skip
+        progress = await scheduler.run(plan)
+    elapsed = time.perf_counter() - started
+    assert progress.finished == rollouts, [row.log_tail for row in book.rollouts(plan.run_id)][:1]
+    return rollouts / elapsed, (_children_cpu() - cpu) / rollouts
+
+
+def local_table(rollouts: int, concurrency: int) -> list[str]:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for pool in (False, True):
+            rate, cpu = asyncio.run(one_local(rollouts, concurrency, pool, Path(tmp)))
+            rows.append(("warm pool" if pool else "subprocess", rate, cpu))
+    base = rows[0][1]
+    lines = [f"{'local runtime':>14} {'rollouts':>9} {'rollouts/s':>11} {'CPU s/rollout':>14} {'vs subprocess':>14}"]
+    for mode, rate, cpu in rows:
+        lines.append(f"{mode:>14} {rollouts:>9} {rate:>11.2f} {cpu:>14.3f} {rate / base:>13.2f}x")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=256, help="rollouts per concurrency level")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 64, 256])
+    parser.add_argument("--local-rollouts", type=int, default=24, help="local runtime rollouts per mode (0: skip)")
+    parser.add_argument("--local-concurrency", type=int, default=2, help="local runtime concurrency (default 2)")
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -68,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'concurrency':>12} {'rollouts':>9} {'rollouts/s':>11} {'peak pods':>10} {'vs first':>9}")
     for level, rate, peak in rows:
         print(f"{level:>12} {args.rollouts:>9} {rate:>11.1f} {peak:>10} {rate / base:>8.2f}x")
+    if args.local_rollouts > 0:
+        print()
+        print("\n".join(local_table(args.local_rollouts, args.local_concurrency)))
     return 0
 
 

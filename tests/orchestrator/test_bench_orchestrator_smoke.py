@@ -1,4 +1,4 @@
-"""bench/orchestrator.py runs end to end with a tiny N and prints its table."""
+"""bench/orchestrator.py runs end to end with a tiny N and prints its two tables."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "orchestrator.py"
 
 def test_bench_smoke() -> None:
     out = subprocess.run(
-        [sys.executable, str(BENCH), "--rollouts", "4", "--concurrency", "2", "4"],
-        capture_output=True, text=True, timeout=120, check=True,
+        [sys.executable, str(BENCH), "--rollouts", "4", "--concurrency", "2", "4", "--local-rollouts", "2"],
+        capture_output=True, text=True, timeout=180, check=True,
     ).stdout
-    lines = out.strip().splitlines()
-    assert lines[0].split() == ["concurrency", "rollouts", "rollouts/s", "peak", "pods", "vs", "first"]
-    assert [line.split()[0] for line in lines[1:]] == ["2", "4"]
-    assert all(float(line.split()[2]) > 0 for line in lines[1:])
+    kube, local = (part.strip().splitlines() for part in out.strip().split("\n\n"))
+    assert kube[0].split() == ["concurrency", "rollouts", "rollouts/s", "peak", "pods", "vs", "first"]
+    assert [line.split()[0] for line in kube[1:]] == ["2", "4"]
+    assert all(float(line.split()[2]) > 0 for line in kube[1:])
+    assert local[0].split() == ["local", "runtime", "rollouts", "rollouts/s", "CPU", "s/rollout", "vs", "subprocess"]
+    assert [line.rsplit(maxsplit=4)[0].strip() for line in local[1:]] == ["subprocess", "warm pool"]
+    assert all(float(line.split()[-3]) > 0 and float(line.split()[-2]) > 0 for line in local[1:])
