@@ -28,7 +28,7 @@ def rollouts(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[st
     ("args", "code", "message"),
     [
         (["--suite", "nope"], 1, "no suite 'nope' (shipped: office, ops, tiny)"),
-        (["--suite", "tiny", "--harness", "nope"], 1, "no harness adapter named 'nope'; known: reference"),
+        (["--suite", "tiny", "--harness", "nope"], 1, "no harness adapter named 'nope'; known: "),
         (["--suite", "tiny", "--tasks", "write-cat,nope"], 1, "suite 'tiny' has no task 'nope'"),
         (["--suite", "tiny", "--split", "test"], 2, "invalid choice: 'test'"),
         (["--suite", "tiny", "--option", "max_turn=2"], 1, "does not take these options"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from rollwire.store.db import open_engine
 
 
 @pytest.mark.slow
-def test_reference_harness_two_tasks_group_of_two(tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_reference_harness_two_tasks_group_of_two(tmp_path: Path, tiny_model_dir: Path, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="rollwire.orchestrator.runtimes.local")
     seen: list[int] = []
     with live_stack(tmp_path, tiny_model_dir) as stack:
         result = anyio.run(
@@ -42,6 +44,8 @@ def test_reference_harness_two_tasks_group_of_two(tmp_path: Path, tiny_model_dir
             calls = session.exec(select(func.count()).select_from(ModelCall).where(ModelCall.rollout_id == row.id)).one()
         assert calls >= 1, f"no model call recorded for {row.id}: {row.log_tail}"
     assert result.progress.mean_reward == pytest.approx(sum(row.reward or 0.0 for row in rows) / 4)
+    started = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rollout started")]
+    assert len(started) == 4 and all(m.endswith("(warm pool)") for m in started), started  # the default: forked warm
 
 
 def test_task_selection_and_its_errors() -> None:
