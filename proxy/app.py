@@ -32,7 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from rollwire.errors import InvalidRequest, RollwireError, Unauthorized
-from rollwire.request_body import read_json_body
+from rollwire.request_body import read_json_body, read_json_text
 from rollwire.settings import ProxySettings
 from rollwire.store import open_engine
 
@@ -55,6 +55,10 @@ class ProxyState:
     async def read_json(self, request: Request) -> Any:
         return await read_json_body(request, self.settings.max_body_bytes)
 
+    async def read_json_text(self, request: Request) -> tuple[Any, str | None]:
+        """The body and its text as sent (stored as the call's request without serializing it again)."""
+        return await read_json_text(request, self.settings.max_body_bytes)
+
     def notify_finished(self) -> None:
         self._finished.set()
         self._finished = anyio.Event()
@@ -71,8 +75,8 @@ def _state(request: Request) -> ProxyState:
 async def chat_completions(request: Request) -> Response:
     state = _state(request)
     caller = await state.auth.caller(request)
-    raw = await state.read_json(request)
-    return await answer_response(state, caller, CHAT.parse_request(raw), CHAT, raw)
+    raw, text = await state.read_json_text(request)
+    return await answer_response(state, caller, CHAT.parse_request(raw), CHAT, raw, text)
 
 
 async def models(request: Request) -> Response:

@@ -42,6 +42,19 @@ class Served:
     """Set through the admin API for engines that cannot report a version (real vLLM)."""
 
 
+def json_text(data: Any) -> str:
+    """Compact JSON, as responses are sent and calls are stored (serialized once for both)."""
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class RequestBody:
+    """The client's request: parsed, and the JSON text stored with its calls (the body as sent, when it is)."""
+
+    data: dict[str, Any]
+    text: str
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """A request ready for the upstream."""
@@ -159,9 +172,10 @@ class Generator:
         return Prepared(started, prefill, plan, body)
 
     async def generate(
-        self, caller: Caller, conv: Conversation, dialect: Dialect, raw: dict[str, Any]
-    ) -> tuple[Generation, dict[str, Any]]:
-        """Answer ``conv`` for ``caller``; the calls are committed to the store when this returns."""
+        self, caller: Caller, conv: Conversation, dialect: Dialect, request: RequestBody
+    ) -> tuple[Generation, str]:
+        """Answer ``conv`` for ``caller`` -> (the generation, the response body's JSON text); the calls are
+        committed to the store when this returns."""
         prepared = await self.prepare(caller, conv)
         result = await complete(self.client, self.settings.upstream, prepared.body)
         if result.prompt_ids and result.prompt_ids != prepared.plan.prompt_ids:
@@ -173,16 +187,18 @@ class Generator:
             generation.choices.append(self.choice(i, answer, sampled, conv)[0])
         generation = replace(generation, completion_tokens=sum(len(c.sampled_ids) for c in generation.choices))
         body = dialect.response_body(generation)
-        generation.call_ids.extend(await self.record(caller, conv, dialect, raw, body, prepared, generation))
-        return generation, body
+        text = json_text(body)
+        generation.call_ids.extend(await self.record(caller, conv, dialect, request, body, text, prepared, generation))
+        return generation, text
 
     async def record(
         self,
         caller: Caller,
         conv: Conversation,
         dialect: Dialect,
-        raw: dict[str, Any],
+        request: RequestBody,
         body: dict[str, Any],
+        body_text: str,
         prepared: Prepared,
         generation: Generation,
         status: str = "complete",
@@ -191,8 +207,6 @@ class Generator:
         """One committed ModelCall row per choice; the session's in-memory priors learn the complete ones."""
         started, plan = prepared.started, prepared.plan
         ended = now_ns()
-        request_json = json.dumps(raw, ensure_ascii=False)
-        response_json = json.dumps(body, ensure_ascii=False)
         request_keys = tuple(m.key() for m in conv.messages)
         tools_key = conv.tools_key()
         rows: list[dict[str, Any]] = []
@@ -206,8 +220,8 @@ class Generator:
                     "dialect": dialect.name,
                     "requested_model": conv.model,
                     "served_model": self.served.name or "",
-                    "request_json": request_json,
-                    "response_json": response_json,
+                    "request_json": request.text,
+                    "response_json": body_text,
                     "prompt_ids": encode_ids(plan.prompt_ids),
                     "completion_ids": encode_ids(choice.sampled_ids),
                     "completion_logprobs": encode_floats(choice.logprobs),
@@ -247,4 +261,4 @@ class Generator:
         return PriorCall(0, request_keys, tools_key, answer.key(), plan.prompt_ids, choice.sampled_ids, segment, False)
 
 
-__all__ = ["Generator", "Prepared", "Served"]
+__all__ = ["Generator", "Prepared", "RequestBody", "Served", "json_text"]

@@ -9,7 +9,7 @@ the upstream failed. Neither kind is spliced or reconstructed into trajectories;
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -30,7 +30,7 @@ from rollwire.proxy.conversation import (
     TokenLogprobs,
 )
 from rollwire.proxy.dialects.base import Dialect
-from rollwire.proxy.generate import Generator, Prepared
+from rollwire.proxy.generate import Generator, Prepared, RequestBody, json_text
 from rollwire.proxy.upstream import ChoiceChunk, Sampled, chunks, open_stream
 
 from rollwire.errors import RollwireError, UpstreamError
@@ -82,7 +82,7 @@ class LiveGeneration:
         caller: Caller,
         conv: Conversation,
         dialect: Dialect,
-        raw: dict[str, Any],
+        request: RequestBody,
         prepared: Prepared,
         response: httpx.Response,
     ) -> None:
@@ -90,7 +90,7 @@ class LiveGeneration:
         self.caller = caller
         self.conv = conv
         self.dialect = dialect
-        self.raw = raw
+        self.request = request
         self.prepared = prepared
         self.response = response
         self.choices = [_Choice(generator.answer(conv, prepared.prefill)) for _ in range(conv.sampling.n)]
@@ -116,7 +116,7 @@ class LiveGeneration:
         if failure is not None:
             yield StreamFailure(failure)
 
-    async def _stream(self) -> AsyncIterator[StreamEvent]:
+    async def _stream(self) -> AsyncGenerator[StreamEvent, None]:
         plan = self.prepared.plan
         async for chunk in chunks(self.response, self.generator.settings.upstream):
             if self.generation is None:
@@ -138,7 +138,7 @@ class LiveGeneration:
         with anyio.CancelScope(shield=True):  # a client leaving now must not half-record the answer
             self.recorded = True
             ids = await self.generator.record(
-                self.caller, self.conv, self.dialect, self.raw, body, self.prepared, generation
+                self.caller, self.conv, self.dialect, self.request, body, json_text(body), self.prepared, generation
             )
         generation.call_ids.extend(ids)
         for c, tail, choice in zip(generation.choices, tails, self.choices):
@@ -167,18 +167,18 @@ class LiveGeneration:
         why = failure.message if failure is not None else "the client left"
         body = self.dialect.response_body(generation)
         await self.generator.record(
-            self.caller, self.conv, self.dialect, self.raw, body, self.prepared, generation,
+            self.caller, self.conv, self.dialect, self.request, body, json_text(body), self.prepared, generation,
             status=status, error=f"{why} after {sampled} sampled tokens",
         )  # fmt: skip
 
 
 async def open_live(
-    generator: Generator, caller: Caller, conv: Conversation, dialect: Dialect, raw: dict[str, Any]
+    generator: Generator, caller: Caller, conv: Conversation, dialect: Dialect, request: RequestBody
 ) -> AsyncIterator[StreamEvent]:
     """Plan the prompt and open the upstream stream (errors so far are ordinary HTTP errors); the events follow."""
     prepared = await generator.prepare(caller, conv)
     response = await open_stream(generator.client, generator.settings.upstream, prepared.body)
-    return LiveGeneration(generator, caller, conv, dialect, raw, prepared, response).events()
+    return LiveGeneration(generator, caller, conv, dialect, request, prepared, response).events()
 
 
 __all__ = ["ABORTED", "LiveGeneration", "open_live"]

@@ -16,6 +16,12 @@ from rollwire.errors import InvalidRequest, PayloadTooLarge
 
 async def read_json_body(request: Request, limit: int) -> Any:
     """The parsed JSON body; PayloadTooLarge (413) over ``limit`` bytes, InvalidRequest (400) if malformed."""
+    return (await read_json_text(request, limit))[0]
+
+
+async def read_json_text(request: Request, limit: int) -> tuple[Any, str | None]:
+    """The parsed JSON body and its text as sent (None if not UTF-8), for callers that store the body: keeping
+    the text saves serializing a large request again."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body of {declared} bytes is over the {limit}-byte limit")
@@ -25,9 +31,13 @@ async def read_json_body(request: Request, limit: int) -> Any:
         if len(body) > limit:
             raise PayloadTooLarge(f"request body is over the {limit}-byte limit")
     try:
-        return json.loads(body)
+        parsed = json.loads(body)
     except ValueError as exc:
         raise InvalidRequest(f"malformed JSON body: {exc}") from None
+    try:
+        return parsed, body.decode()
+    except UnicodeDecodeError:  # JSON in UTF-16/32: parsed fine, stored re-serialized
+        return parsed, None
 
 
-__all__ = ["read_json_body"]
+__all__ = ["read_json_body", "read_json_text"]

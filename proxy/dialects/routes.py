@@ -13,6 +13,7 @@ from rollwire.proxy.conversation import Conversation
 from rollwire.proxy.dialects.messages import MessagesDialect, parse_messages
 from rollwire.proxy.dialects.responses import ResponsesDialect
 from rollwire.proxy.dialects.responses_history import expand_previous
+from rollwire.proxy.generate import RequestBody, json_text
 from rollwire.proxy.live import open_live
 from rollwire.proxy.sse import SSE_HEADERS
 from starlette.requests import Request
@@ -48,12 +49,16 @@ def _capped(conv: Conversation, cap: int | None) -> Conversation:
     return replace(conv, sampling=replace(conv.sampling, max_tokens=cap))
 
 
-async def answer_response(state: Any, caller: Any, conv: Conversation, dialect: Any, raw: dict[str, Any]) -> Response:
-    """The shared generation path's answer: a JSON body, or the dialect's events streamed as tokens arrive."""
+async def answer_response(
+    state: Any, caller: Any, conv: Conversation, dialect: Any, raw: dict[str, Any], text: str | None
+) -> Response:
+    """The shared generation path's answer: a JSON body, or the dialect's events streamed as tokens arrive.
+    ``text`` is the request body as sent (None when ``raw`` differs from it): stored as is."""
+    request = RequestBody(raw, text if text is not None else json_text(raw))
     if not conv.stream:
-        _, body = await state.generator.generate(caller, conv, dialect, raw)
-        return JSONResponse(body)
-    events = await open_live(state.generator, caller, conv, dialect, raw)
+        _, body = await state.generator.generate(caller, conv, dialect, request)
+        return Response(body, media_type="application/json")
+    events = await open_live(state.generator, caller, conv, dialect, request)
     return StreamingResponse(dialect.stream(events, conv), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
@@ -61,11 +66,12 @@ def _generate_route(dialect: Any) -> Handler:
     async def route(request: Request) -> Response:
         state = request.app.state.proxy
         caller = await state.auth.caller(request)
-        raw = await state.read_json(request)
+        raw, text = await state.read_json_text(request)
         if dialect is RESPONSES:
-            raw = await expand_previous(state.engine, caller.rollout_id, raw)
+            expanded = await expand_previous(state.engine, caller.rollout_id, raw)
+            raw, text = expanded, (text if expanded is raw else None)
         conv = _capped(dialect.parse_request(raw), state.settings.default_max_output_tokens)
-        return await answer_response(state, caller, conv, dialect, raw)
+        return await answer_response(state, caller, conv, dialect, raw, text)
 
     return _rendered_errors(dialect, route)
 
