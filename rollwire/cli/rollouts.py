@@ -44,6 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--run-id", default=None, help="id of the run; an existing run's id resumes it")
     how.add_argument("--name", default="", help="human-readable run name")
     how.add_argument("--policy-version", type=int, default=None, help="policy version the run samples from")
+    add_stack_arguments(parser)
+
+
+def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that say which stack a command runs against (read back by ``_stack``)."""
     where = parser.add_argument_group("which stack")
     where.add_argument("--stack", type=Path, default=None, metavar="FILE", help="stack file (default: rollwire up's)")
     where.add_argument("--proxy-url", default=None, help="proxy base URL (instead of a stack file)")
@@ -91,6 +96,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from rollwire.cli.run_harness import _with_served_model
     from rollwire.orchestrator.scheduler import Progress as RunProgress
     from rollwire.orchestrator.suite_run import build_adapter, run_suite, select_tasks
 
@@ -101,6 +107,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     select_tasks(args.suite, args.split, tasks)  # bad names fail here, before the stack is looked for
     build_adapter(args.harness, options)
     stack = _stack(args, settings)
+    options = _with_served_model(args.harness, options, stack.model)
     orch = settings.orchestrator
     run_id = args.run_id or f"run-{time.strftime('%Y%m%d-%H%M%S')}"
     console = Console(stderr=True)
@@ -144,4 +151,4 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-__all__ = ["HELP", "add_arguments", "run"]
+__all__ = ["HELP", "add_arguments", "add_stack_arguments", "run"]
