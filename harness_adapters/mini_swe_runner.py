@@ -1,13 +1,17 @@
 """Runs mini-swe-agent through its Python API on one task, with the config file the adapter wrote.
 
-Run as ``python -m rollwire.harness_adapters.mini_swe_runner --config mini-swe-agent.yaml INSTRUCTION``.
+Self-contained on purpose (stdlib + minisweagent, never rollwire): mini-swe-agent usually has a virtual
+environment of its own, so the adapter writes this file into the rollout's workspace and runs it by path,
+``PYTHON .rollwire/mini_swe_runner.py --config mini-swe-agent.yaml --final-answer final_answer.txt -- TASK``,
+with the Python that has mini-swe-agent (2.x).
 The config is merged over mini-swe-agent's own ``mini.yaml`` (its prompts) exactly as its ``mini`` command
 merges ``-c`` files, then its ``get_model`` / ``get_environment`` / ``get_agent`` build a litellm model, a
 local bash environment and the non-interactive ``default`` agent. (The ``mini`` command itself would
 first ask setup questions on a terminal, and keeps the submission only inside its trajectory file.)
 
 Exit status 0 when the agent loop ended by itself (submitted, step limit, repeated format errors); 1 when
-it raised (e.g. the model endpoint failed), with the reason on stderr.
+it raised (e.g. the model endpoint failed), with the reason on stderr; 2 when the config file is missing or
+this Python has no mini-swe-agent.
 """
 
 from __future__ import annotations
@@ -15,11 +19,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 BASE_CONFIG = "mini.yaml"
 """mini-swe-agent's built-in config whose prompts the rollout config is merged over."""
+PYTHON_ENV = "ROLLWIRE_MINI_SWE_AGENT_PYTHON"
+"""The variable that picks the Python this runner runs with (read by the adapter, named in errors here)."""
 
 
 def load_config(path: Path) -> dict[str, Any]:
@@ -43,7 +50,7 @@ def run_mini(config: dict[str, Any], instruction: str) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m rollwire.harness_adapters.mini_swe_runner",
+        prog="python mini_swe_runner.py",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
     parser.add_argument("instruction", help="the task, as the user would say it")
@@ -52,6 +59,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.config.is_file():
         print(f"mini-swe-agent runner: no config file at {args.config}", file=sys.stderr)
+        return 2
+    if find_spec("minisweagent") is None:
+        print(
+            f"mini-swe-agent runner: mini-swe-agent is not installed for {sys.executable}; "
+            f"install it there (pip install 'mini-swe-agent>=2.4') or set {PYTHON_ENV} "
+            "(or the adapter's python option) to a Python that has it",
+            file=sys.stderr,
+        )
         return 2
     try:
         info = run_mini(load_config(args.config), args.instruction)

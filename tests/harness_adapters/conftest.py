@@ -3,12 +3,19 @@
 The stack is ``rollwire.stack.LocalStack`` (engine, env servers, gateway, proxy), started the way ``rollwire
 up`` starts it, with a context long enough for Codex's and Claude Code's own prompts and an output cap for
 requests that set none (Codex never does), so a random tiny model answers quickly.
+
+mini-swe-agent lives in a venv of its own (``.ci/run`` creates ``.venv-harness/mini-swe-agent``); its tests
+run with the Python named by ``ROLLWIRE_MINI_SWE_AGENT_PYTHON``, else that venv's, else this one if it has it.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
+from functools import cache
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -16,6 +23,7 @@ from typing import Any
 import anyio
 import pytest
 
+from rollwire.harness_adapters.mini_swe_runner import PYTHON_ENV as MINI_SWE_PYTHON_ENV
 from rollwire.orchestrator.suite_run import run_suite
 from rollwire.reconstruct import load_calls
 from rollwire.settings import OrchestratorSettings, Settings
@@ -26,6 +34,8 @@ from rollwire.store.schema import ModelCall, Rollout
 MAX_MODEL_LEN = 32768
 """Above the tiny model's own 8192: Codex's instructions and tools alone are about 15k tokens."""
 DEFAULT_MAX_OUTPUT_TOKENS = 32
+MINI_SWE_VENV_PYTHON = Path(__file__).resolve().parents[2] / ".venv-harness" / "mini-swe-agent" / "bin" / "python"
+"""Where ``.ci/run`` installs mini-swe-agent (beside rollwire's own venv, which cannot hold it)."""
 
 
 def needs_binary(name: str, package: str) -> pytest.MarkDecorator:
@@ -34,6 +44,41 @@ def needs_binary(name: str, package: str) -> pytest.MarkDecorator:
 
 def needs_module(module: str, package: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(find_spec(module) is None, reason=f"{package} is not installed (pip install {package})")
+
+
+def _has_mini_swe_agent(python: str) -> bool:
+    probe = "import importlib.util as u, sys; sys.exit(u.find_spec('minisweagent') is None)"
+    try:
+        return subprocess.run([python, "-c", probe], capture_output=True, timeout=60).returncode == 0
+    except OSError:
+        return False
+
+
+@cache
+def mini_swe_python_or_why() -> tuple[str | None, str]:
+    """The Python that has mini-swe-agent, or None and why none was found (the env var, the venv, this one)."""
+    named = os.environ.get(MINI_SWE_PYTHON_ENV)
+    if named:
+        found = _has_mini_swe_agent(named)
+        return (named, "") if found else (None, f"{MINI_SWE_PYTHON_ENV}={named} has no mini-swe-agent")
+    for python in (str(MINI_SWE_VENV_PYTHON), sys.executable):
+        if _has_mini_swe_agent(python):
+            return python, ""
+    return None, (
+        f"mini-swe-agent is in neither {MINI_SWE_VENV_PYTHON} nor this Python (.ci/run creates that venv; "
+        f"or set {MINI_SWE_PYTHON_ENV})"
+    )
+
+
+@pytest.fixture(scope="session")
+def mini_swe_python() -> str:
+    """The Python that runs mini-swe-agent; skips with the reason where there is none, fails under CI."""
+    python, why = mini_swe_python_or_why()
+    if python is None:
+        if os.environ.get("CI"):  # .ci/run installs it: a missing one is a broken CI setup, not a skip
+            pytest.fail(why)
+        pytest.skip(why)
+    return python
 
 
 @pytest.fixture(scope="session")

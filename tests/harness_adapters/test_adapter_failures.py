@@ -4,8 +4,10 @@ answer, and every config path an adapter hands its harness lies inside the rollo
 
 from __future__ import annotations
 
+import ast
 import json
 import socket
+import sys
 import time
 import tomllib
 from collections.abc import Iterator
@@ -17,7 +19,7 @@ import yaml
 from rollwire.harness_adapters.base import RolloutContext
 from rollwire.harness_adapters.registry import BUILTIN, get_adapter
 from rollwire.stack import StackInfo
-from tests.harness_adapters.conftest import needs_module, run_one_task, workspace_of
+from tests.harness_adapters.conftest import MINI_SWE_PYTHON_ENV, needs_module, run_one_task, workspace_of
 
 CTX = RolloutContext(
     run_id="run", rollout_id="ro", task_id="write-cat", prompt="-Write cat to answer.txt.", token="tok",
@@ -116,6 +118,55 @@ def test_mini_swe_agent_config_points_litellm_at_the_proxy() -> None:
     assert config["model"]["model_name"] == "openai/default"
     assert config["model"]["model_kwargs"]["api_base"] == CTX.base_url and launch.env["OPENAI_API_KEY"] == "tok"
     assert config["agent"]["step_limit"] == 3 and launch.env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
+
+
+def test_mini_swe_agent_runner_is_shipped_into_the_workspace_and_imports_no_rollwire() -> None:
+    launch = get_adapter("mini-swe-agent").launch(CTX)
+    assert launch.argv[1] == ".rollwire/mini_swe_runner.py"
+    tree = ast.parse(launch.files[".rollwire/mini_swe_runner.py"])
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    outside = {name for name in imported if name.split(".")[0] not in {*sys.stdlib_module_names, "minisweagent"}}
+    assert not outside, f"the runner must run in a Python without rollwire, yet imports {outside}"
+
+
+def test_mini_swe_agent_python_comes_from_the_option_else_the_env_var_else_this_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(MINI_SWE_PYTHON_ENV, raising=False)
+    assert get_adapter("mini-swe-agent").launch(CTX).argv[0] == sys.executable
+    monkeypatch.setenv(MINI_SWE_PYTHON_ENV, "/opt/mini/bin/python")
+    assert get_adapter("mini-swe-agent").launch(CTX).argv[0] == "/opt/mini/bin/python"
+    assert get_adapter("mini-swe-agent", python="python3.12").launch(CTX).argv[0] == "python3.12"
+    monkeypatch.setenv(MINI_SWE_PYTHON_ENV, "venv/bin/python")
+    with pytest.raises(ValueError, match=f"{MINI_SWE_PYTHON_ENV} must be an absolute path"):
+        get_adapter("mini-swe-agent")
+    with pytest.raises(ValueError, match="option python must be an absolute path"):
+        get_adapter("mini-swe-agent", python="")
+
+
+NO_SITE_PYTHON = f"""#!/bin/sh
+exec {sys.executable} -S "$@"
+"""
+
+
+def test_mini_swe_agent_on_a_python_without_it_fails_saying_how_to_fix(tmp_path: Path, silent_port: int) -> None:
+    bare = tmp_path / "bare-python"  # this interpreter without its site-packages: no mini-swe-agent, no rollwire
+    bare.write_text(NO_SITE_PYTHON)
+    bare.chmod(0o755)
+    stack = _stack(tmp_path, silent_port)
+    row = run_one_task(stack, "mini-swe-agent", tmp_path / "ws", deadline_s=30, python=str(bare))
+    assert row.status == "failed" and row.exit_code == 2, (row.status, row.log_tail)
+    said = row.log_tail or ""
+    assert f"mini-swe-agent is not installed for {sys.executable}" in said and MINI_SWE_PYTHON_ENV in said, said
+
+
+def test_mini_swe_agent_that_cannot_reach_its_model_fails_with_its_stderr(tmp_path: Path, mini_swe_python: str) -> None:
+    row = run_one_task(
+        _stack(tmp_path, _dead_port()), "mini-swe-agent", tmp_path / "ws", deadline_s=60, python=mini_swe_python
+    )
+    assert row.status == "failed" and row.exit_code == 1, (row.status, row.log_tail)
+    assert "mini-swe-agent runner: " in (row.log_tail or "") and "status 1" in (row.error or "")
 
 
 @pytest.mark.parametrize(("name", "options"), [("codex", {"sandbox": "yolo"}), ("openai-agents", {"max_turns": 0})])

@@ -6,6 +6,7 @@ for itself inside its workspace, none in the real home."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -73,10 +74,15 @@ def test_openai_agents_sdk_runs_a_task(engine_stack: StackInfo, tmp_path: Path) 
     assert "openai-agents: " in (row.log_tail or "")
 
 
-@needs_module("minisweagent", "mini-swe-agent")
-def test_mini_swe_agent_runs_a_task(engine_stack: StackInfo, tmp_path: Path) -> None:
-    row = run_one_task(engine_stack, "mini-swe-agent", tmp_path, deadline_s=DEADLINE_S, max_turns=2, max_tokens=24)
+def test_mini_swe_agent_runs_a_task(mini_swe_python: str, engine_stack: StackInfo, tmp_path: Path) -> None:
+    """With its own venv's Python (no rollwire there): the runner shipped into the workspace does the run."""
+    options = {"max_turns": 2, "max_tokens": 24, "python": mini_swe_python}
+    row = run_one_task(engine_stack, "mini-swe-agent", tmp_path, deadline_s=DEADLINE_S, **options)
     _ended_by_itself(row, engine_stack)
     assert row.status == "finished" and row.exit_code == 0, row.log_tail
+    assert "mini-swe-agent: " in (row.log_tail or ""), row.log_tail
     workspace = workspace_of(tmp_path, row.id)
     assert (workspace / "mini.traj.json").is_file() and (workspace / "mini-swe-agent.yaml").is_file()
+    trajectory = json.loads((workspace / "mini.traj.json").read_text())
+    assert trajectory["info"]["exit_status"], trajectory["info"]
+    assert (workspace / "final_answer.txt").read_text() == (row.final_answer or "")
