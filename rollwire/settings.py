@@ -92,7 +92,8 @@ class OrchestratorSettings(BaseModel):
             "rollwire.harness_adapters.reference_agent",
             "rollwire.cli.__main__:build_parser",
         ],
-        description="Modules the warm pool imports once ('module', or 'module:function' to also call it).",
+        description="Modules the warm pool imports once ('module', or 'module:function' to also call it); a value "
+        "they compute from the environment at import time (HOME, env vars) keeps the pool's, not the rollout's.",
     )
     proxy_url: str = Field("", description="Proxy base URL as rollouts see it; empty means http://<proxy.host>:<proxy.port>.")
     gateway_url: str = Field("", description="MCP gateway base URL as rollouts see it; empty means the proxy URL.")

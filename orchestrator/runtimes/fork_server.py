@@ -13,6 +13,10 @@ A child becomes what ``python -m MODULE ARGS`` would be: its own session (the ru
 cwd, ``os.environ`` replaced by the request's env, stdin from /dev/null, stdout/stderr to the log file, the
 module run as ``__main__`` with ``sys.argv`` from the request, and the exit status it asked for.
 The server exits when its control pipe closes (the orchestrator is gone); running children are not touched.
+
+What a fork cannot redo: anything a preloaded module computed from the environment when it was imported
+(a module-level ``Path.home()``, an env var read at import) keeps the server's value, so preload only
+modules that read their environment when called; the module the launch names is always run afresh.
 """
 
 from __future__ import annotations
