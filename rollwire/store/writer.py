@@ -1,10 +1,14 @@
-"""Durable row inserts off the event loop, one writer thread per table, with group commit.
+"""Durable row inserts with as few thread hops as possible: inline when that cannot stall, else one writer
+thread per table with group commit.
 
 A call's rows must be committed before its answer's last byte leaves, so the insert sits on every request's
-critical path. A prepared Core insert on one long-lived connection costs a fraction of an ORM flush, one
-thread avoids SQLite writers fighting over the database lock, and rows that callers hand in while a commit
-is running share the next commit (one WAL write for many concurrent calls). Each caller's awaitable
-resolves only once its rows are committed.
+critical path. A prepared Core insert on a long-lived connection costs a fraction of an ORM flush. On SQLite
+an uncontended commit (WAL, synchronous=NORMAL: no fsync) takes ~0.1 ms, less than a hop to a thread and
+back, which on a busy machine costs far more (measured: 2.6 ms await vs 0.5 ms commit under load); so the
+event loop commits itself, on a connection that never waits for the database lock. If another writer holds
+the lock (the MCP gateway writes to the same file), or a threaded commit is already running, the rows go to
+the writer thread instead, whose batches share one commit among all callers waiting. Other databases (a
+network round trip) always use the thread. Each caller gets its ids only once its rows are committed.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import Table, insert
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from rollwire.errors import StoreError
 
@@ -52,22 +56,34 @@ def _settle(job: _Job, ids: list[int] | None, error: BaseException | None) -> No
 class RowWriter:
     """``await writer.insert(rows)`` -> the new primary keys, committed. ``close()`` drains and stops the thread."""
 
-    def __init__(self, engine: Engine, table: Table) -> None:
+    def __init__(self, engine: Engine, table: Table, inline: bool | None = None) -> None:
         self._engine = engine
         self._statement = insert(table).returning(table.c.id)
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._closed = False
+        self._inline = engine.dialect.name == "sqlite" if inline is None else inline
+        self._loop_connection: Connection | None = None
+        self._threaded = 0
+        """Jobs handed to the thread and not yet settled (touched on the event loop only)."""
 
     async def insert(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
         if self._closed:
             raise StoreError("the store writer is closed")
+        if self._inline and self._threaded == 0:
+            ids = self._insert_inline(rows)
+            if ids is not None:
+                return ids
         self._start()
         loop = asyncio.get_running_loop()
         job = _Job(rows, loop.create_future(), loop)
-        self._jobs.put(job)
-        return await job.future
+        self._threaded += 1
+        try:
+            self._jobs.put(job)
+            return await job.future
+        finally:
+            self._threaded -= 1
 
     def close(self) -> None:
         with self._lock:
@@ -76,6 +92,35 @@ class RowWriter:
         if thread is not None:
             self._jobs.put(None)
             thread.join(30)
+        self._loop_connection = self._drop_loop_connection()
+
+    def _insert_inline(self, rows: Sequence[Mapping[str, Any]]) -> list[int] | None:
+        """Commit on the calling thread; None (nothing written) when the database lock is taken."""
+        try:
+            connection = self._loop_connection or self._open_loop_connection()
+            with connection.begin():
+                return [int(connection.execute(self._statement, row).scalar_one()) for row in rows]
+        except SQLAlchemyError as exc:
+            self._loop_connection = self._drop_loop_connection()
+            detail = exc.orig if hasattr(exc, "orig") else exc
+            if isinstance(exc, OperationalError) and ("locked" in str(detail) or "busy" in str(detail)):
+                return None
+            raise StoreError(f"store write failed: {exc.__class__.__name__}: {detail}") from exc
+
+    def _drop_loop_connection(self) -> None:
+        """Discard (never pool) the loop's connection: others must not inherit its zero lock timeout."""
+        if self._loop_connection is not None:
+            with contextlib.suppress(SQLAlchemyError):
+                self._loop_connection.invalidate()
+                self._loop_connection.close()
+        return None  # noqa: RET501, PLR1711  (assigned: ``self._loop_connection = self._drop_loop_connection()``)
+
+    def _open_loop_connection(self) -> Connection:
+        connection = self._engine.connect()
+        connection.exec_driver_sql("PRAGMA busy_timeout=0")  # never wait for the lock on the event loop
+        connection.commit()
+        self._loop_connection = connection
+        return connection
 
     def _start(self) -> None:
         if self._thread is not None:

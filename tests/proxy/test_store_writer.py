@@ -1,0 +1,114 @@
+"""RowWriter: rows are committed when insert returns; a database lock held by another process never stalls the
+event loop (the rows wait on the writer thread instead); a bad row fails only its caller."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollwire.errors import StoreError
+from rollwire.store import ModelCall, Rollout, Run, open_engine, session_scope
+from rollwire.store.writer import RowWriter
+
+
+def _row(rollout_id: str = "ro", index: int = 0) -> dict[str, Any]:
+    return {
+        "rollout_id": rollout_id,
+        "dialect": "chat",
+        "request_json": "{}",
+        "response_json": "{}",
+        "prompt_ids": b"\x01\x00\x00\x00",
+        "completion_ids": b"",
+        "completion_logprobs": b"",
+        "choice_index": index,
+        "status": "complete",
+        "started_ns": time.time_ns(),
+        "ended_ns": time.time_ns(),
+    }
+
+
+@pytest.fixture()
+def db(tmp_path: Path) -> str:
+    path = tmp_path / "store.db"
+    engine = open_engine(f"sqlite:///{path}")
+    with session_scope(engine) as session:
+        session.add(Run(id="r"))
+        session.flush()
+        session.add(Rollout(id="ro", run_id="r", token_hash="h"))
+    engine.dispose()
+    return str(path)
+
+
+def _count(path: str) -> int:
+    with sqlite3.connect(path) as other:  # another connection: sees only what was committed
+        return int(other.execute("SELECT count(*) FROM modelcall").fetchone()[0])
+
+
+def test_rows_are_committed_when_insert_returns(db: str) -> None:
+    engine = open_engine(f"sqlite:///{db}")
+    writer = RowWriter(engine, ModelCall.__table__)  # type: ignore[attr-defined]
+
+    async def main() -> list[int]:
+        first = await writer.insert([_row(), _row(index=1)])
+        assert _count(db) == 2
+        return first + await writer.insert([_row()])
+
+    ids = asyncio.run(main())
+    assert len(set(ids)) == 3 and _count(db) == 3
+    writer.close()
+    engine.dispose()
+
+
+def test_a_held_lock_moves_rows_to_the_thread_without_stalling_the_loop(db: str) -> None:
+    engine = open_engine(f"sqlite:///{db}")
+    writer = RowWriter(engine, ModelCall.__table__)  # type: ignore[attr-defined]
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another writer holds the lock for 0.5 s
+
+    async def main() -> tuple[list[list[int]], float]:
+        ticks: list[float] = []
+
+        async def ticker() -> None:
+            for _ in range(10):
+                ticks.append(time.perf_counter())
+                await asyncio.sleep(0.05)
+
+        async def release() -> None:
+            await asyncio.sleep(0.5)
+            other.execute("COMMIT")
+
+        inserts = [writer.insert([_row(index=i)]) for i in range(20)]
+        *ids, _, _ = await asyncio.gather(*inserts, ticker(), release())
+        gaps = [b - a for a, b in itertools.pairwise(ticks)]
+        return ids, max(gaps)
+
+    ids, worst_gap = asyncio.run(main())
+    assert worst_gap < 0.3  # the loop kept running while the rows waited for the lock
+    assert len({i for group in ids for i in group}) == 20 and _count(db) == 20
+    other.close()
+    writer.close()
+    engine.dispose()
+
+
+@pytest.mark.parametrize("inline", [True, False])
+def test_a_bad_row_fails_only_its_caller(db: str, inline: bool) -> None:
+    engine = open_engine(f"sqlite:///{db}")
+    writer = RowWriter(engine, ModelCall.__table__, inline=inline)  # type: ignore[attr-defined]
+
+    async def main() -> list[Any]:
+        return await asyncio.gather(
+            writer.insert([_row()]), writer.insert([_row("no-such-rollout")]), writer.insert([_row()]),
+            return_exceptions=True,
+        )  # fmt: skip
+
+    good, bad, also_good = asyncio.run(main())
+    assert isinstance(bad, StoreError) and "FOREIGN KEY" in bad.message
+    assert isinstance(good, list) and isinstance(also_good, list) and _count(db) == 2
+    writer.close()
+    engine.dispose()
