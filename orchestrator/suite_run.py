@@ -83,7 +83,7 @@ def build_adapter(harness: str, options: Mapping[str, object] | None = None) -> 
 
     try:
         return get_adapter(harness, **dict(options or {}))
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:  # an option of the wrong name, or a bad value
         raise InvalidRequest(f"harness {harness!r} does not take these options: {exc}", param="harness_options") from None
 
 

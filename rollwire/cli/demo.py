@@ -39,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--sft-lr", type=float, default=d.sft_lr, help=f"SFT learning rate (default {d.sft_lr})")
     add("--grpo-lr", type=float, default=d.grpo_lr, help=f"GRPO learning rate (default {d.grpo_lr})")
     add("--grpo-epochs", type=int, default=d.grpo_epochs, help=f"clipped steps per GRPO iteration (default {d.grpo_epochs})")
+    add("--groups-per-step", type=int, default=d.groups_per_step, help=f"task groups per GRPO step, 0: all (default {d.groups_per_step})")
     add("--eval-group", type=int, default=d.eval_group, help=f"rollouts per held-out task, before and after (default {d.eval_group})")
     add("--train-tasks", type=int, default=d.train_tasks, help="use only the first N train tasks (default 0: all)")
     add("--eval-tasks", type=int, default=d.eval_tasks, help="evaluate on only the first N held-out tasks (default 0: all)")

@@ -39,6 +39,8 @@ class DemoConfig:
     sft_lr: float = 3e-3
     grpo_lr: float = 1e-3
     grpo_epochs: int = 1
+    groups_per_step: int = 4
+    """Task groups per GRPO optimizer step (0: the whole iteration in one step)."""
     eval_group: int = 8
     train_tasks: int = 0
     """Use only the first N train tasks (0: all); a shortened demo."""
@@ -154,7 +156,7 @@ class Demo:
                 result.iterations.append(phase)
                 batch = read_run(info.proxy_url, info.operator_key, phase.run_id, len(phase.rewards))
                 self.report(f"GRPO iteration {k}/{config.iterations}: update (mean reward {phase.mean:.2f})", None)
-                metrics = learner.grpo(batch, group_size=config.group_size, epochs=config.grpo_epochs)
+                metrics = learner.grpo(batch, group_size=config.group_size, groups_per_step=config.groups_per_step, epochs=config.grpo_epochs)
                 result.train_metrics += [m | {"phase": "grpo", "iteration": k} for m in metrics]
             result.after = self._rollouts(info, "eval after RL", "held_out", config.eval_group, learner.version, "eval")
         finally:

@@ -86,18 +86,22 @@ class Learner:
         self._push([t.rollout_id for t in order])
         return history
 
-    def grpo(self, trajectories: Sequence[Trajectory], *, group_size: int, epochs: int) -> list[dict[str, Any]]:
-        """One iteration: the groups of this batch of rollouts, ``epochs`` clipped steps on them, one push."""
+    def grpo(
+        self, trajectories: Sequence[Trajectory], *, group_size: int, groups_per_step: int = 0, epochs: int = 1
+    ) -> list[dict[str, Any]]:
+        """One iteration: the batch's groups, in steps of ``groups_per_step`` groups (0: all), ``epochs`` passes, one push."""
         buffer = GroupBuffer(group_size)
         for trajectory in trajectories:
             buffer.add(trajectory)
         groups = buffer.pop_groups(len(buffer.ready()))
         config = grpo_config(self.settings)
-        batch = prepare_grpo(groups, config, self.version)
+        chunk = groups_per_step or len(groups) or 1
         history = []
         for _ in range(epochs):
-            history.append(grpo_step(self.session.model, self.session.optimizer, batch, config, ctx=self.ctx, pad_id=self.session.pad_id))
-            self.session.state.step += 1
+            for start in range(0, len(groups), chunk):
+                batch = prepare_grpo(groups[start : start + chunk], config, self.version)
+                history.append(grpo_step(self.session.model, self.session.optimizer, batch, config, ctx=self.ctx, pad_id=self.session.pad_id))
+                self.session.state.step += 1
         self._push([t.rollout_id for group in groups for t in group])
         return history
 
