@@ -42,6 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--groups-per-step", type=int, default=d.groups_per_step, help=f"task groups per GRPO step, 0: all (default {d.groups_per_step})")
     add("--eval-group", type=int, default=d.eval_group, help=f"rollouts per held-out task, before and after (default {d.eval_group})")
     add("--train-tasks", type=int, default=d.train_tasks, help="use only the first N train tasks (default 0: all)")
+    add("--teacher-tasks", type=int, default=d.teacher_tasks, help=f"the teacher solves the first N train tasks, 0: all (default {d.teacher_tasks})")
+    add("--tasks-per-iteration", type=int, default=d.tasks_per_iteration, help=f"train tasks per GRPO iteration, in turn, 0: all (default {d.tasks_per_iteration})")
     add("--eval-tasks", type=int, default=d.eval_tasks, help="evaluate on only the first N held-out tasks (default 0: all)")
     add("--temperature", type=float, default=d.temperature, help=f"sampling temperature, training and eval (default {d.temperature})")
     add("--max-tokens", type=int, default=d.max_tokens, help=f"most tokens per model call (default {d.max_tokens})")

@@ -44,6 +44,10 @@ class DemoConfig:
     eval_group: int = 8
     train_tasks: int = 0
     """Use only the first N train tasks (0: all); a shortened demo."""
+    teacher_tasks: int = 8
+    """The teacher solves the first N train tasks (0: all); RL then meets tasks SFT never saw."""
+    tasks_per_iteration: int = 8
+    """Train tasks per GRPO iteration, taken in turn from the train split (0: all of them every time)."""
     eval_tasks: int = 0
     """Evaluate on only the first N held-out tasks (0: all)."""
     temperature: float = 1.0
@@ -56,7 +60,7 @@ class DemoConfig:
     model: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("train_tasks", "eval_tasks"):
+        for name in ("train_tasks", "eval_tasks", "teacher_tasks", "tasks_per_iteration"):
             if getattr(self, name) < 0:
                 raise InvalidRequest(f"--{name.replace('_', '-')} must be 0 (all) or more", param=name)
         for name in ("iterations", "group_size", "teacher_group", "sft_batch", "eval_group", "concurrency", "max_turns"):
@@ -152,7 +156,8 @@ class Demo:
             learner.set_lr(config.grpo_lr)
             for k in range(1, config.iterations + 1):
                 stack.check_alive()
-                phase = self._rollouts(info, f"GRPO iteration {k}/{config.iterations}", "train", config.group_size, learner.version, "grpo")
+                tasks = self._task_ids("train", config.tasks_per_iteration, k - 1)
+                phase = self._rollouts(info, f"GRPO iteration {k}/{config.iterations}", "train", config.group_size, learner.version, "grpo", tasks)
                 result.iterations.append(phase)
                 batch = read_run(info.proxy_url, info.operator_key, phase.run_id, len(phase.rewards))
                 self.report(f"GRPO iteration {k}/{config.iterations}: update (mean reward {phase.mean:.2f})", None)
@@ -179,21 +184,28 @@ class Demo:
             proxy = stack.add_proxy("proxy-teacher", teacher.url)
             return self._rollouts(
                 dataclasses.replace(info, proxy_url=proxy), "teacher data (scripted expert)", "train",
-                self.config.teacher_group, 0, "teacher",
+                self.config.teacher_group, 0, "teacher", self._task_ids("train", self.config.teacher_tasks),
             )  # fmt: skip
 
-    def _task_ids(self, split: str) -> list[str] | None:
+    def _task_ids(self, split: str, limit: int = 0, turn: int = 0) -> list[str] | None:
+        """The split's tasks (first ``train_tasks``/``eval_tasks``), then ``limit`` of them starting at ``turn * limit``."""
         from rollwire.orchestrator.suite_run import select_tasks
 
-        limit = self.config.train_tasks if split == "train" else self.config.eval_tasks
-        return [task.id for task in select_tasks(self.config.suite, split)][:limit] if limit else None
+        cap = self.config.train_tasks if split == "train" else self.config.eval_tasks
+        ids = [task.id for task in select_tasks(self.config.suite, split)]
+        ids = ids[:cap] if cap else ids
+        if limit and limit < len(ids):
+            ids = [ids[(turn * limit + j) % len(ids)] for j in range(limit)]
+        return ids
 
-    def _rollouts(self, info: StackInfo, name: str, split: str, group: int, version: int, kind: str) -> PhaseResult:
+    def _rollouts(
+        self, info: StackInfo, name: str, split: str, group: int, version: int, kind: str, task_ids: list[str] | None = None
+    ) -> PhaseResult:
         config, started = self.config, time.monotonic()
         self.report(name, Progress())
         outcome: SuiteRunResult = anyio.run(
             lambda: run_suite(
-                info, suite=config.suite, harness=config.harness, group_size=group, split=split, task_ids=self._task_ids(split),
+                info, suite=config.suite, harness=config.harness, group_size=group, split=split, task_ids=task_ids or self._task_ids(split),
                 runtime=config.runtime, concurrency=config.concurrency, deadline_s=config.deadline_s,
                 run_name=name, run_meta={"kind": kind, "phase": name}, policy_version=version,
                 harness_options=config.harness_options(), on_progress=lambda p: self.report(name, p),

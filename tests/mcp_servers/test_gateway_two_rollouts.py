@@ -24,7 +24,7 @@ async def _drive(stack: GatewayStack, token: str, word: str, seen: dict[str, obj
 def test_two_rollouts_at_once_each_see_their_own_state(env_servers: EnvServers, store_url: str) -> None:
     server, stack = gateway_stack(env_servers, store_url)
     with server:
-        tok_a = stack.add_rollout("ra", "tiny:write-cat")
+        tok_a = stack.add_rollout("ra", servers=["workspace"])  # every workspace tool (tiny tasks show only write_file)
         tok_b = stack.add_rollout("rb", "office:agenda-0")  # needs calendar + workspace
         seen: dict[str, object] = {}
 
