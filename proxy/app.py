@@ -1,5 +1,5 @@
 """The proxy's Starlette app: rollout routes (``/r/{token}/v1/...`` or a Bearer token on ``/v1/...``), the
-admin API, body limits and OpenAI-shaped errors; the lifespan owns the httpx client, store and tokenizer."""
+admin API, body limits and OpenAI-shaped errors; the lifespan owns the upstream pool, store and tokenizer."""
 
 from __future__ import annotations
 
@@ -165,6 +165,7 @@ def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key
     if settings.splice_policy not in POLICIES:
         raise InvalidRequest(f"unknown splice policy {settings.splice_policy!r}; known: {', '.join(POLICIES)}")
     tools, reasoning = tool_parser(settings.tool_parser), reasoning_parser(settings.reasoning_parser)
+    client = make_client(settings.upstream, settings.upstream_timeout_s)
     key = operator_key or settings.operator_key or secrets.token_urlsafe(24)
 
     @contextlib.asynccontextmanager
@@ -172,15 +173,15 @@ def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key
         engine = await anyio.to_thread.run_sync(open_engine, store_url)
         folder = await anyio.to_thread.run_sync(model_folder, settings, home)
         renderer = await anyio.to_thread.run_sync(Renderer.from_folder, folder)
-        async with make_client(settings.upstream_timeout_s) as client:
-            recorder = Recorder(engine, DIALECTS)
-            generator = Generator(settings, client, renderer, recorder, tools, reasoning)
-            app.state.proxy = ProxyState(settings, engine, generator, TokenAuth(engine, key))
-            try:
-                yield
-            finally:
-                await anyio.to_thread.run_sync(recorder.close)
-                engine.dispose()
+        recorder = Recorder(engine, DIALECTS)
+        generator = Generator(settings, client, renderer, recorder, tools, reasoning)
+        app.state.proxy = ProxyState(settings, engine, generator, TokenAuth(engine, key))
+        try:
+            yield
+        finally:
+            await client.close()
+            await anyio.to_thread.run_sync(recorder.close)
+            engine.dispose()
 
     handlers = {RollwireError: _rollwire_error, HTTPException: _http_error, Exception: _internal_error}
     app = Starlette(routes=_routes(), lifespan=lifespan, exception_handlers=handlers)

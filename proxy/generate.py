@@ -10,7 +10,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio.to_thread
-import httpx
 from rollwire.proxy.answer import AnswerStream, Delta
 from rollwire.proxy.auth import Caller
 from rollwire.proxy.conversation import Choice, Conversation, Generation, Sampling
@@ -19,9 +18,10 @@ from rollwire.proxy.parsers.base import ReasoningParser, ToolParser
 from rollwire.proxy.recorder import Recorder
 from rollwire.proxy.render import Renderer
 from rollwire.proxy.session import Plan, PriorCall, encode_work, plan_prompt
-from rollwire.proxy.upstream import Sampled, complete, completion_body
+from rollwire.proxy.upstream import Sampled, complete, completion_body, exchange
+from rollwire.proxy.upstream_http import Pool
 
-from rollwire.errors import InvalidRequest, NotFound, UpstreamError, UpstreamTimeout
+from rollwire.errors import InvalidRequest, NotFound, UpstreamError
 from rollwire.settings import ProxySettings
 from rollwire.store import encode_floats, encode_ids, now_ns
 
@@ -69,7 +69,7 @@ class Generator:
     def __init__(
         self,
         settings: ProxySettings,
-        client: httpx.AsyncClient,
+        client: Pool,
         renderer: Renderer,
         recorder: Recorder,
         tools: ToolParser,
@@ -86,15 +86,15 @@ class Generator:
     async def served_name(self) -> str:
         if self.served.name is None:
             url = self.settings.upstream.rstrip("/") + "/v1/models"
+            status, data = await exchange(self.client, "GET", "/v1/models")
             try:
-                response = await self.client.get(url)
-                card = response.json()["data"][0]
+                if status != 200:
+                    raise ValueError(f"HTTP {status}")
+                card = json.loads(data)["data"][0]
                 length = card.get("max_model_len")
                 self.served.max_model_len = int(length) if isinstance(length, int) and length > 0 else None
                 self.served.name = str(card["id"])
-            except httpx.TimeoutException:
-                raise UpstreamTimeout(f"the upstream's model list at {url} timed out") from None
-            except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
                 raise UpstreamError(f"cannot list the upstream's models at {url}: {exc.__class__.__name__}") from None
         return self.served.name
 
@@ -177,7 +177,7 @@ class Generator:
         """Answer ``conv`` for ``caller`` -> (the generation, the response body's JSON text); the calls are
         committed to the store when this returns."""
         prepared = await self.prepare(caller, conv)
-        result = await complete(self.client, self.settings.upstream, prepared.body)
+        result = await complete(self.client, prepared.body)
         if result.prompt_ids and result.prompt_ids != prepared.plan.prompt_ids:
             raise UpstreamError("the upstream reports a different prompt than the proxy sent")
         generation = self.new_generation(conv, len(prepared.plan.prompt_ids), result.weight_version)

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
-import httpx
 from rollwire.proxy.answer import AnswerStream
 from rollwire.proxy.auth import Caller
 from rollwire.proxy.conversation import (
@@ -32,6 +31,7 @@ from rollwire.proxy.conversation import (
 from rollwire.proxy.dialects.base import Dialect
 from rollwire.proxy.generate import Generator, Prepared, RequestBody, json_text
 from rollwire.proxy.upstream import ChoiceChunk, Sampled, chunks, open_stream
+from rollwire.proxy.upstream_http import Response
 
 from rollwire.errors import RollwireError, UpstreamError
 
@@ -84,7 +84,7 @@ class LiveGeneration:
         dialect: Dialect,
         request: RequestBody,
         prepared: Prepared,
-        response: httpx.Response,
+        response: Response,
     ) -> None:
         self.generator = generator
         self.caller = caller
@@ -110,7 +110,7 @@ class LiveGeneration:
             failure = exc
         finally:
             with anyio.CancelScope(shield=True):
-                await self.response.aclose()
+                self.response.close()  # mid-answer: drops the connection, so the engine stops
                 if not self.recorded:
                     await self._record_unfinished(failure)
         if failure is not None:
@@ -177,7 +177,7 @@ async def open_live(
 ) -> AsyncIterator[StreamEvent]:
     """Plan the prompt and open the upstream stream (errors so far are ordinary HTTP errors); the events follow."""
     prepared = await generator.prepare(caller, conv)
-    response = await open_stream(generator.client, generator.settings.upstream, prepared.body)
+    response = await open_stream(generator.client, prepared.body)
     return LiveGeneration(generator, caller, conv, dialect, request, prepared, response).events()
 
 

@@ -1,5 +1,6 @@
-"""The one place the proxy talks to the engine: token-id prompts to ``/v1/completions``; httpx errors become
-``UpstreamError`` (502) or ``UpstreamTimeout`` (504) here, once."""
+"""The one place the proxy talks to the engine: token-id prompts to ``/v1/completions`` (over the lean
+keep-alive client in ``upstream_http``); transport errors become ``UpstreamError`` (502) or ``UpstreamTimeout``
+(504) here, once."""
 
 from __future__ import annotations
 
@@ -8,17 +9,18 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from rollwire.proxy.conversation import Sampling
+from rollwire.proxy.upstream_http import TRANSPORT_ERRORS, Pool, Response, Timeouts
 
-from rollwire.errors import InvalidRequest, NotFound, UpstreamError, UpstreamTimeout
+from rollwire.errors import InvalidRequest, NotFound, RollwireError, UpstreamError, UpstreamTimeout
 
 
-def make_client(timeout_s: float) -> httpx.AsyncClient:
-    """One pooled client for the proxy's lifetime, with explicit timeouts."""
-    timeout = httpx.Timeout(connect=10.0, read=timeout_s, write=30.0, pool=30.0)
-    limits = httpx.Limits(max_connections=512, max_keepalive_connections=128)
-    return httpx.AsyncClient(timeout=timeout, limits=limits)
+def make_client(upstream: str, timeout_s: float) -> Pool:
+    """One keep-alive pool for the proxy's lifetime, with explicit timeouts; a bad URL is refused here."""
+    try:
+        return Pool(upstream, Timeouts(connect=10.0, read=timeout_s))
+    except ValueError as exc:
+        raise InvalidRequest(str(exc), param="upstream") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,16 +61,16 @@ def completion_body(model: str, prompt: list[int], sampling: Sampling, stop_ids:
     return body
 
 
-def _raise_for(response: httpx.Response) -> None:
+def _raise_for(status: int, data: bytes) -> None:
     try:
-        message = str(response.json()["error"]["message"])
+        message = str(json.loads(data)["error"]["message"])
     except (ValueError, KeyError, TypeError):
-        message = response.text[:300]
-    if response.status_code == 404:
+        message = data[:300].decode(errors="replace")
+    if status == 404:
         raise NotFound(f"upstream: {message}", param="model")
-    if response.status_code in (400, 422):
+    if status in (400, 422):
         raise InvalidRequest(f"upstream rejected the request: {message}")
-    raise UpstreamError(f"upstream answered HTTP {response.status_code}: {message}")
+    raise UpstreamError(f"upstream answered HTTP {status}: {message}")
 
 
 def _choice(c: dict[str, Any]) -> tuple[list[int], list[float], dict[str, Any]]:
@@ -149,61 +151,66 @@ def _whole(result: UpstreamResult) -> Chunk:
     return Chunk(choices, result.weight_version)
 
 
-def _failure(exc: httpx.HTTPError, base_url: str) -> Exception:
-    if isinstance(exc, httpx.TimeoutException):
+def _failure(exc: BaseException, base_url: str) -> RollwireError:
+    if isinstance(exc, TimeoutError):
         return UpstreamTimeout(f"upstream at {base_url} timed out ({exc.__class__.__name__})")
     return UpstreamError(f"cannot reach the upstream at {base_url}: {exc.__class__.__name__}")
 
 
-async def open_stream(client: httpx.AsyncClient, base_url: str, body: dict[str, Any]) -> httpx.Response:
-    """Send a streamed completion and wait for its status; the caller reads ``chunks`` and closes the response."""
-    url = base_url.rstrip("/") + "/v1/completions"
-    request = client.build_request("POST", url, json={**body, "stream": True})
+def _body(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+async def exchange(client: Pool, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, bytes]:
+    """One whole exchange: (status, body bytes)."""
     try:
-        response = await client.send(request, stream=True)
-    except httpx.HTTPError as exc:
-        raise _failure(exc, base_url) from None
+        response = await client.request(method, path, _body(body) if body is not None else None)
+        return response.status_code, await response.read()
+    except (TimeoutError, *TRANSPORT_ERRORS) as exc:
+        raise _failure(exc, client.base_url) from None
+
+
+async def open_stream(client: Pool, body: dict[str, Any]) -> Response:
+    """Send a streamed completion and wait for its status; the caller reads ``chunks`` and closes the response."""
+    try:
+        response = await client.request("POST", "/v1/completions", _body({**body, "stream": True}))
+    except (TimeoutError, *TRANSPORT_ERRORS) as exc:
+        raise _failure(exc, client.base_url) from None
     if response.status_code != 200:
         try:
-            await response.aread()
-        except httpx.HTTPError as exc:
-            raise _failure(exc, base_url) from None
-        finally:
-            await response.aclose()
-        _raise_for(response)
+            data = await response.read()
+        except (TimeoutError, *TRANSPORT_ERRORS) as exc:
+            raise _failure(exc, client.base_url) from None
+        _raise_for(response.status_code, data)
     return response
 
 
-async def chunks(response: httpx.Response, base_url: str) -> AsyncIterator[Chunk]:
+async def chunks(response: Response, base_url: str) -> AsyncIterator[Chunk]:
     """The engine's server-sent events as chunks, up to ``[DONE]``."""
     try:
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
-            yield _whole(_parse(json.loads(await response.aread())))
+            yield _whole(_parse(json.loads(await response.read())))
             return
-        async for line in response.aiter_lines():
+        async for line in response.iter_lines():
             if not line.startswith("data:"):
                 continue
             payload = line[5:].strip()
             if payload == "[DONE]":
                 return
             yield _chunk(json.loads(payload))
-    except httpx.HTTPError as exc:
+    except (TimeoutError, *TRANSPORT_ERRORS) as exc:
         raise _failure(exc, base_url) from None
     except (ValueError, KeyError, TypeError) as exc:
         raise UpstreamError(f"upstream stream is not completion chunks with token ids: {exc}") from None
 
 
-async def complete(client: httpx.AsyncClient, base_url: str, body: dict[str, Any]) -> UpstreamResult:
+async def complete(client: Pool, body: dict[str, Any]) -> UpstreamResult:
     """POST one token-id completion and return what the engine saw and sampled."""
-    url = base_url.rstrip("/") + "/v1/completions"
+    status, data = await exchange(client, "POST", "/v1/completions", body)
+    if status != 200:
+        _raise_for(status, data)
     try:
-        response = await client.post(url, json=body)
-    except httpx.HTTPError as exc:
-        raise _failure(exc, base_url) from None
-    if response.status_code != 200:
-        _raise_for(response)
-    try:
-        return _parse(response.json())
+        return _parse(json.loads(data))
     except (ValueError, KeyError, TypeError) as exc:
         raise UpstreamError(f"upstream answer is not a completion with token ids: {exc}") from None
 

@@ -1,0 +1,110 @@
+"""The proxy's upstream HTTP client against raw loopback servers: kept-alive connections are reused, one the
+server dropped is retried on a fresh one, chunked bodies split anywhere still give whole lines, and a silent
+upstream times out."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+from rollwire.proxy.upstream_http import Pool, Timeouts
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def _read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next((int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")), 0)
+    return await reader.readexactly(length)
+
+
+async def _serve(handler: Handler, test: Callable[[Pool], Awaitable[None]], read_timeout: float = 5.0) -> list[int]:
+    """Run ``test`` against a server on a free port; returns how many connections the server accepted."""
+    accepted: list[int] = []
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(1)
+        try:
+            await handler(reader, writer)
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = Pool(f"http://127.0.0.1:{port}", Timeouts(connect=5.0, read=read_timeout))
+    try:
+        await test(pool)
+    finally:
+        await pool.close()
+        server.close()
+        await server.wait_closed()
+    return accepted
+
+
+def _answer(body: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+
+
+def test_keep_alive_reuse_and_a_dropped_connection_is_retried() -> None:
+    async def keep_alive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while not reader.at_eof():
+            try:
+                body = await _read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            writer.write(_answer(b"echo:" + body))
+            await writer.drain()
+
+    async def three(pool: Pool) -> None:
+        for i in range(3):
+            response = await pool.request("POST", "/x", b"%d" % i)
+            assert (response.status_code, await response.read()) == (200, b"echo:%d" % i)
+
+    assert len(asyncio.run(_serve(keep_alive, three))) == 1  # one connection for all three
+
+    async def one_then_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        body = await _read_request(reader)
+        writer.write(_answer(b"echo:" + body))  # no "connection: close": the client keeps it, then it dies
+        await writer.drain()
+
+    async def twice(pool: Pool) -> None:
+        for i in range(2):
+            response = await pool.request("POST", "/x", b"%d" % i)
+            assert await response.read() == b"echo:%d" % i
+            await asyncio.sleep(0.05)  # the server's close arrives
+
+    assert len(asyncio.run(_serve(one_then_close, twice))) == 2
+
+
+def test_chunked_lines_split_across_chunks() -> None:
+    async def chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: text/event-stream\r\n\r\n")
+        for piece in (b"data: one\n", b"\ndata: t", b"wo\n\nda", b"ta: [DONE]\n\n"):
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            await writer.drain()
+            await asyncio.sleep(0.01)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        await reader.read()  # until the client closes
+
+    async def lines(pool: Pool) -> None:
+        response = await pool.request("POST", "/x", b"{}")
+        got = [line async for line in response.iter_lines()]
+        response.close()
+        assert [line for line in got if line] == ["data: one", "data: two", "data: [DONE]"]
+
+    asyncio.run(_serve(chunked, lines))
+
+
+def test_a_silent_upstream_times_out() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        await asyncio.sleep(2)
+
+    async def wait(pool: Pool) -> None:
+        with pytest.raises(TimeoutError):
+            await pool.request("POST", "/x", b"{}")
+
+    asyncio.run(_serve(silent, wait, read_timeout=0.2))
