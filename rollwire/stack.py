@@ -25,17 +25,18 @@ from types import TracebackType
 import httpx
 
 from rollwire.errors import NotFound, RollwireError
-from rollwire.settings import Settings, default_home
-
-DEFAULT_STACK_FILE = default_home() / "stack.json"
-"""Where ``rollwire up`` writes the running stack's addresses (``<home>/stack.json``)."""
+from rollwire.settings import Settings
 
 TINY_SERVED_NAME = "rollwire-tiny"
 """The name the bundled engine serves the tiny default model under, in the local stack."""
 
 
 def stack_file(home: Path) -> Path:
-    """The stack file under a given rollwire home folder."""
+    """Where ``rollwire up`` writes the running stack's addresses: ``<home>/stack.json``.
+
+    A function of the home folder, not a constant: ``ROLLWIRE_HOME`` moves it, and warm-pool children
+    (forked from a process that imported this module) must not inherit an import-time path.
+    """
     return Path(home) / "stack.json"
 
 
@@ -202,7 +203,9 @@ class LocalStack:
         """Raise, with its log tail, if a part has exited while the stack should be running."""
         for child in self._children:
             if child.process.poll() is not None:
-                raise RollwireError(f"the {child.name} exited with status {child.process.returncode}: {_tail(child.log)}")
+                raise RollwireError(
+                    f"the {child.name} exited with status {child.process.returncode}: {_tail(child.log)}"
+                )
 
     def __enter__(self) -> StackInfo:
         return self.start()
@@ -235,7 +238,18 @@ class LocalStack:
 
     def _spawn(self, name: str, url: str, argv: list[str]) -> None:
         port = url.rsplit(":", 1)[1]
-        command = [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", *argv, "--host", self.host, "--port", port]
+        command = [
+            sys.executable,
+            "-m",
+            "rollwire.cli",
+            "--log-level",
+            "WARNING",
+            *argv,
+            "--host",
+            self.host,
+            "--port",
+            port,
+        ]
         log = self.log_dir / f"{name}.log"
         with log.open("wb") as out:
             process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=self._child_env(name))
@@ -245,14 +259,18 @@ class LocalStack:
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if child.process.poll() is not None:
-                raise RollwireError(f"the {child.name} exited with status {child.process.returncode}: {_tail(child.log)}")
+                raise RollwireError(
+                    f"the {child.name} exited with status {child.process.returncode}: {_tail(child.log)}"
+                )
             try:
                 if httpx.get(f"{child.url}/health", timeout=2.0).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
-        raise RollwireError(f"the {child.name} did not answer {child.url}/health in {self.start_timeout_s:.0f}s: {_tail(child.log)}")
+        raise RollwireError(
+            f"the {child.name} did not answer {child.url}/health in {self.start_timeout_s:.0f}s: {_tail(child.log)}"
+        )
 
     def _wait_upstream(self, url: str) -> None:
         try:
@@ -274,4 +292,4 @@ def _tail(log: Path, lines: int = 12) -> str:
     return " | ".join(text[-lines:]) or f"(empty log {log})"
 
 
-__all__ = ["DEFAULT_STACK_FILE", "TINY_SERVED_NAME", "LocalStack", "StackInfo", "free_port", "stack_file"]
+__all__ = ["TINY_SERVED_NAME", "LocalStack", "StackInfo", "free_port", "stack_file"]

@@ -29,30 +29,85 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = DemoConfig()
     add = parser.add_argument
     add("--suite", default=d.suite, help=f"task suite: a shipped name or a JSON file (default {d.suite})")
-    add("--harness", default=d.harness, help=f"harness adapter by name (default {d.harness}; see `rollwire run-harness --help`)")
+    add(
+        "--harness",
+        default=d.harness,
+        help=f"harness adapter by name (default {d.harness}; see `rollwire run-harness --help`)",
+    )
     add("--runtime", default=d.runtime, choices=["local", "kubernetes"], help="where rollouts run (default local)")
     add("--iterations", "-K", type=int, default=d.iterations, help=f"GRPO iterations (default {d.iterations})")
-    add("--group-size", "-G", type=int, default=d.group_size, help=f"rollouts per train task per iteration (default {d.group_size})")
-    add("--teacher-group", type=int, default=d.teacher_group, help=f"teacher rollouts per train task (default {d.teacher_group})")
+    add(
+        "--group-size",
+        "-G",
+        type=int,
+        default=d.group_size,
+        help=f"rollouts per train task per iteration (default {d.group_size})",
+    )
+    add(
+        "--teacher-group",
+        type=int,
+        default=d.teacher_group,
+        help=f"teacher rollouts per train task (default {d.teacher_group})",
+    )
     add("--sft-epochs", type=int, default=d.sft_epochs, help=f"passes over the teacher data (default {d.sft_epochs})")
     add("--sft-batch", type=int, default=d.sft_batch, help=f"trajectories per SFT step (default {d.sft_batch})")
     add("--sft-lr", type=float, default=d.sft_lr, help=f"SFT learning rate (default {d.sft_lr})")
     add("--grpo-lr", type=float, default=d.grpo_lr, help=f"GRPO learning rate (default {d.grpo_lr})")
-    add("--grpo-epochs", type=int, default=d.grpo_epochs, help=f"clipped steps per GRPO iteration (default {d.grpo_epochs})")
-    add("--groups-per-step", type=int, default=d.groups_per_step, help=f"task groups per GRPO step, 0: all (default {d.groups_per_step})")
-    add("--eval-group", type=int, default=d.eval_group, help=f"rollouts per held-out task, before and after (default {d.eval_group})")
+    add(
+        "--grpo-epochs",
+        type=int,
+        default=d.grpo_epochs,
+        help=f"clipped steps per GRPO iteration (default {d.grpo_epochs})",
+    )
+    add(
+        "--groups-per-step",
+        type=int,
+        default=d.groups_per_step,
+        help=f"task groups per GRPO step, 0: all (default {d.groups_per_step})",
+    )
+    add(
+        "--eval-group",
+        type=int,
+        default=d.eval_group,
+        help=f"rollouts per held-out task, before and after (default {d.eval_group})",
+    )
     add("--train-tasks", type=int, default=d.train_tasks, help="use only the first N train tasks (default 0: all)")
-    add("--teacher-tasks", type=int, default=d.teacher_tasks, help=f"the teacher solves the first N train tasks, 0: all (default {d.teacher_tasks})")
-    add("--tasks-per-iteration", type=int, default=d.tasks_per_iteration, help=f"train tasks per GRPO iteration, in turn, 0: all (default {d.tasks_per_iteration})")
-    add("--eval-tasks", type=int, default=d.eval_tasks, help="evaluate on only the first N held-out tasks (default 0: all)")
-    add("--temperature", type=float, default=d.temperature, help=f"sampling temperature, training and eval (default {d.temperature})")
+    add(
+        "--teacher-tasks",
+        type=int,
+        default=d.teacher_tasks,
+        help=f"the teacher solves the first N train tasks, 0: all (default {d.teacher_tasks})",
+    )
+    add(
+        "--tasks-per-iteration",
+        type=int,
+        default=d.tasks_per_iteration,
+        help=f"train tasks per GRPO iteration, in turn, 0: all (default {d.tasks_per_iteration})",
+    )
+    add(
+        "--eval-tasks",
+        type=int,
+        default=d.eval_tasks,
+        help="evaluate on only the first N held-out tasks (default 0: all)",
+    )
+    add(
+        "--temperature",
+        type=float,
+        default=d.temperature,
+        help=f"sampling temperature, training and eval (default {d.temperature})",
+    )
     add("--max-tokens", type=int, default=d.max_tokens, help=f"most tokens per model call (default {d.max_tokens})")
     add("--max-turns", type=int, default=d.max_turns, help=f"most model calls per rollout (default {d.max_turns})")
     add("--concurrency", type=int, default=d.concurrency, help=f"rollouts running at once (default {d.concurrency})")
     add("--seed", type=int, default=d.seed, help=f"trainer seed (default {d.seed})")
     add("--upstream", default=None, metavar="URL", help="a running vLLM server to use instead of the bundled engine")
     add("--model", default=None, metavar="FOLDER", help="local HF folder of the model (needed with --upstream)")
-    add("--out", default=None, metavar="DIR", help="folder for the store, checkpoints, logs and report (default <home>/demo/<time>)")
+    add(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="folder for the store, checkpoints, logs and report (default <home>/demo/<time>)",
+    )
 
 
 def _config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -119,9 +174,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     console.print(f"teacher: {len(result.teacher.rewards) if result.teacher else 0} rollouts, mean reward "
                   f"{result.teacher.mean if result.teacher else 0:.2f}")  # fmt: skip
     for k, phase in enumerate(result.iterations, start=1):
-        console.print(f"GRPO iteration {k:3}: {len(phase.rewards)} rollouts, mean reward {phase.mean:.3f}, policy v{phase.policy_version}")
-    console.print(f"[bold]held-out mean reward[/] before RL (SFT only): {before.mean:.3f} over {len(before.rewards)} rollouts")
-    console.print(f"[bold]held-out mean reward[/] after RL:            {after.mean:.3f} over {len(after.rewards)} rollouts")
+        console.print(
+            f"GRPO iteration {k:3}: {len(phase.rewards)} rollouts, mean reward {phase.mean:.3f}, policy v{phase.policy_version}"
+        )
+    console.print(
+        f"[bold]held-out mean reward[/] before RL (SFT only): {before.mean:.3f} over {len(before.rewards)} rollouts"
+    )
+    console.print(
+        f"[bold]held-out mean reward[/] after RL:            {after.mean:.3f} over {len(after.rewards)} rollouts"
+    )
     console.print(f"[bold]gain[/] {result.gain:+.3f} in {result.seconds:.0f} s")
     console.print(f"report: {paths['html']}   curve: {paths['png']}   store: {result.stack.db_url}")
     console.print(f"browse the traces: rollwire traces --db {result.stack.db_url} ls")

@@ -12,13 +12,11 @@ only the rest run. Example:
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 import time
-from pathlib import Path
-from typing import Any
 
+from rollwire.cli.stack_args import add_option_argument, add_stack_arguments, harness_options, stack_from_args
 from rollwire.errors import InvalidRequest
 from rollwire.settings import Settings
 
@@ -33,10 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--group-size", "-G", type=int, default=1, help="rollouts per task (GRPO's G; default 1)")
     what.add_argument("--split", choices=["train", "heldout", "held_out"], default=None, help="only this split")
     what.add_argument("--tasks", default=None, metavar="ID,ID", help="only these task ids (comma-separated)")
-    what.add_argument(
-        "--option", action="append", default=[], metavar="KEY=VALUE",
-        help="harness adapter option, repeatable (e.g. max_turns=2); VALUE is JSON when it parses, else a string",
-    )  # fmt: skip
+    add_option_argument(what)
     how = parser.add_argument_group("how to run")
     how.add_argument("--runtime", choices=["local", "kubernetes"], default=None, help="where rollouts run (default local)")
     how.add_argument("--concurrency", type=int, default=None, help="most rollouts at once (default: settings, 8)")
@@ -45,42 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--name", default="", help="human-readable run name")
     how.add_argument("--policy-version", type=int, default=None, help="policy version the run samples from")
     add_stack_arguments(parser)
-
-
-def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags that say which stack a command runs against (read back by ``_stack``)."""
-    where = parser.add_argument_group("which stack")
-    where.add_argument("--stack", type=Path, default=None, metavar="FILE", help="stack file (default: rollwire up's)")
-    where.add_argument("--proxy-url", default=None, help="proxy base URL (instead of a stack file)")
-    where.add_argument("--gateway-url", default=None, help="MCP gateway base URL (with --proxy-url)")
-    where.add_argument("--db", default=None, metavar="URL", help="store URL (with --proxy-url; default: home)")
-    where.add_argument("--state-dir", default=None, help="env servers' state folder (with --proxy-url; default: home)")
-
-
-def _options(pairs: list[str]) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise InvalidRequest(f"--option {pair!r} must look like KEY=VALUE")
-        try:
-            options[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            options[key] = raw
-    return options
-
-
-def _stack(args: argparse.Namespace, settings: Settings) -> Any:
-    """The StackInfo to run against: explicit URLs, else the stack file."""
-    from rollwire.stack import DEFAULT_STACK_FILE, StackInfo
-
-    if args.proxy_url:
-        if not args.gateway_url:
-            raise InvalidRequest("--proxy-url needs --gateway-url too (the MCP gateway rollouts use)")
-        state = args.state_dir or settings.mcp.state_dir or str(settings.home / "mcp_state")
-        db = args.db or settings.store_url()
-        return StackInfo(args.proxy_url, args.gateway_url, "", None, "", db, state, "")
-    return StackInfo.load(args.stack or DEFAULT_STACK_FILE)
 
 
 def _resume_hint(args: argparse.Namespace, run_id: str) -> str:
@@ -96,18 +55,18 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from rollwire.cli.run_harness import _with_served_model
+    from rollwire.cli.stack_args import with_served_model
     from rollwire.orchestrator.scheduler import Progress as RunProgress
     from rollwire.orchestrator.suite_run import build_adapter, run_suite, select_tasks
 
     if args.group_size < 1:
         raise InvalidRequest("--group-size must be at least 1")
-    options = _options(args.option)
+    options = harness_options(args.option)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
     select_tasks(args.suite, args.split, tasks)  # bad names fail here, before the stack is looked for
     build_adapter(args.harness, options)
-    stack = _stack(args, settings)
-    options = _with_served_model(args.harness, options, stack.model)
+    stack = stack_from_args(args, settings)
+    options = with_served_model(args.harness, options, stack.model)
     orch = settings.orchestrator
     run_id = args.run_id or f"run-{time.strftime('%Y%m%d-%H%M%S')}"
     console = Console(stderr=True)
@@ -151,4 +110,4 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-__all__ = ["HELP", "add_arguments", "add_stack_arguments", "run"]
+__all__ = ["HELP", "add_arguments", "run"]

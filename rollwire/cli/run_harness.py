@@ -16,9 +16,14 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from pathlib import Path
-from typing import Any
 
+from rollwire.cli.stack_args import (
+    add_option_argument,
+    add_stack_arguments,
+    harness_options,
+    stack_from_args,
+    with_served_model,
+)
 from rollwire.errors import InvalidRequest
 from rollwire.settings import Settings
 
@@ -30,46 +35,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("harness", metavar="NAME", help="harness adapter by name (e.g. reference, codex, claude-code)")
     parser.add_argument("--task", required=True, metavar="ID", help="task id in the suite (e.g. write-cat)")
     parser.add_argument("--suite", default="tiny", help="task suite: a shipped name or a JSON file (default: tiny)")
-    parser.add_argument(
-        "--option", action="append", default=[], metavar="KEY=VALUE",
-        help="harness adapter option, repeatable (e.g. max_turns=2); VALUE is JSON when it parses, else a string",
-    )  # fmt: skip
+    add_option_argument(parser)
     parser.add_argument("--deadline", type=float, default=None, metavar="S", help="seconds the harness may take")
     parser.add_argument("--keep-workspace", action="store_true", help="keep the rollout's workspace to look at")
-    where = parser.add_argument_group("which stack")
-    where.add_argument("--stack", type=Path, default=None, metavar="FILE", help="stack file (default: rollwire up's)")
-    where.add_argument("--proxy-url", default=None, help="proxy base URL (instead of a stack file)")
-    where.add_argument("--gateway-url", default=None, help="MCP gateway base URL (with --proxy-url)")
-    where.add_argument("--db", default=None, metavar="URL", help="store URL (with --proxy-url; default: home)")
-    where.add_argument("--state-dir", default=None, help="env servers' state folder (with --proxy-url; default: home)")
-
-
-def _with_served_model(harness: str, options: dict[str, Any], model: str) -> dict[str, Any]:
-    """Name the stack's served model to adapters that take a ``model`` option, unless the user named one."""
-    from rollwire.orchestrator.suite_run import build_adapter
-
-    if not model or "model" in options:
-        return options
-    try:
-        build_adapter(harness, {**options, "model": model})
-    except InvalidRequest:  # a plugin adapter without a model option: it keeps its own default
-        return options
-    return {**options, "model": model}
+    add_stack_arguments(parser)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     import anyio
 
-    from rollwire.cli.rollouts import _options, _stack
     from rollwire.orchestrator.suite_run import build_adapter, run_suite, select_tasks
 
     if args.deadline is not None and args.deadline <= 0:
         raise InvalidRequest("--deadline must be a positive number of seconds")
-    options = _options(args.option)
+    options = harness_options(args.option)
     select_tasks(args.suite, task_ids=[args.task])  # a bad suite or task fails here, before the stack is looked for
     build_adapter(args.harness, options)
-    stack = _stack(args, settings)
-    options = _with_served_model(args.harness, options, stack.model)
+    stack = stack_from_args(args, settings)
+    options = with_served_model(args.harness, options, stack.model)
     if args.keep_workspace:
         orch = settings.orchestrator.model_copy(update={"keep_workspaces": True})
         settings = settings.model_copy(update={"orchestrator": orch})

@@ -27,17 +27,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--upstream", default=None, metavar="URL", help="a running vLLM server to use instead of the bundled engine")
     add("--model", default=None, metavar="FOLDER", help="local HF folder of the served model (tokenizer + template; "
         "the engine's weights without --upstream); default: the tiny local model")  # fmt: skip
-    add("--db", default=None, metavar="URL", help="SQLAlchemy URL of the trace store (default SQLite in the home folder)")
-    add("--state-dir", default=None, metavar="DIR", help="where the env servers keep per-rollout state (default <home>/mcp_state)")
+    add(
+        "--db",
+        default=None,
+        metavar="URL",
+        help="SQLAlchemy URL of the trace store (default SQLite in the home folder)",
+    )
+    add(
+        "--state-dir",
+        default=None,
+        metavar="DIR",
+        help="where the env servers keep per-rollout state (default <home>/mcp_state)",
+    )
     for part, port in DEFAULT_PORTS.items():
         add(f"--{part}-port", type=int, default=port, help=f"port of the {part} (default {port}; 0 picks a free one)")
     add("--suite", default="tiny", help="suite of the ready rollout's task (default tiny)")
-    add("--task", default="write-cat", help="task of the ready rollout (default write-cat; `rollwire mcp suites NAME` lists them)")
+    add(
+        "--task",
+        default="write-cat",
+        help="task of the ready rollout (default write-cat; `rollwire mcp suites NAME` lists them)",
+    )
     add("--max-model-len", type=int, default=32768, help="context length of the bundled engine (default 32768: "
         "room for Codex CLI's and Claude Code's long prompts)")  # fmt: skip
     add("--default-max-output-tokens", type=int, default=512, help="output cap for requests that set none "
         "(Codex never does; default 512)")  # fmt: skip
-    add("--stack-file", default=None, metavar="PATH", help="where to write the stack's addresses (default <home>/stack.json)")
+    add(
+        "--stack-file",
+        default=None,
+        metavar="PATH",
+        help="where to write the stack's addresses (default <home>/stack.json)",
+    )
 
 
 def _ready_rollout(info, suite: str, task: str) -> dict:  # type: ignore[no-untyped-def]
@@ -64,13 +83,15 @@ def examples(info, rollout: dict, prompt: str) -> list[tuple[str, str]]:  # type
     openai_line = (
         f"python -c \"from openai import OpenAI; c = OpenAI(base_url='{base}', api_key='{token}'); "
         f"print(c.chat.completions.create(model='{model}', messages=[{{'role': 'user', 'content': 'Hi'}}], "
-        f"max_tokens=16).choices[0].message.content)\""
+        f'max_tokens=16).choices[0].message.content)"'
     )
-    agent_line = f"rollwire agent --base-url {base} --api-key {token} --mcp-url {rollout['mcp_url']} --model {model} '{prompt}'"
+    agent_line = (
+        f"rollwire agent --base-url {base} --api-key {token} --mcp-url {rollout['mcp_url']} --model {model} '{prompt}'"
+    )
     codex_line = (
         f"ROLLWIRE_TOKEN={token} codex exec --skip-git-repo-check -c model_provider=rollwire "
-        f"-c 'model_providers.rollwire={{name=\"rollwire\", base_url=\"{base}\", wire_api=\"responses\", "
-        f"env_key=\"ROLLWIRE_TOKEN\", request_max_retries=0}}' -c 'mcp_servers.rollwire={{url=\"{rollout['mcp_url']}\"}}' "
+        f'-c \'model_providers.rollwire={{name="rollwire", base_url="{base}", wire_api="responses", '
+        f'env_key="ROLLWIRE_TOKEN", request_max_retries=0}}\' -c \'mcp_servers.rollwire={{url="{rollout["mcp_url"]}"}}\' '
         f"-c agents.enabled=false -c web_search=disabled -c analytics.enabled=false -m {model} '{prompt}'"
     )
     claude_line = f"ANTHROPIC_BASE_URL={rollout['anthropic_base_url']} ANTHROPIC_API_KEY={token} claude -p '{prompt}'"
@@ -136,4 +157,4 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-__all__ = ["HELP", "add_arguments", "run", "examples"]
+__all__ = ["HELP", "add_arguments", "examples", "run"]

@@ -31,11 +31,11 @@ class DemoConfig:
     suite: str = "tiny"
     harness: str = "reference"
     runtime: str = "local"
-    iterations: int = 10
+    iterations: int = 30
     group_size: int = 8
-    teacher_group: int = 2
-    sft_epochs: int = 6
-    sft_batch: int = 4
+    teacher_group: int = 1
+    sft_epochs: int = 45
+    sft_batch: int = 8
     sft_lr: float = 3e-3
     grpo_lr: float = 1e-3
     grpo_epochs: int = 1
@@ -52,7 +52,7 @@ class DemoConfig:
     """Evaluate on only the first N held-out tasks (0: all)."""
     temperature: float = 1.0
     max_tokens: int = 64
-    max_turns: int = 3
+    max_turns: int = 2
     concurrency: int = 8
     deadline_s: float = 120.0
     seed: int = 0
@@ -63,7 +63,15 @@ class DemoConfig:
         for name in ("train_tasks", "eval_tasks", "teacher_tasks", "tasks_per_iteration"):
             if getattr(self, name) < 0:
                 raise InvalidRequest(f"--{name.replace('_', '-')} must be 0 (all) or more", param=name)
-        for name in ("iterations", "group_size", "teacher_group", "sft_batch", "eval_group", "concurrency", "max_turns"):
+        for name in (
+            "iterations",
+            "group_size",
+            "teacher_group",
+            "sft_batch",
+            "eval_group",
+            "concurrency",
+            "max_turns",
+        ):
             if getattr(self, name) < 1:
                 raise InvalidRequest(f"--{name.replace('_', '-')} must be at least 1", param=name)
         if self.group_size < 2:
@@ -145,23 +153,42 @@ class Demo:
                     "seed": config.seed, "group_size": config.group_size, "keep_checkpoints": 2}
         )  # fmt: skip
         engine_url = "" if config.upstream else info.engine_url or ""
-        learner = Learner.open(model_dir, self.out_dir / "checkpoints", trainer, engine_url=engine_url, vllm_url=config.upstream or "")
+        learner = Learner.open(
+            model_dir, self.out_dir / "checkpoints", trainer, engine_url=engine_url, vllm_url=config.upstream or ""
+        )
         try:
             result.teacher = self._teacher(stack, info, model_dir)
-            teacher_runs = read_run(info.proxy_url, info.operator_key, result.teacher.run_id, len(result.teacher.rewards))
+            teacher_runs = read_run(
+                info.proxy_url, info.operator_key, result.teacher.run_id, len(result.teacher.rewards)
+            )
             self.report(f"SFT warm start on {len(teacher_runs)} teacher trajectories", None)
             result.train_metrics += [m | {"phase": "sft"} for m in learner.sft(
                 teacher_runs, epochs=config.sft_epochs, batch_size=config.sft_batch, seed=config.seed)]  # fmt: skip
-            result.before = self._rollouts(info, "eval before RL", "held_out", config.eval_group, learner.version, "eval")
+            result.before = self._rollouts(
+                info, "eval before RL", "held_out", config.eval_group, learner.version, "eval"
+            )
             learner.set_lr(config.grpo_lr)
             for k in range(1, config.iterations + 1):
                 stack.check_alive()
                 tasks = self._task_ids("train", config.tasks_per_iteration, k - 1)
-                phase = self._rollouts(info, f"GRPO iteration {k}/{config.iterations}", "train", config.group_size, learner.version, "grpo", tasks)
+                phase = self._rollouts(
+                    info,
+                    f"GRPO iteration {k}/{config.iterations}",
+                    "train",
+                    config.group_size,
+                    learner.version,
+                    "grpo",
+                    tasks,
+                )
                 result.iterations.append(phase)
                 batch = read_run(info.proxy_url, info.operator_key, phase.run_id, len(phase.rewards))
                 self.report(f"GRPO iteration {k}/{config.iterations}: update (mean reward {phase.mean:.2f})", None)
-                metrics = learner.grpo(batch, group_size=config.group_size, groups_per_step=config.groups_per_step, epochs=config.grpo_epochs)
+                metrics = learner.grpo(
+                    batch,
+                    group_size=config.group_size,
+                    groups_per_step=config.groups_per_step,
+                    epochs=config.grpo_epochs,
+                )
                 result.train_metrics += [m | {"phase": "grpo", "iteration": k} for m in metrics]
             result.after = self._rollouts(info, "eval after RL", "held_out", config.eval_group, learner.version, "eval")
         finally:
@@ -199,7 +226,14 @@ class Demo:
         return ids
 
     def _rollouts(
-        self, info: StackInfo, name: str, split: str, group: int, version: int, kind: str, task_ids: list[str] | None = None
+        self,
+        info: StackInfo,
+        name: str,
+        split: str,
+        group: int,
+        version: int,
+        kind: str,
+        task_ids: list[str] | None = None,
     ) -> PhaseResult:
         config, started = self.config, time.monotonic()
         self.report(name, Progress())
@@ -222,4 +256,4 @@ class Demo:
         return PhaseResult(name, outcome.run_id, rewards, version, time.monotonic() - started, failed)
 
 
-__all__ = ["DemoConfig", "DemoResult", "Demo", "PhaseResult", "Reporter"]
+__all__ = ["Demo", "DemoConfig", "DemoResult", "PhaseResult", "Reporter"]

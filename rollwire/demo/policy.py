@@ -73,7 +73,9 @@ class Learner:
         for group in self.session.optimizer.param_groups:
             group["lr"] = lr
 
-    def sft(self, trajectories: Sequence[Trajectory], *, epochs: int, batch_size: int, seed: int) -> list[dict[str, Any]]:
+    def sft(
+        self, trajectories: Sequence[Trajectory], *, epochs: int, batch_size: int, seed: int
+    ) -> list[dict[str, Any]]:
         """``epochs`` passes over the teacher trajectories in shuffled batches, then one push."""
         order, rng, history = list(trajectories), random.Random(seed), []
         config = sft_config(self.settings)
@@ -81,7 +83,16 @@ class Learner:
             rng.shuffle(order)
             for start in range(0, len(order), batch_size):
                 batch = order[start : start + batch_size]
-                history.append(sft_step(self.session.model, self.session.optimizer, batch, config, ctx=self.ctx, pad_id=self.session.pad_id))
+                history.append(
+                    sft_step(
+                        self.session.model,
+                        self.session.optimizer,
+                        batch,
+                        config,
+                        ctx=self.ctx,
+                        pad_id=self.session.pad_id,
+                    )
+                )
                 self.session.state.step += 1
         self._push([t.rollout_id for t in order])
         return history
@@ -100,7 +111,16 @@ class Learner:
         for _ in range(epochs):
             for start in range(0, len(groups), chunk):
                 batch = prepare_grpo(groups[start : start + chunk], config, self.version)
-                history.append(grpo_step(self.session.model, self.session.optimizer, batch, config, ctx=self.ctx, pad_id=self.session.pad_id))
+                history.append(
+                    grpo_step(
+                        self.session.model,
+                        self.session.optimizer,
+                        batch,
+                        config,
+                        ctx=self.ctx,
+                        pad_id=self.session.pad_id,
+                    )
+                )
                 self.session.state.step += 1
         self._push([t.rollout_id for group in groups for t in group])
         return history

@@ -47,7 +47,9 @@ def reward_curve(result: DemoResult, path: Path) -> Path:
     ax.plot(xs, [p.mean for p in result.iterations], marker="o", label="train rollouts (GRPO iteration)")
     for phase, x, color in ((result.before, 0, "tab:red"), (result.after, len(xs) + 1, "tab:green")):
         if phase is not None:
-            ax.scatter([x], [phase.mean], color=color, s=60, zorder=3, label=f"held-out, {phase.name} ({phase.mean:.2f})")
+            ax.scatter(
+                [x], [phase.mean], color=color, s=60, zorder=3, label=f"held-out, {phase.name} ({phase.mean:.2f})"
+            )
     ax.set_xlabel("GRPO iteration (0: after SFT, before RL)")
     ax.set_ylabel("mean reward")
     ax.set_ylim(-0.02, 1.02)
@@ -99,19 +101,24 @@ def write_report(result: DemoResult, model_dir: Path | None) -> dict[str, Path]:
     rows = "".join(
         f"<tr><td>{html.escape(name)}</td><td>{p['rollouts']}</td><td>{p['failed']}</td><td>{p['mean_reward']:.3f}</td>"
         f"<td>{p['policy_version']}</td><td>{p['run_id']}</td></tr>"
-        for name, p in (("held-out, before RL (SFT only)", numbers["before_rl"]), ("held-out, after RL", numbers["after_rl"]))
+        for name, p in (
+            ("held-out, before RL (SFT only)", numbers["before_rl"]),
+            ("held-out, after RL", numbers["after_rl"]),
+        )
         if p is not None
     )
-    settings = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>" for k, v in numbers["config"].items())
+    settings = "".join(
+        f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>" for k, v in numbers["config"].items()
+    )
     samples = _trajectory_html(result.stack.db_url, result.after.run_id, model_dir) if result.after else ""
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>rollwire demo report</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em}}
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}}
 pre.tokens{{white-space:pre-wrap;background:#f6f6f6;padding:8px;font-size:12px}}mark{{background:#ffe08a}}</style></head><body>
 <h1>rollwire demo</h1>
-<p>Held-out mean reward went from <b>{numbers['before_rl']['mean_reward'] if numbers['before_rl'] else '-'}</b> (SFT only) to
-<b>{numbers['after_rl']['mean_reward'] if numbers['after_rl'] else '-'}</b> after {len(result.iterations)} GRPO iterations
-(gain <b>{numbers['gain']:+.3f}</b>), in {numbers['seconds']:.0f} s. Store: <code>{html.escape(result.stack.db_url)}</code></p>
+<p>Held-out mean reward went from <b>{numbers["before_rl"]["mean_reward"] if numbers["before_rl"] else "-"}</b> (SFT only) to
+<b>{numbers["after_rl"]["mean_reward"] if numbers["after_rl"] else "-"}</b> after {len(result.iterations)} GRPO iterations
+(gain <b>{numbers["gain"]:+.3f}</b>), in {numbers["seconds"]:.0f} s. Store: <code>{html.escape(result.stack.db_url)}</code></p>
 <h2>Before and after RL</h2><table><tr><th>phase</th><th>rollouts</th><th>failed</th><th>mean reward</th><th>policy version</th><th>run</th></tr>{rows}</table>
 <h2>Reward curve</h2><img src="{png.name}" alt="reward curve">
 <h2>Settings</h2><table>{settings}</table>

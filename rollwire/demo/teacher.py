@@ -13,7 +13,6 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -24,7 +23,7 @@ from rollwire.errors import RollwireError
 from rollwire.mcp_servers.tasks.schema import Suite, Task
 from rollwire.request_body import read_json_body
 
-_USER_TURN = re.compile(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", re.S)
+_USER_TURN = re.compile(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", re.DOTALL)
 END_OF_TURN = "<|im_end|>"
 
 
@@ -79,7 +78,12 @@ def build_teacher_app(model_dir: Path, suites: list[Suite], served_name: str = "
             "token_ids": ids,
             "prompt_token_ids": prompt,
             "finish_reason": finish,
-            "logprobs": {"tokens": tokens, "token_logprobs": [0.0] * len(ids), "top_logprobs": None, "text_offset": None},
+            "logprobs": {
+                "tokens": tokens,
+                "token_logprobs": [0.0] * len(ids),
+                "top_logprobs": None,
+                "text_offset": None,
+            },
         }
         usage = {"prompt_tokens": len(prompt), "completion_tokens": len(ids), "total_tokens": len(prompt) + len(ids)}
         return JSONResponse(
@@ -88,7 +92,9 @@ def build_teacher_app(model_dir: Path, suites: list[Suite], served_name: str = "
         )  # fmt: skip
 
     async def models(request: Request) -> JSONResponse:
-        return JSONResponse({"object": "list", "data": [{"id": served_name, "object": "model", "owned_by": "rollwire"}]})
+        return JSONResponse(
+            {"object": "list", "data": [{"id": served_name, "object": "model", "owned_by": "rollwire"}]}
+        )
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
@@ -103,12 +109,14 @@ def build_teacher_app(model_dir: Path, suites: list[Suite], served_name: str = "
             Route("/v1/completions", completions, methods=["POST"]),
             Route("/v1/models", models, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
-        ]
+        ],
     )
 
 
 def _error(message: str, status: int) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "code": status}}, status_code=status)
+    return JSONResponse(
+        {"error": {"message": message, "type": "invalid_request_error", "code": status}}, status_code=status
+    )
 
 
 __all__ = ["END_OF_TURN", "ScriptedExpert", "build_teacher_app"]

@@ -1,0 +1,75 @@
+"""What the commands that run harnesses share: which stack to run against, and the adapter's options.
+
+``rollwire rollouts`` and ``rollwire run-harness`` both take ``--stack FILE`` (default: the file
+``rollwire up`` writes) or explicit URLs, and repeatable ``--option KEY=VALUE`` for the adapter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rollwire.errors import InvalidRequest
+from rollwire.settings import Settings
+
+
+def add_option_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--option", action="append", default=[], metavar="KEY=VALUE",
+        help="harness adapter option, repeatable (e.g. max_turns=2); VALUE is JSON when it parses, else a string",
+    )  # fmt: skip
+
+
+def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that say which stack a command runs against (read back by ``stack_from_args``)."""
+    where = parser.add_argument_group("which stack")
+    where.add_argument("--stack", type=Path, default=None, metavar="FILE", help="stack file (default: rollwire up's)")
+    where.add_argument("--proxy-url", default=None, help="proxy base URL (instead of a stack file)")
+    where.add_argument("--gateway-url", default=None, help="MCP gateway base URL (with --proxy-url)")
+    where.add_argument("--db", default=None, metavar="URL", help="store URL (with --proxy-url; default: home)")
+    where.add_argument("--state-dir", default=None, help="env servers' state folder (with --proxy-url; default: home)")
+
+
+def harness_options(pairs: list[str]) -> dict[str, Any]:
+    """``--option KEY=VALUE`` pairs as adapter keyword arguments."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise InvalidRequest(f"--option {pair!r} must look like KEY=VALUE")
+        try:
+            options[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key] = raw
+    return options
+
+
+def stack_from_args(args: argparse.Namespace, settings: Settings) -> Any:
+    """The StackInfo to run against: explicit URLs, else the stack file (``<home>/stack.json`` by default)."""
+    from rollwire.stack import StackInfo, stack_file
+
+    if args.proxy_url:
+        if not args.gateway_url:
+            raise InvalidRequest("--proxy-url needs --gateway-url too (the MCP gateway rollouts use)")
+        state = args.state_dir or settings.mcp.state_dir or str(settings.home / "mcp_state")
+        db = args.db or settings.store_url()
+        return StackInfo(args.proxy_url, args.gateway_url, "", None, "", db, state, "")
+    return StackInfo.load(args.stack or stack_file(settings.home))
+
+
+def with_served_model(harness: str, options: dict[str, Any], model: str) -> dict[str, Any]:
+    """Name the stack's served model to adapters that take a ``model`` option, unless the user named one."""
+    from rollwire.orchestrator.suite_run import build_adapter
+
+    if not model or "model" in options:
+        return options
+    try:
+        build_adapter(harness, {**options, "model": model})
+    except InvalidRequest:  # a plugin adapter without a model option: it keeps its own default
+        return options
+    return {**options, "model": model}
+
+
+__all__ = ["add_option_argument", "add_stack_arguments", "harness_options", "stack_from_args", "with_served_model"]
