@@ -4,12 +4,13 @@ object and its typed stream events (with ``sequence_number``) back out of a Gene
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 from rollwire.proxy.conversation import Conversation, Generation, Message, Sampling, StreamEvent, ToolCall
-from rollwire.proxy.dialects.fields import checked_schema, named_choice, number, openai_choice_mode, requested_model
+from rollwire.proxy.dialects.fields import named_choice, number, openai_choice_mode, requested_model
 from rollwire.proxy.dialects.responses_stream import ResponsesStream, message_item, reasoning_item
+from rollwire.proxy.dialects.responses_tools import flat_name, parse_tools
 from rollwire.proxy.dialects.streaming import render, rendered, replay
 
 from rollwire.errors import InvalidRequest, RollwireError
@@ -67,9 +68,13 @@ class _Items:
             else:
                 self.messages.append(Message(MESSAGE_ROLES[role], text))
         elif kind == "function_call":
-            name, call_id = item.get("name"), item.get("call_id")
+            name, call_id, namespace = item.get("name"), item.get("call_id"), item.get("namespace")
             if not isinstance(name, str) or not isinstance(call_id, str):
                 raise InvalidRequest(f"{where}: a function_call needs name and call_id", param=f"{where}.call_id")
+            if namespace is not None:
+                if not isinstance(namespace, str):
+                    raise InvalidRequest(f"{where}.namespace must be a string", param=f"{where}.namespace")
+                name = flat_name(namespace, name)
             args = item.get("arguments", "{}")
             self._assistant(calls=(ToolCall(call_id, name, args if isinstance(args, str) else json.dumps(args)),))
         elif kind == "function_call_output":
@@ -82,28 +87,6 @@ class _Items:
             self.reasoning = _text(parts, f"{where}.content") or None
         else:
             raise InvalidRequest(f"{where}.type {kind!r} is not supported by this proxy", param=f"{where}.type")
-
-
-def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise InvalidRequest("tools must be a list of function tools", param="tools")
-    out = []
-    for i, tool in enumerate(raw):
-        kind = tool.get("type") if isinstance(tool, dict) else None
-        if kind != "function":
-            raise InvalidRequest(
-                f"tools[{i}].type {kind!r} is not supported (only 'function')", param=f"tools[{i}].type"
-            )
-        name = tool.get("name")
-        params = checked_schema(
-            name, tool.get("parameters") or {"type": "object", "properties": {}},
-            f"tools[{i}].name", f"tools[{i}].parameters",
-        )  # fmt: skip
-        fn = {"name": name, "description": str(tool.get("description") or ""), "parameters": params}
-        out.append({"type": "function", "function": fn})
-    return tuple(out)
 
 
 def _tool_choice(raw: Any, tools: tuple[dict[str, Any], ...]) -> str:
@@ -135,7 +118,19 @@ def _ids(generation: Generation) -> tuple[str, str]:
 
 
 class ResponsesDialect:
+    """The module-level instance parses requests and reads stored answers back; ``for_request`` gives the one
+    that answers a request, bound to its namespaced tools so calls of them go out with namespace + name."""
+
     name = "responses"
+
+    def __init__(self, namespaced: Mapping[str, tuple[str, str]] | None = None) -> None:
+        self.namespaced = dict(namespaced or {})
+        """Flat tool name -> (namespace, tool name), from the request's ``namespace`` tools."""
+
+    def for_request(self, body: dict[str, Any]) -> ResponsesDialect:
+        """The dialect that answers ``body`` (already checked by ``parse_request``)."""
+        namespaced = parse_tools(body.get("tools")).namespaced
+        return ResponsesDialect(namespaced) if namespaced else self
 
     def parse_request(self, body: Any) -> Conversation:
         model = requested_model(body)
@@ -154,7 +149,7 @@ class ResponsesDialect:
                 items.add(item, f"input[{i}]")
         else:
             raise InvalidRequest("input must be a string or a non-empty list of items", param="input")
-        tools = _tools(body.get("tools"))
+        tools = parse_tools(body.get("tools")).functions
         sampling = Sampling(
             max_tokens=number(body, "max_output_tokens", int, 1, 1 << 30),
             temperature=number(body, "temperature", float, 0, 2),
@@ -180,16 +175,10 @@ class ResponsesDialect:
         if message.content or not message.tool_calls:
             out.append(message_item(suffix, message.content))
         for i, call in enumerate(message.tool_calls):
-            out.append(
-                {
-                    "type": "function_call",
-                    "id": f"fc_{suffix}_{i}",
-                    "call_id": call.id,
-                    "name": call.name,
-                    "arguments": call.arguments,
-                    "status": "completed",
-                }
-            )
+            item = {"type": "function_call", "id": f"fc_{suffix}_{i}", "call_id": call.id, "name": call.name}
+            if call.name in self.namespaced:
+                item["namespace"], item["name"] = self.namespaced[call.name]
+            out.append({**item, "arguments": call.arguments, "status": "completed"})
         return out
 
     def envelope(self, generation: Generation, status: str, output: list[dict[str, Any]]) -> dict[str, Any]:

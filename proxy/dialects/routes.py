@@ -71,7 +71,9 @@ def _generate_route(dialect: Any) -> Handler:
             expanded = await expand_previous(state.engine, caller.rollout_id, raw)
             raw, text = expanded, (text if expanded is raw else None)
         conv = _capped(dialect.parse_request(raw), state.settings.default_max_output_tokens)
-        return await answer_response(state, caller, conv, dialect, raw, text)
+        # the Responses answer gives calls of namespaced tools back with their namespace
+        answering = RESPONSES.for_request(raw) if dialect is RESPONSES else dialect
+        return await answer_response(state, caller, conv, answering, raw, text)
 
     return _rendered_errors(dialect, route)
 

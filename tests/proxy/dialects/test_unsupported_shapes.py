@@ -16,10 +16,21 @@ from rollwire.store import ModelCall, open_engine, session_scope
 from tests.proxy.dialects.conftest import Stack
 
 FN: Any = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}
-NAMESPACE: Any = {"type": "namespace", "name": "multi_agent_v1", "tools": [FN]}
+CUSTOM: Any = {
+    "type": "custom",
+    "name": "apply_patch",
+    "format": {"type": "grammar", "syntax": "lark", "definition": "x"},
+}
+NAMESPACE: Any = {"type": "namespace", "name": "multi_agent_v1", "description": "", "tools": [FN, CUSTOM]}
 RESPONSES_CASES: list[tuple[dict[str, Any], str]] = [
     ({"input": "hi", "tools": [FN, {"type": "web_search"}]}, "tools[1].type"),
-    ({"input": "hi", "tools": [FN, NAMESPACE]}, "tools[1].type"),
+    ({"input": "hi", "tools": [FN, CUSTOM]}, "tools[1].type"),
+    ({"input": "hi", "tools": [FN, NAMESPACE]}, "tools[1].tools[1].type"),
+    ({"input": "hi", "tools": [FN, {**NAMESPACE, "name": "", "tools": [FN]}]}, "tools[1].name"),
+    (
+        {"input": "hi", "tools": [{**FN, "name": "ns__f"}, {**NAMESPACE, "name": "ns", "tools": [FN]}]},
+        "tools[1].tools[0].name",
+    ),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0].content[0].type"),
     ({"input": [{"type": "local_shell_call", "call_id": "c"}]}, "input[0].type"),
     ({"input": "hi", "previous_response_id": "resp_1"}, "previous_response_id"),
