@@ -108,7 +108,10 @@ class LiveGeneration:
                     yield event
         except RollwireError as exc:
             failure = exc
-        finally:
+        except Exception as exc:  # a bug: still record what was sampled, as an error, then let it surface
+            failure = RollwireError(f"internal error: {exc.__class__.__name__}")
+            raise
+        finally:  # also on cancellation (client left): nothing below may be interrupted
             with anyio.CancelScope(shield=True):
                 self.response.close()  # mid-answer: drops the connection, so the engine stops
                 if not self.recorded:
