@@ -4,13 +4,12 @@ Codex reads its configuration from ``$CODEX_HOME/config.toml``; the adapter poin
 folder inside the workspace (a relative path, resolved against the workspace, which every runtime makes
 the working directory), so nothing is read from or written to a developer's ``~/.codex``. The config
 names one model provider (the rollout's base URL, Responses wire API, the token taken from an
-environment variable) and, with ``mcp=True``, one MCP server (the rollout's gateway URL over streamable
-HTTP, its tools approved up front, since nobody is there to approve them).
+environment variable) and one MCP server (the rollout's gateway URL over streamable HTTP, its tools
+approved up front, since nobody is there to approve them; ``mcp=False`` leaves Codex its own tools only).
 
-``mcp`` is off by default: Codex (0.144 and later) sends an MCP server's tools as one Responses tool of
-type ``namespace`` (``{"type": "namespace", "name": "mcp__rollwire", "tools": [functions...]}``), which
-the proxy refuses with a 400 naming ``tools[i].type``, so every model call of such a rollout would fail.
-Without it Codex still runs, with its own tools only.
+Codex (0.144 and later) sends an MCP server's tools as one Responses tool of type ``namespace``
+(``{"type": "namespace", "name": "mcp__rollwire", "tools": [functions...]}``); the proxy shows the model
+each of them as one ``mcp__rollwire__<tool>`` function and answers its calls with ``namespace`` + ``name``.
 
 Where results land: the last agent message in ``final_answer.txt`` (``--output-last-message``); Codex's
 session transcript under ``.codex/sessions/``; its stdout/stderr in the runtime's log.
@@ -42,7 +41,7 @@ def codex_config(
     *,
     model: str,
     sandbox: str,
-    mcp: bool = False,
+    mcp: bool = True,
     mcp_startup_timeout_s: float = 20.0,
     tool_timeout_s: float = 60.0,
 ) -> str:
@@ -67,7 +66,7 @@ stream_max_retries = 0
 enabled = false
 
 [agents]
-enabled = false                      # sub-agent tools come as a 'namespace' tool, which the proxy refuses
+enabled = false                      # one rollout is one agent: no sub-agents
 """
     if mcp:
         config += f"""
@@ -92,7 +91,7 @@ class CodexAdapter:
         sandbox: str = "read-only",
         command: str = "codex",
         extra_args: Sequence[str] = (),
-        mcp: bool = False,
+        mcp: bool = True,
         mcp_startup_timeout_s: float = 20.0,
         tool_timeout_s: float = 60.0,
     ) -> None:

@@ -94,13 +94,13 @@ def test_every_builtin_adapter_keeps_its_config_inside_the_workspace() -> None:
 
 
 def test_codex_config_points_at_the_rollout() -> None:
-    launch = get_adapter("codex", mcp=True).launch(CTX)
+    launch = get_adapter("codex").launch(CTX)
     assert launch.env["CODEX_HOME"] == ".codex" and launch.env["ROLLWIRE_TOKEN"] == "tok"
     config = tomllib.loads(launch.files[".codex/config.toml"])
     provider = config["model_providers"][config["model_provider"]]
     assert (provider["base_url"], provider["wire_api"], provider["env_key"]) == (CTX.base_url, "responses", "ROLLWIRE_TOKEN")
     assert config["mcp_servers"]["rollwire"]["url"] == CTX.mcp_url and config["approval_policy"] == "never"
-    assert "mcp_servers" not in tomllib.loads(get_adapter("codex").launch(CTX).files[".codex/config.toml"])
+    assert "mcp_servers" not in tomllib.loads(get_adapter("codex", mcp=False).launch(CTX).files[".codex/config.toml"])
     assert launch.argv[launch.argv.index("--output-last-message") + 1] == launch.final_answer_path
 
 

@@ -43,11 +43,16 @@ def test_codex_runs_a_task(engine_stack: StackInfo, tmp_path: Path) -> None:
 
 
 @needs_binary("codex", "@openai/codex")
-@pytest.mark.xfail(reason="the proxy refuses Codex's MCP tools, sent as one Responses tool of type 'namespace'")
 def test_codex_with_the_gateway_as_mcp_server(engine_stack: StackInfo, tmp_path: Path) -> None:
-    row = run_one_task(engine_stack, "codex", tmp_path, deadline_s=DEADLINE_S, mcp=True)
+    """The default config has the gateway: Codex lists the task's tools there and sends them to the proxy as
+    one ``namespace`` tool, which every model call of the rollout accepts."""
+    row = run_one_task(engine_stack, "codex", tmp_path, deadline_s=DEADLINE_S)
     assert "tools[" not in (row.log_tail or ""), row.log_tail
     _ended_by_itself(row, engine_stack)
+    for call in model_calls(engine_stack, row.id):
+        tools = json.loads(call.request_json)["tools"]
+        namespaces = {t["name"]: [f["name"] for f in t["tools"]] for t in tools if t["type"] == "namespace"}
+        assert namespaces.get("mcp__rollwire") == ["write_file"], namespaces  # the tiny suite shows only write_file
 
 
 @needs_binary("claude", "@anthropic-ai/claude-code")
