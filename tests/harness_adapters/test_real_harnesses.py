@@ -13,8 +13,16 @@ from pathlib import Path
 import pytest
 from tests.harness_adapters.conftest import model_calls, needs_binary, needs_module, run_one_task, workspace_of
 
-from rollwire.stack import StackInfo
+from rollwire.demo.teacher import build_teacher_app
+from rollwire.mcp_servers.tasks.loader import load_suite
+from rollwire.reconstruct import reconstruct
+from rollwire.serving import ServerThread
+from rollwire.settings import Settings
+from rollwire.stack import LocalStack, StackInfo
+from rollwire.store import decode_ids
+from rollwire.store.db import open_engine
 from rollwire.store.schema import Rollout
+from tests.proxy.engine_tap import EngineTap
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_harness]
 DEADLINE_S = 90.0
@@ -34,7 +42,7 @@ def _written_since(folder: Path, since: float) -> list[Path]:
 @needs_binary("codex", "@openai/codex")
 def test_codex_runs_a_task(engine_stack: StackInfo, tmp_path: Path) -> None:
     started = time.time()
-    row = run_one_task(engine_stack, "codex", tmp_path, deadline_s=DEADLINE_S)
+    row = run_one_task(engine_stack, "codex", tmp_path, deadline_s=DEADLINE_S, mcp=False)  # its own tools only
     _ended_by_itself(row, engine_stack)
     home = workspace_of(tmp_path, row.id) / ".codex"
     assert (home / "config.toml").is_file()
@@ -53,6 +61,41 @@ def test_codex_with_the_gateway_as_mcp_server(engine_stack: StackInfo, tmp_path:
         tools = json.loads(call.request_json)["tools"]
         namespaces = {t["name"]: [f["name"] for f in t["tools"]] for t in tools if t["type"] == "namespace"}
         assert namespaces.get("mcp__rollwire") == ["write_file"], namespaces  # the tiny suite shows only write_file
+
+
+@needs_binary("codex", "@openai/codex")
+def test_codex_solves_a_task_through_the_gateway(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A scripted policy calls the gateway's tool by the flat name the template shows: Codex gets the call back
+    with its namespace, runs it on the MCP server, carries it back in its history, and that call splices onto
+    the exact ids of the first (one segment); the checker sees the file written."""
+    # the teacher names a tool it cannot find in the prompt <server>__<tool>: here the namespace Codex gives it
+    suite = load_suite("tiny")
+    task = next(t for t in suite.tasks if t.id == "write-cat")
+    steps = [s.model_copy(update={"server": "mcp__rollwire"}) for s in task.reference_solution]
+    script = suite.model_copy(update={"tasks": [task.model_copy(update={"reference_solution": steps})]})
+    tap = EngineTap(build_teacher_app(tiny_model_dir, [script], served_name="scripted-policy"))
+    with ServerThread(tap) as upstream:
+        stack = LocalStack(
+            Settings(), upstream=upstream.url, db_url=f"sqlite:///{tmp_path / 'store.db'}",
+            state_dir=tmp_path / "state", log_dir=tmp_path / "logs",
+        )  # fmt: skip
+        with stack as info:
+            row = run_one_task(info, "codex", tmp_path / "ws", deadline_s=DEADLINE_S, model=info.model)
+    assert row.status == "finished" and row.exit_code == 0, (row.error, row.log_tail)
+    assert row.reward == 1.0, (row.reward_breakdown, row.log_tail)
+    calls = model_calls(info, row.id)
+    first = json.loads(calls[0].response_json)["output"]
+    assert [(i.get("namespace"), i["name"]) for i in first if i["type"] == "function_call"] == [
+        ("mcp__rollwire", "write_file")
+    ]
+    assert any(i.get("namespace") == "mcp__rollwire" for i in json.loads(calls[1].request_json)["input"])
+    trajectory = reconstruct(open_engine(info.db_url), row.id)
+    assert len(tap.calls) == len(calls) >= 2
+    assert [len(s.call_ids) for s in trajectory.segments] == [len(calls)]  # every call extends the one before
+    (segment,) = trajectory.segments
+    for request, _ in tap.calls:  # what the upstream was really sent, in order, inside the one segment
+        assert segment.token_ids[: len(request["prompt"])] == request["prompt"]
+    assert sum(segment.loss_mask) == sum(len(decode_ids(c.completion_ids)) for c in calls)  # mask 1: sampled only
 
 
 @needs_binary("claude", "@anthropic-ai/claude-code")
