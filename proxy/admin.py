@@ -148,9 +148,7 @@ async def rollouts_route(request: Request) -> Response:
     body = await _json(request)
     base = str(request.base_url)
     gateway = state.settings.gateway_url
-    out = await anyio.to_thread.run_sync(
-        create_rollouts, state.engine, request.path_params["run"], body, base, gateway
-    )
+    out = await anyio.to_thread.run_sync(create_rollouts, state.engine, request.path_params["run"], body, base, gateway)
     return JSONResponse(out, status_code=201)
 
 
