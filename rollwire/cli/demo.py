@@ -66,6 +66,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"task groups per GRPO step, 0: all (default {d.groups_per_step})",
     )
     add(
+        "--aggregation",
+        default=d.aggregation,
+        choices=["sequence-mean", "token-mean"],
+        help=f"GRPO loss aggregation (default {d.aggregation})",
+    )
+    add(
+        "--keep-sft-optimizer",
+        dest="fresh_optimizer",
+        action="store_false",
+        help="continue SFT's AdamW into GRPO (default: a fresh one)",
+    )
+    add(
         "--eval-group",
         type=int,
         default=d.eval_group,

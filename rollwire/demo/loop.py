@@ -40,6 +40,10 @@ class DemoConfig:
     grpo_lr: float = 1e-3
     grpo_epochs: int = 1
     groups_per_step: int = 4
+    aggregation: str = "sequence-mean"
+    """GRPO loss aggregation: sequence-mean (each rollout counts once) or token-mean."""
+    fresh_optimizer: bool = True
+    """Start GRPO with a new AdamW instead of the SFT one (whose moments would shrink GRPO's steps)."""
     """Task groups per GRPO optimizer step (0: the whole iteration in one step)."""
     eval_group: int = 8
     train_tasks: int = 0
@@ -76,6 +80,8 @@ class DemoConfig:
                 raise InvalidRequest(f"--{name.replace('_', '-')} must be at least 1", param=name)
         if self.group_size < 2:
             raise InvalidRequest("--group-size must be at least 2: GRPO compares rollouts within a group")
+        if self.aggregation not in ("sequence-mean", "token-mean"):
+            raise InvalidRequest("--aggregation must be sequence-mean or token-mean", param="aggregation")
         if self.upstream and not self.model:
             raise InvalidRequest("--upstream needs --model: the local folder of the served model (tokenizer, weights)")
 
@@ -167,7 +173,8 @@ class Demo:
             result.before = self._rollouts(
                 info, "eval before RL", "held_out", config.eval_group, learner.version, "eval"
             )
-            learner.set_lr(config.grpo_lr)
+            learner.set_lr(config.grpo_lr, fresh=config.fresh_optimizer)
+            learner.settings = learner.settings.model_copy(update={"aggregation": config.aggregation})
             for k in range(1, config.iterations + 1):
                 stack.check_alive()
                 tasks = self._task_ids("train", config.tasks_per_iteration, k - 1)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import torch
 
 from rollwire.settings import TrainerSettings
 from rollwire.trainer.batching import GroupBuffer
@@ -69,7 +70,12 @@ class Learner:
     def version(self) -> int:
         return self.session.state.policy_version
 
-    def set_lr(self, lr: float) -> None:
+    def set_lr(self, lr: float, *, fresh: bool = False) -> None:
+        """The learning rate from now on; ``fresh`` also starts a new AdamW (no moments carried over from SFT)."""
+        if fresh:
+            self.session.optimizer = torch.optim.AdamW(
+                self.session.model.parameters(), lr=lr, weight_decay=self.settings.weight_decay
+            )
         for group in self.session.optimizer.param_groups:
             group["lr"] = lr
 
