@@ -40,6 +40,7 @@ def reward_curve(result: DemoResult, path: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.ticker
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
@@ -50,6 +51,7 @@ def reward_curve(result: DemoResult, path: Path) -> Path:
             ax.scatter(
                 [x], [phase.mean], color=color, s=60, zorder=3, label=f"held-out, {phase.name} ({phase.mean:.2f})"
             )
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_xlabel("GRPO iteration (0: after SFT, before RL)")
     ax.set_ylabel("mean reward")
     ax.set_ylim(-0.02, 1.02)
@@ -93,6 +95,10 @@ def _trajectory_html(db_url: str, run_id: str, model_dir: Path | None, limit: in
     return "\n".join(parts)
 
 
+def _mean(phase: PhaseResult | None) -> str:
+    return f"{phase.mean:.3f} over {len(phase.rewards)} rollouts" if phase else "-"
+
+
 def write_report(result: DemoResult, model_dir: Path | None) -> dict[str, Path]:
     out = result.out_dir
     numbers = summary(result)
@@ -116,8 +122,7 @@ def write_report(result: DemoResult, model_dir: Path | None) -> dict[str, Path]:
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}}
 pre.tokens{{white-space:pre-wrap;background:#f6f6f6;padding:8px;font-size:12px}}mark{{background:#ffe08a}}</style></head><body>
 <h1>rollwire demo</h1>
-<p>Held-out mean reward went from <b>{numbers["before_rl"]["mean_reward"] if numbers["before_rl"] else "-"}</b> (SFT only) to
-<b>{numbers["after_rl"]["mean_reward"] if numbers["after_rl"] else "-"}</b> after {len(result.iterations)} GRPO iterations
+<p>Held-out mean reward went from <b>{_mean(result.before)}</b> (SFT only) to <b>{_mean(result.after)}</b> after {len(result.iterations)} GRPO iterations
 (gain <b>{numbers["gain"]:+.3f}</b>), in {numbers["seconds"]:.0f} s. Store: <code>{html.escape(result.stack.db_url)}</code></p>
 <h2>Before and after RL</h2><table><tr><th>phase</th><th>rollouts</th><th>failed</th><th>mean reward</th><th>policy version</th><th>run</th></tr>{rows}</table>
 <h2>Reward curve</h2><img src="{png.name}" alt="reward curve">
