@@ -34,12 +34,12 @@ class DemoConfig:
     iterations: int = 30
     group_size: int = 8
     teacher_group: int = 1
-    sft_epochs: int = 45
+    sft_epochs: int = 38
     sft_batch: int = 8
     sft_lr: float = 3e-3
     grpo_lr: float = 1e-3
-    grpo_epochs: int = 1
-    groups_per_step: int = 4
+    grpo_epochs: int = 4
+    groups_per_step: int = 0
     aggregation: str = "sequence-mean"
     """GRPO loss aggregation: sequence-mean (each rollout counts once) or token-mean."""
     fresh_optimizer: bool = True
