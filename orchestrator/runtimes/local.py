@@ -85,7 +85,7 @@ class LocalRuntime:
         answer_path = workspace / job.launch.final_answer_path
         self._procs[job.rollout_id] = _Proc(process, folder, answer_path)
         pooled = " (warm pool)" if isinstance(process, PooledProcess) else ""
-        logger.info("rollout started as pid %s%s", process.pid, pooled, extra={"rollout_id": job.rollout_id})
+        logger.debug("rollout started as pid %s%s", process.pid, pooled, extra={"rollout_id": job.rollout_id})
         return Handle(job.rollout_id, str(process.pid))
 
     async def _spawn(

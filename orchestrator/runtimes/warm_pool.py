@@ -119,7 +119,7 @@ class WarmPool:
             raise PoolUnavailable(self._unavailable or "")
         assert self._group is not None
         self._group.start_soon(self._read)
-        logger.info("warm pool ready (pid %s, preloaded %s)", self._process.pid, ", ".join(self._preload) or "nothing")
+        logger.debug("warm pool ready (pid %s, preloaded %s)", self._process.pid, ", ".join(self._preload) or "nothing")
 
     async def _request(self, request: dict[str, Any]) -> dict[str, Any]:
         assert self._process is not None and self._process.stdin is not None

@@ -20,7 +20,7 @@ from rollwire.store.db import open_engine
 
 @pytest.mark.slow
 def test_reference_harness_two_tasks_group_of_two(tmp_path: Path, tiny_model_dir: Path, caplog) -> None:
-    caplog.set_level(logging.INFO, logger="rollwire.orchestrator.runtimes.local")
+    caplog.set_level(logging.DEBUG, logger="rollwire.orchestrator.runtimes.local")
     seen: list[int] = []
     with live_stack(tmp_path, tiny_model_dir) as stack:
         result = anyio.run(
