@@ -15,6 +15,7 @@ another harness with --harness, or Kubernetes with --runtime kubernetes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from pathlib import Path
 
@@ -23,109 +24,57 @@ from rollwire.settings import Settings
 HELP = "run the main job: teacher SFT, then GRPO through the real local stack, evaluation and a report"
 
 
+RECIPE_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
+    "suite": ((), "task suite: a shipped name or a JSON file"),
+    "harness": ((), "harness adapter by name (see `rollwire run-harness --help`)"),
+    "runtime": ((), "where rollouts run: local or kubernetes"),
+    "iterations": (("-K",), "GRPO iterations"),
+    "group_size": (("-G",), "rollouts per train task per iteration"),
+    "teacher_group": ((), "teacher rollouts per train task"),
+    "teacher_tasks": ((), "the teacher solves the first N train tasks, 0: all"),
+    "sft_epochs": ((), "passes over the teacher data"),
+    "sft_batch": ((), "trajectories per SFT step"),
+    "sft_lr": ((), "SFT learning rate"),
+    "grpo_lr": ((), "GRPO learning rate"),
+    "grpo_epochs": ((), "clipped passes over each iteration's batch"),
+    "groups_per_step": ((), "task groups per GRPO step, 0: all"),
+    "aggregation": ((), "GRPO loss aggregation: sequence-mean or token-mean"),
+    "tasks_per_iteration": ((), "train tasks per GRPO iteration, in turn, 0: all"),
+    "train_tasks": ((), "use only the first N train tasks, 0: all"),
+    "eval_group": ((), "rollouts per held-out task, before and after RL"),
+    "eval_tasks": ((), "evaluate on only the first N held-out tasks, 0: all"),
+    "temperature": ((), "sampling temperature, training and evaluation"),
+    "max_tokens": ((), "most tokens per model call"),
+    "max_turns": ((), "most model calls per rollout"),
+    "concurrency": ((), "rollouts running at once"),
+    "seed": ((), "trainer seed"),
+}
+"""DemoConfig field -> (short flags, help); each becomes ``--field-name`` with the field's type and default."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from rollwire.demo.loop import DemoConfig
 
-    d = DemoConfig()
-    add = parser.add_argument
-    add("--suite", default=d.suite, help=f"task suite: a shipped name or a JSON file (default {d.suite})")
-    add(
-        "--harness",
-        default=d.harness,
-        help=f"harness adapter by name (default {d.harness}; see `rollwire run-harness --help`)",
-    )
-    add("--runtime", default=d.runtime, choices=["local", "kubernetes"], help="where rollouts run (default local)")
-    add("--iterations", "-K", type=int, default=d.iterations, help=f"GRPO iterations (default {d.iterations})")
-    add(
-        "--group-size",
-        "-G",
-        type=int,
-        default=d.group_size,
-        help=f"rollouts per train task per iteration (default {d.group_size})",
-    )
-    add(
-        "--teacher-group",
-        type=int,
-        default=d.teacher_group,
-        help=f"teacher rollouts per train task (default {d.teacher_group})",
-    )
-    add("--sft-epochs", type=int, default=d.sft_epochs, help=f"passes over the teacher data (default {d.sft_epochs})")
-    add("--sft-batch", type=int, default=d.sft_batch, help=f"trajectories per SFT step (default {d.sft_batch})")
-    add("--sft-lr", type=float, default=d.sft_lr, help=f"SFT learning rate (default {d.sft_lr})")
-    add("--grpo-lr", type=float, default=d.grpo_lr, help=f"GRPO learning rate (default {d.grpo_lr})")
-    add(
-        "--grpo-epochs",
-        type=int,
-        default=d.grpo_epochs,
-        help=f"clipped steps per GRPO iteration (default {d.grpo_epochs})",
-    )
-    add(
-        "--groups-per-step",
-        type=int,
-        default=d.groups_per_step,
-        help=f"task groups per GRPO step, 0: all (default {d.groups_per_step})",
-    )
-    add(
-        "--aggregation",
-        default=d.aggregation,
-        choices=["sequence-mean", "token-mean"],
-        help=f"GRPO loss aggregation (default {d.aggregation})",
-    )
-    add(
-        "--keep-sft-optimizer",
-        dest="fresh_optimizer",
-        action="store_false",
+    defaults = DemoConfig()
+    for name, (short, text) in RECIPE_FLAGS.items():
+        value = getattr(defaults, name)
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, *short, type=type(value), default=value, help=f"{text} (default {value})")
+    parser.add_argument(
+        "--keep-sft-optimizer", dest="fresh_optimizer", action="store_false",
         help="continue SFT's AdamW into GRPO (default: a fresh one)",
-    )
-    add(
-        "--eval-group",
-        type=int,
-        default=d.eval_group,
-        help=f"rollouts per held-out task, before and after (default {d.eval_group})",
-    )
-    add("--train-tasks", type=int, default=d.train_tasks, help="use only the first N train tasks (default 0: all)")
-    add(
-        "--teacher-tasks",
-        type=int,
-        default=d.teacher_tasks,
-        help=f"the teacher solves the first N train tasks, 0: all (default {d.teacher_tasks})",
-    )
-    add(
-        "--tasks-per-iteration",
-        type=int,
-        default=d.tasks_per_iteration,
-        help=f"train tasks per GRPO iteration, in turn, 0: all (default {d.tasks_per_iteration})",
-    )
-    add(
-        "--eval-tasks",
-        type=int,
-        default=d.eval_tasks,
-        help="evaluate on only the first N held-out tasks (default 0: all)",
-    )
-    add(
-        "--temperature",
-        type=float,
-        default=d.temperature,
-        help=f"sampling temperature, training and eval (default {d.temperature})",
-    )
-    add("--max-tokens", type=int, default=d.max_tokens, help=f"most tokens per model call (default {d.max_tokens})")
-    add("--max-turns", type=int, default=d.max_turns, help=f"most model calls per rollout (default {d.max_turns})")
-    add("--concurrency", type=int, default=d.concurrency, help=f"rollouts running at once (default {d.concurrency})")
-    add("--seed", type=int, default=d.seed, help=f"trainer seed (default {d.seed})")
-    add("--upstream", default=None, metavar="URL", help="a running vLLM server to use instead of the bundled engine")
-    add("--model", default=None, metavar="FOLDER", help="local HF folder of the model (needed with --upstream)")
-    add(
-        "--out",
-        default=None,
-        metavar="DIR",
-        help="folder for the store, checkpoints, logs and report (default <home>/demo/<time>)",
+    )  # fmt: skip
+    parser.add_argument("--upstream", metavar="URL", help="a running vLLM server to use instead of the bundled engine")
+    parser.add_argument("--model", metavar="FOLDER", help="local HF folder of the model (needed with --upstream)")
+    parser.add_argument(
+        "--out", metavar="DIR", help="folder for the store, checkpoints, logs and report (default <home>/demo/<time>)"
     )
 
 
 def _config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from rollwire.demo.loop import DemoConfig
 
-    names = [f.name for f in __import__("dataclasses").fields(DemoConfig)]
+    names = [f.name for f in dataclasses.fields(DemoConfig)]
     return DemoConfig(**{n: getattr(args, n) for n in names if getattr(args, n, None) is not None})
 
 

@@ -80,6 +80,8 @@ class DemoConfig:
                 raise InvalidRequest(f"--{name.replace('_', '-')} must be at least 1", param=name)
         if self.group_size < 2:
             raise InvalidRequest("--group-size must be at least 2: GRPO compares rollouts within a group")
+        if self.runtime not in ("local", "kubernetes"):
+            raise InvalidRequest("--runtime must be local or kubernetes", param="runtime")
         if self.aggregation not in ("sequence-mean", "token-mean"):
             raise InvalidRequest("--aggregation must be sequence-mean or token-mean", param="aggregation")
         if self.upstream and not self.model:

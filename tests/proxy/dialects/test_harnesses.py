@@ -10,20 +10,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from rollwire.harness_adapters.claude_code import QUIET_ENV  # the same quiet environment the adapter sets
 
 from tests.proxy.dialects.conftest import Stack
 
 pytestmark = pytest.mark.needs_harness
 TIMEOUT_S = 240
-QUIET_ENV = {
-    # no update checks, telemetry, error reports or side calls: only the proxy is reachable
-    "DISABLE_AUTOUPDATER": "1",
-    "DISABLE_TELEMETRY": "1",
-    "DISABLE_ERROR_REPORTING": "1",
-    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    "DISABLE_NON_ESSENTIAL_MODEL_CALLS": "1",
-    "NO_COLOR": "1",
-}
 
 
 def _needs(name: str, package: str) -> pytest.MarkDecorator:
