@@ -39,6 +39,7 @@ class EngineTap:
             await self.app(scope, receive, send)
             return
         request, response = bytearray(), bytearray()
+        recorded = False
 
         async def tap_receive() -> Any:
             message = await receive()
@@ -46,12 +47,17 @@ class EngineTap:
             return message
 
         async def tap_send(message: Any) -> None:
-            if message["type"] == "http.response.body":
+            nonlocal recorded
+            if message["type"] == "http.response.body" and not recorded:
                 response.extend(message.get("body", b""))
-                if not message.get("more_body"):
-                    body = json.loads(request)
+                body = json.loads(request)
+                # A stream is complete at its [DONE] line: record it before that line leaves, because the proxy
+                # answers its client on [DONE] without waiting for the engine's closing empty message.
+                done = b"data: [DONE]" in response if body.get("stream") else False
+                if done or not message.get("more_body"):
                     answer = fold_stream(response.decode()) if body.get("stream") else json.loads(response)
                     self.calls.append((body, answer))
+                    recorded = True
             await send(message)
 
         await self.app(scope, tap_receive, tap_send)
