@@ -40,8 +40,8 @@ def reward_curve(result: DemoResult, path: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.ticker
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     xs = list(range(1, len(result.iterations) + 1))
