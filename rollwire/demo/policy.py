@@ -9,7 +9,7 @@ trajectory stream.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,17 +89,7 @@ class Learner:
             rng.shuffle(order)
             for start in range(0, len(order), batch_size):
                 batch = order[start : start + batch_size]
-                history.append(
-                    sft_step(
-                        self.session.model,
-                        self.session.optimizer,
-                        batch,
-                        config,
-                        ctx=self.ctx,
-                        pad_id=self.session.pad_id,
-                    )
-                )
-                self.session.state.step += 1
+                history.append(self._step(sft_step, batch, config))
         self._push([t.rollout_id for t in order])
         return history
 
@@ -117,19 +107,17 @@ class Learner:
         for _ in range(epochs):
             for start in range(0, len(groups), chunk):
                 batch = prepare_grpo(groups[start : start + chunk], config, self.version)
-                history.append(
-                    grpo_step(
-                        self.session.model,
-                        self.session.optimizer,
-                        batch,
-                        config,
-                        ctx=self.ctx,
-                        pad_id=self.session.pad_id,
-                    )
-                )
-                self.session.state.step += 1
+                history.append(self._step(grpo_step, batch, config))
         self._push([t.rollout_id for group in groups for t in group])
         return history
+
+    def _step(self, step: Callable[..., dict[str, Any]], batch: Any, config: Any) -> dict[str, Any]:
+        """One optimizer step of the trainer's own ``sft_step`` / ``grpo_step``, counted in the state."""
+        metrics = step(
+            self.session.model, self.session.optimizer, batch, config, ctx=self.ctx, pad_id=self.session.pad_id
+        )
+        self.session.state.step += 1
+        return metrics
 
     def _push(self, rollout_ids: list[str]) -> None:
         self.session.state.policy_version += 1
