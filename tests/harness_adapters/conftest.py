@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from importlib.util import find_spec
 from pathlib import Path
@@ -23,9 +24,12 @@ from typing import Any
 import anyio
 import pytest
 
+from rollwire.demo.teacher import build_teacher_app
 from rollwire.harness_adapters.mini_swe_runner import PYTHON_ENV as MINI_SWE_PYTHON_ENV
+from rollwire.mcp_servers.tasks.schema import Suite
 from rollwire.orchestrator.suite_run import run_suite
 from rollwire.reconstruct import load_calls
+from rollwire.serving import ServerThread
 from rollwire.settings import OrchestratorSettings, Settings
 from rollwire.stack import LocalStack, StackInfo
 from rollwire.store.db import open_engine
@@ -123,3 +127,19 @@ def model_calls(stack: StackInfo, rollout_id: str) -> list[ModelCall]:
 def workspace_of(workspaces: Path, rollout_id: str) -> Path:
     """The local runtime's workspace folder of one rollout."""
     return workspaces / f"rollwire-{rollout_id}" / "workspace"
+
+
+@contextmanager
+def scripted_policy_stack(model_dir: Path, folder: Path, suites: list[Suite]) -> Iterator[tuple[Any, StackInfo]]:
+    """A local stack whose upstream is the demo's scripted teacher (playing ``suites``' reference solutions)
+    behind an EngineTap, so a test sees exactly what the upstream was sent and returned."""
+    from tests.proxy.engine_tap import EngineTap
+
+    tap = EngineTap(build_teacher_app(model_dir, suites, served_name="scripted-policy"))
+    with ServerThread(tap) as upstream:
+        stack = LocalStack(
+            Settings(), upstream=upstream.url, db_url=f"sqlite:///{folder / 'store.db'}",
+            state_dir=folder / "state", log_dir=folder / "logs",
+        )  # fmt: skip
+        with stack as info:
+            yield tap, info

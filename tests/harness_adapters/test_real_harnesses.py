@@ -11,18 +11,21 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.harness_adapters.conftest import model_calls, needs_binary, needs_module, run_one_task, workspace_of
+from tests.harness_adapters.conftest import (
+    model_calls,
+    needs_binary,
+    needs_module,
+    run_one_task,
+    scripted_policy_stack,
+    workspace_of,
+)
 
-from rollwire.demo.teacher import build_teacher_app
 from rollwire.mcp_servers.tasks.loader import load_suite
 from rollwire.reconstruct import reconstruct
-from rollwire.serving import ServerThread
-from rollwire.settings import Settings
-from rollwire.stack import LocalStack, StackInfo
+from rollwire.stack import StackInfo
 from rollwire.store import decode_ids
 from rollwire.store.db import open_engine
 from rollwire.store.schema import Rollout
-from tests.proxy.engine_tap import EngineTap
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_harness]
 DEADLINE_S = 90.0
@@ -73,14 +76,8 @@ def test_codex_solves_a_task_through_the_gateway(tiny_model_dir: Path, tmp_path:
     task = next(t for t in suite.tasks if t.id == "write-cat")
     steps = [s.model_copy(update={"server": "mcp__rollwire"}) for s in task.reference_solution]
     script = suite.model_copy(update={"tasks": [task.model_copy(update={"reference_solution": steps})]})
-    tap = EngineTap(build_teacher_app(tiny_model_dir, [script], served_name="scripted-policy"))
-    with ServerThread(tap) as upstream:
-        stack = LocalStack(
-            Settings(), upstream=upstream.url, db_url=f"sqlite:///{tmp_path / 'store.db'}",
-            state_dir=tmp_path / "state", log_dir=tmp_path / "logs",
-        )  # fmt: skip
-        with stack as info:
-            row = run_one_task(info, "codex", tmp_path / "ws", deadline_s=DEADLINE_S, model=info.model)
+    with scripted_policy_stack(tiny_model_dir, tmp_path, [script]) as (tap, info):
+        row = run_one_task(info, "codex", tmp_path / "ws", deadline_s=DEADLINE_S, model=info.model)
     assert row.status == "finished" and row.exit_code == 0, (row.error, row.log_tail)
     assert row.reward == 1.0, (row.reward_breakdown, row.log_tail)
     calls = model_calls(info, row.id)

@@ -10,31 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from rollwire.demo.teacher import build_teacher_app
 from rollwire.mcp_servers.tasks.loader import load_suite
 from rollwire.reconstruct import reconstruct
-from rollwire.serving import ServerThread
-from rollwire.settings import Settings
-from rollwire.stack import LocalStack
 from rollwire.store.db import open_engine
-from tests.harness_adapters.conftest import run_one_task
-from tests.proxy.engine_tap import EngineTap
+from tests.harness_adapters.conftest import run_one_task, scripted_policy_stack
 
 pytestmark = pytest.mark.slow
 
 
 def test_reference_agent_solves_a_task_through_the_proxy(tiny_model_dir: Path, tmp_path: Path) -> None:
-    tap = EngineTap(build_teacher_app(tiny_model_dir, [load_suite("tiny")], served_name="scripted-policy"))
-    with ServerThread(tap) as upstream:
-        stack = LocalStack(
-            Settings(), upstream=upstream.url, db_url=f"sqlite:///{tmp_path / 'store.db'}",
-            state_dir=tmp_path / "state", log_dir=tmp_path / "logs",
+    with scripted_policy_stack(tiny_model_dir, tmp_path, [load_suite("tiny")]) as (tap, info):
+        row = run_one_task(
+            info, "reference", tmp_path / "ws", deadline_s=60, task="write-dog",
+            model=info.model, max_turns=4, max_tokens=128, temperature=0.0,
         )  # fmt: skip
-        with stack as info:
-            row = run_one_task(
-                info, "reference", tmp_path / "ws", deadline_s=60, task="write-dog",
-                model=info.model, max_turns=4, max_tokens=128, temperature=0.0,
-            )  # fmt: skip
     assert info.model == "scripted-policy"
     assert row.status == "finished" and row.exit_code == 0, (row.error, row.log_tail)
     assert row.reward == 1.0, row.reward_breakdown
