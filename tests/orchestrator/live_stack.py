@@ -6,9 +6,10 @@ them over loopback exactly as they would to ``rollwire up``'s processes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -21,7 +22,10 @@ OPERATOR_KEY = "orchestrator-test-key"
 
 
 @contextmanager
-def live_stack(folder: Path, tiny_model_dir: Path) -> Iterator[StackInfo]:
+def live_stack(
+    folder: Path, tiny_model_dir: Path, wrap_proxy: Callable[[Any], Any] | None = None
+) -> Iterator[StackInfo]:
+    """``wrap_proxy`` wraps the proxy's ASGI app (a test's gate in front of it)."""
     from rollwire.engine import create_app as create_engine
     from rollwire.mcp_servers.envs.app import SERVERS, build_app, runtime
     from rollwire.mcp_servers.gateway.server import build_gateway_app
@@ -39,5 +43,6 @@ def live_stack(folder: Path, tiny_model_dir: Path) -> Iterator[StackInfo]:
         settings = ProxySettings(
             upstream=engine.url, model=str(tiny_model_dir), gateway_url=gateway.url, model_aliases={"*": model}
         )
-        proxy = stack.enter_context(ServerThread(create_proxy(settings, db_url, folder, operator_key=OPERATOR_KEY)))
+        proxy_app = create_proxy(settings, db_url, folder, operator_key=OPERATOR_KEY)
+        proxy = stack.enter_context(ServerThread(wrap_proxy(proxy_app) if wrap_proxy else proxy_app))
         yield StackInfo(proxy.url, gateway.url, envs.url, engine.url, OPERATOR_KEY, db_url, str(env.store.root), model)

@@ -9,6 +9,7 @@ import anyio
 import pytest
 from conftest import LAUNCH_MODES, ScriptAdapter, orchestrator_settings, plan, run_with
 
+from rollwire.orchestrator.runtimes.base import Ended, Handle
 from rollwire.orchestrator.runtimes.local import LocalRuntime
 from rollwire.orchestrator.scoring import ExpectedAnswerScorer
 
@@ -73,13 +74,24 @@ async def test_local_hang_is_killed_with_children_at_deadline(book, tmp_path, po
     settings = orchestrator_settings(
         deadline_s=1.0, workspace_root=str(tmp_path), keep_workspaces=True, warm_pool=pool, warm_preload=["openai"]
     )
-    with anyio.fail_after(30):
-        async with LocalRuntime(settings, host_env=dict(os.environ)) as runtime:
+    with anyio.fail_after(60):
+        async with StartedFirst(settings, host_env=dict(os.environ)) as runtime:
             await run_with(runtime, book, plan("run-hang", 1, 1), settings, ScriptAdapter(HANG, module=module))
     (row,) = book.rollouts("run-hang")
     assert row.status == "timed_out" and "started" in (row.log_tail or "")
     child = int(next(tmp_path.glob("rollwire-*/workspace/child.pid")).read_text())
     assert _gone_or_zombie(child)
+
+
+class StartedFirst(LocalRuntime):
+    """Starts the deadline's clock once the harness has printed ``started`` (after writing its child's pid): a
+    signal from the work, so a slow start on a busy machine cannot beat the harness to the 1 s deadline."""
+
+    async def wait(self, handle: Handle, timeout_s: float) -> Ended:
+        log = self._procs[handle.rollout_id].folder / "output.log"
+        while "started" not in (log.read_text() if log.is_file() else ""):
+            await anyio.sleep(0.02)
+        return await super().wait(handle, timeout_s)
 
 
 def _gone_or_zombie(pid: int) -> bool:

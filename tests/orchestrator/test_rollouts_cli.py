@@ -5,12 +5,12 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from live_stack import live_stack
+from rollout_gate import RolloutGate
 
 from rollwire.orchestrator.lifecycle import RolloutBook
 from rollwire.orchestrator.scheduler import live_rows
@@ -53,7 +53,14 @@ def test_help_teaches() -> None:
 
 @pytest.mark.slow
 def test_run_interrupt_and_resume(tmp_path: Path, tiny_model_dir: Path) -> None:
-    with live_stack(tmp_path, tiny_model_dir) as stack:
+    gates: list[RolloutGate] = []
+
+    def gated(app: object) -> RolloutGate:
+        gates.append(RolloutGate(app))
+        return gates[0]
+
+    with live_stack(tmp_path, tiny_model_dir, wrap_proxy=gated) as stack:
+        gate = gates[0]
         file = stack.save(tmp_path / "stack.json")
         book = RolloutBook(open_engine(stack.db_url))
         base = ["--suite", "tiny", "--tasks", "write-cat,write-dog", "--stack", str(file), *FAST]
@@ -69,15 +76,23 @@ def test_run_interrupt_and_resume(tmp_path: Path, tiny_model_dir: Path) -> None:
         other = rollouts("--suite", "office", "--stack", str(file), "--run-id", "cli-run")
         assert other.returncode == 1 and "was started with suite 'tiny', not 'office'" in other.stderr
 
-        process = subprocess.Popen([*CLI, *base, "-G", "3", "--run-id", "cut", "--concurrency", "1"], stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 90
-        while not any(row.status == "finished" for row in book.rollouts("cut")):
-            assert time.monotonic() < deadline and process.poll() is None
-            time.sleep(0.2)
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=30)
+        # One rollout at a time; the gate lets the first rollout through and holds the second at its first
+        # model call, so the interrupt lands while the run is provably in the middle (no sleep, no race).
+        gate.arm()
+        cut = [*CLI, *base, "-G", "3", "--run-id", "cut", "--concurrency", "1"]
+        process = subprocess.Popen(cut, stderr=subprocess.PIPE, text=True)
+        try:
+            assert gate.held.wait(timeout=300), "no second rollout reached the proxy"
+            assert process.poll() is None
+            process.send_signal(signal.SIGINT)
+            _, err = process.communicate(timeout=60)
+        finally:
+            gate.release()
+            if process.poll() is None:
+                process.kill()
         assert process.returncode == 130 and "interrupted; resume with:" in err and "--run-id cut" in err
-        assert not all(row.status == "finished" for row in book.rollouts("cut"))
+        rows = book.rollouts("cut")
+        assert any(row.status == "finished" for row in rows) and not all(row.status == "finished" for row in rows)
         resumed = rollouts(*base, "-G", "3", "--run-id", "cut")
         assert resumed.returncode == 0, resumed.stderr
         live = live_rows(book.rollouts("cut"))

@@ -63,16 +63,21 @@ def test_keep_alive_reuse_and_a_dropped_connection_is_retried() -> None:
 
     assert len(asyncio.run(_serve(keep_alive, three))) == 1  # one connection for all three
 
+    closed = asyncio.Event()
+
     async def one_then_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         body = await _read_request(reader)
         writer.write(_answer(b"echo:" + body))  # no "connection: close": the client keeps it, then it dies
         await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+        closed.set()
 
     async def twice(pool: Pool) -> None:
         for i in range(2):
             response = await pool.request("POST", "/x", b"%d" % i)
             assert await response.read() == b"echo:%d" % i
-            await asyncio.sleep(0.05)  # the server's close arrives
+            await closed.wait()  # the server has closed the kept-alive connection
 
     assert len(asyncio.run(_serve(one_then_close, twice))) == 2
 
