@@ -1,7 +1,13 @@
-"""Export recorded trajectories for other trainers (sft / verl / trl flavours, JSONL or Parquet).
+"""Export recorded trajectories for other trainers (sft / verl / trl flavours, JSONL or Parquet), or as
+rollwire's own trajectory dicts (``--flavor trajectory``).
 
-Reads a run's whole trajectory stream from the proxy (or a JSONL file of Trajectory dicts, as the
-stream serves them) and writes one row per segment that holds sampled tokens.
+Reads from a trace store (``--db URL``: a stopped demo's or stack's store), a running proxy's trajectory
+stream (``--proxy URL --run RUN``), or a JSONL file of trajectory dicts (``--input FILE``), and writes one
+row per segment that holds sampled tokens (one line per trajectory for ``trajectory``).
+``rollwire traces export`` is the same command. Examples:
+
+  rollwire export --db sqlite:///path/to/store.db --flavor trl --out trl.jsonl
+  rollwire export --proxy http://127.0.0.1:8000 --run RUN --format parquet --out sft.parquet
 """
 
 from __future__ import annotations
@@ -16,16 +22,48 @@ from rollwire.settings import Settings
 HELP = "export recorded trajectories as JSONL/Parquet for other trainers"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--proxy", default=None, help="proxy base URL (default: the trainer's proxy_url setting)")
+TRAJECTORY = "trajectory"
+"""The flavour that writes whole Trajectory dicts (what ``--input`` and the trajectory stream carry)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser, with_db: bool = True) -> None:
+    from rollwire.trainer.export import FLAVORS
+
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    source = parser.add_argument_group("where from (one of)")
+    if with_db:
+        source.add_argument("--db", default=None, metavar="URL", help="a trace store's SQLAlchemy URL")
+    source.add_argument("--proxy", default=None, help="proxy base URL (default: the trainer's proxy_url setting)")
+    source.add_argument("--input", type=Path, default=None, help="a JSONL file of trajectory dicts")
+    pick = parser.add_argument_group("what")
+    pick.add_argument("--run", default=None, help="run id whose trajectories to export (a store: default all runs)")
+    pick.add_argument("--all", action="store_true", help="a store: include rollouts that have not finished")
+    pick.add_argument("--min-reward", type=float, default=None, help="only rollouts with at least this reward")
     parser.add_argument("--operator-key", default=None, help="operator key (default: the trainer/proxy setting)")
-    parser.add_argument("--run", default=None, help="run id whose trajectories to export")
-    parser.add_argument("--input", type=Path, default=None, help="read trajectories from this JSONL file instead")
     parser.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl", help="output format")
-    parser.add_argument("--flavor", choices=["sft", "verl", "trl"], default="sft", help="row layout")
-    parser.add_argument("--min-reward", type=float, default=None, help="only rollouts with at least this reward")
+    parser.add_argument("--flavor", choices=[*FLAVORS, TRAJECTORY], default="sft", help="row layout (default sft)")
     parser.add_argument("--tokenizer", default=None, help="tokenizer folder (verl decodes prompts); default tiny")
     parser.add_argument("--out", type=Path, required=True, help="output file")
+
+
+def _from_store(args: argparse.Namespace) -> list:  # type: ignore[type-arg]
+    from sqlmodel import select
+
+    from rollwire.errors import InvalidRequest
+    from rollwire.reconstruct import reconstruct
+    from rollwire.store import Rollout, open_engine, session_scope
+
+    if args.db.startswith("sqlite:///") and not Path(args.db.split("///", 1)[1]).is_file():
+        raise InvalidRequest(f"no trace store at {args.db}", param="db")
+    engine = open_engine(args.db)
+    with session_scope(engine) as session:
+        query = select(Rollout).order_by(Rollout.created_ns)  # type: ignore[arg-type]
+        if args.run:
+            query = query.where(Rollout.run_id == args.run)
+        if not args.all:
+            query = query.where(Rollout.finished_seq != None)
+        ids = [r.id for r in session.exec(query).all()]
+    return [reconstruct(engine, rollout_id) for rollout_id in ids]
 
 
 def _from_stream(args: argparse.Namespace, settings: Settings) -> list:  # type: ignore[type-arg]
@@ -55,6 +93,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from rollwire.trainer.export import export_rows, write_rows
     from rollwire.trajectory import Trajectory
 
+    sources = (("--db", getattr(args, "db", None)), ("--proxy", args.proxy), ("--input", args.input))
+    named = [flag for flag, value in sources if value]
+    if len(named) > 1:
+        raise InvalidRequest(f"give one source, not {' and '.join(named)}")
     if args.input is not None:
         if not args.input.is_file():
             raise InvalidRequest(f"no such file {args.input}", param="input")
@@ -63,13 +105,23 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             trajectories = [Trajectory.from_dict(json.loads(ln)) for ln in lines]
         except (ValueError, KeyError, TypeError) as exc:
             raise InvalidRequest(f"{args.input} is not a JSONL file of trajectories: {exc}", param="input") from exc
+    elif getattr(args, "db", None):
+        trajectories = _from_store(args)
     else:
         trajectories = _from_stream(args, settings)
-    tokenizer = None
-    if args.flavor == "verl":
-        tokenizer = load_tokenizer(args.tokenizer or settings.trainer.model or ensure_tiny_model(settings.home))
-    rows = export_rows(trajectories, args.flavor, tokenizer=tokenizer, min_reward=args.min_reward)
+    if args.flavor == TRAJECTORY:
+        if args.format != "jsonl":
+            raise InvalidRequest("the trajectory flavor is JSONL only", param="format")
+        floor = args.min_reward
+        rows = [t.to_dict() for t in trajectories if floor is None or (t.reward is not None and t.reward >= floor)]
+    else:
+        tokenizer = None
+        if args.flavor == "verl":
+            tokenizer = load_tokenizer(args.tokenizer or settings.trainer.model or ensure_tiny_model(settings.home))
+        rows = export_rows(trajectories, args.flavor, tokenizer=tokenizer, min_reward=args.min_reward)
     write_rows(rows, args.out, args.format)
-    print(f"wrote {len(rows)} rows ({args.flavor}, {args.format}) from {len(trajectories)} trajectories to {args.out}",
-          file=sys.stderr)
+    print(
+        f"wrote {len(rows)} rows ({args.flavor}, {args.format}) from {len(trajectories)} trajectories to {args.out}",
+        file=sys.stderr,
+    )
     return 0

@@ -1,13 +1,18 @@
 """Look at the proxy's trace store: ``ls`` lists rollouts, ``show`` prints one trajectory with sampled tokens
-(the ones training learns from) marked apart from prompt tokens, ``export`` writes trajectories as JSONL.
+(the ones training learns from) marked apart from prompt tokens, ``export`` is ``rollwire export`` on this store.
+
+``--db URL`` goes before or after the action. Each ``rollwire demo`` run records into its own store
+(``<home>/demo/<time>/store.db``); ``rollwire traces ls`` without a store lists those it finds. Examples:
+
+  rollwire traces ls --db sqlite:///path/to/store.db
+  rollwire traces show ROLLOUT --db sqlite:///path/to/store.db
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from rollwire.errors import InvalidRequest
@@ -16,13 +21,14 @@ from rollwire.settings import Settings
 HELP = "list, show and export recorded trajectories from the trace store"
 
 
+DB_HELP = "SQLAlchemy URL of the trace store (default: SQLite in the home folder)"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--db",
-        default=None,
-        metavar="URL",
-        help="SQLAlchemy URL of the trace store (default SQLite in the home folder)",
-    )
+    from rollwire.cli import export
+
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--db", default=None, metavar="URL", help=DB_HELP)
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     ls = sub.add_parser("ls", help="list rollouts (newest first) with their call and segment counts")
     ls.add_argument("--run", default=None, help="only this run")
@@ -33,10 +39,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model", default=None, metavar="PATH", help="tokenizer folder for decoding (default: the tiny model)"
     )
     show.add_argument("--ids", action="store_true", help="print token ids instead of decoded text")
-    export = sub.add_parser("export", help="write trajectories as JSONL (one Trajectory per line)")
-    export.add_argument("--run", default=None, help="only this run")
-    export.add_argument("--all", action="store_true", help="include rollouts that have not finished")
-    export.add_argument("--out", default="-", help="output file (default stdout)")
+    exporter = sub.add_parser(
+        "export", help="the same as `rollwire export --db URL` (this store's trajectories)", description=export.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    export.add_arguments(exporter, with_db=False)
+    for action in (ls, show, exporter):  # `traces ls --db URL` as well as `traces --db URL ls`
+        action.add_argument("--db", default=argparse.SUPPRESS, metavar="URL", help=DB_HELP)
+
+
+def demo_stores(home: Path) -> list[Path]:
+    """The stores of the demo runs under ``home`` (each run records into its own), newest first."""
+    return sorted((home / "demo").glob("*/store.db"), reverse=True)
+
+
+def _no_store(url: str, settings: Settings, action: str) -> int:
+    stores = demo_stores(settings.home)
+    if not stores:
+        raise InvalidRequest(f"no trace store at {url} (`rollwire up` or `rollwire demo` make one; or give --db URL)")
+    if action != "ls":
+        raise InvalidRequest(
+            f"no trace store at {url}; give --db URL (the newest demo run's: --db sqlite:///{stores[0]})"
+        )
+    print(f"no trace store at {url}; each demo run recorded into its own store (newest first):")
+    for store in stores:
+        print(f"  rollwire traces ls --db sqlite:///{store}")
+    return 0
 
 
 def _ls(engine: Any, args: argparse.Namespace) -> int:
@@ -94,39 +122,22 @@ def _decoder(args: argparse.Namespace, settings: Settings) -> Any:
     return lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
 
 
-def _export(engine: Any, args: argparse.Namespace) -> int:
-    from sqlmodel import select
-
-    from rollwire.reconstruct import reconstruct
-    from rollwire.store import Rollout, session_scope
-
-    with session_scope(engine) as session:
-        query = select(Rollout).order_by(Rollout.created_ns)  # type: ignore[arg-type]
-        if args.run:
-            query = query.where(Rollout.run_id == args.run)
-        if not args.all:
-            query = query.where(Rollout.finished_seq != None)
-        ids = [r.id for r in session.exec(query).all()]
-    with contextlib.ExitStack() as stack:
-        out = sys.stdout if args.out == "-" else stack.enter_context(open(args.out, "w", encoding="utf-8"))
-        for rollout_id in ids:
-            out.write(json.dumps(reconstruct(engine, rollout_id).to_dict()) + "\n")
-    print(f"exported {len(ids)} trajectories", file=sys.stderr)
-    return 0
-
-
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from rollwire.store import open_engine
 
-    url = args.db or settings.store_url()
-    if url.startswith("sqlite:///") and not url.endswith(":memory:"):
-        from pathlib import Path
+    if args.action == "export":  # `rollwire export`, on this store unless a proxy or a file is named
+        from rollwire.cli import export
 
-        if not Path(url.split("///", 1)[1]).is_file():
-            raise InvalidRequest(f"no trace store at {url}")
+        if not (args.proxy or args.input):
+            args.db = args.db or settings.store_url()
+        return export.run(args, settings)
+    url = args.db or settings.store_url()
+    missing = url.startswith("sqlite:///") and not url.endswith(":memory:") and not Path(url[10:]).is_file()
+    if missing and args.db:
+        raise InvalidRequest(f"no trace store at {url}")
+    if missing:
+        return _no_store(url, settings, args.action)
     engine = open_engine(url)
     if args.action == "ls":
         return _ls(engine, args)
-    if args.action == "show":
-        return _show(engine, args, settings)
-    return _export(engine, args)
+    return _show(engine, args, settings)
