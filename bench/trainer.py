@@ -66,14 +66,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers import AutoModelForCausalLM
 
-    from rollwire.settings import default_home
+    from rollwire.settings import Settings
     from rollwire.tiny_model import ensure_tiny_model
     from rollwire.trainer.batching import micro_batches, token_weights
     from rollwire.trainer.distributed import DistContext
     from rollwire.trainer.grpo import GRPOBatch, GRPOConfig, grpo_step
 
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(str(ensure_tiny_model(default_home())), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(ensure_tiny_model(Settings().home)), dtype=torch.float32)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: every run sees the same weights
     samples = make_samples(args.sequences, args.min_len, args.max_len, model.config.vocab_size, seed=0)
     weights = token_weights(samples, "token-mean")

@@ -1,22 +1,48 @@
-"""Fixtures every suite shares: the tiny model folder, the real Qwen tokenizer, a temporary store."""
+"""Fixtures every suite shares: the tiny model folder, the real Qwen tokenizer, a temporary store.
+
+The whole session runs with ``HOME`` and ``ROLLWIRE_HOME`` pointed at temporary folders (set before any test
+module is imported, inherited by every subprocess), so no test writes into the real home; the tiny model is
+built once per session there.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rollwire.settings import default_home
+from rollwire.settings import Settings
 from rollwire.tiny_model import ensure_tiny_model
 from rollwire.tokenizers import QWEN_TOKENIZER, SHARED_ENV, shared_dir
+
+_TEMP_ROOT = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    kube = Path.home() / ".kube" / "config"
+    if "KUBECONFIG" not in os.environ and kube.is_file():  # the real-cluster tests still find the cluster
+        os.environ["KUBECONFIG"] = str(kube)
+    root = Path(tempfile.mkdtemp(prefix="rollwire-tests-"))
+    (root / "home").mkdir()
+    os.environ["HOME"] = str(root / "home")
+    os.environ["ROLLWIRE_HOME"] = str(root / "rollwire")
+    config.stash[_TEMP_ROOT] = root
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    root = config.stash.get(_TEMP_ROOT, None)
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
-    """The tiny default model, built once per machine into the normal cache."""
-    return ensure_tiny_model(default_home())
+    """The tiny default model, built once per session into the session's temporary home."""
+    return ensure_tiny_model(Settings().home)
 
 
 @pytest.fixture(scope="session")
