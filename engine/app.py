@@ -106,6 +106,7 @@ async def models(request: Request) -> Response:
         "parent": None,
         "max_model_len": engine.model.max_model_len,
         "permission": [],
+        "structured_outputs": False,  # no constrained decoding here: a proxy in front refuses such requests
     }
     return JSONResponse({"object": "list", "data": [card]})
 

@@ -79,8 +79,10 @@ class AnswerStream:
         self._decode()
         return self._show(*self._view(self.prefill + self._decoded))
 
-    def finish(self) -> tuple[Message, list[Delta]]:
-        """The final message, parsed from the whole text, and the deltas the stream still owes."""
+    def finish(self, cut_off: bool = False) -> tuple[Message, list[Delta]]:
+        """The final message, parsed from the whole text, and the deltas the stream still owes. ``cut_off``: the
+        length limit ended the answer; a call the request forced (the prefill opened it) that did not close is
+        dropped, never handed back as text (the finish reason says what happened)."""
         ids = self.ids
         body = ids[:-1] if ids and ids[-1] in self.ops.end_ids else ids
         text = cut_at_stop(self.prefill + self.ops.decode(body), self.stops)
@@ -93,6 +95,8 @@ class AnswerStream:
         calls: list[ToolCall] = []
         if self.tools is not None:
             rest, calls = self.tools.parse(rest)
+            if cut_off and self.prefill:
+                rest = rest[: self.tools.holdback(rest)].rstrip()
             if not self.parallel:
                 calls = calls[:1]
         deltas: list[Delta] = []

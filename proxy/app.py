@@ -1,10 +1,10 @@
 """The proxy's Starlette app: rollout routes (``/r/{token}/v1/...`` or a Bearer token on ``/v1/...``), the
-admin API, body limits and OpenAI-shaped errors; the lifespan owns the upstream pool, store and tokenizer."""
+admin API, body limits and errors in each dialect's shape (``edge``); the lifespan owns the upstream pool,
+store and tokenizer."""
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +17,7 @@ from rollwire.proxy.auth import TokenAuth
 from rollwire.proxy.dialects.chat import ChatDialect
 from rollwire.proxy.dialects.routes import DIALECTS as FRONT_DIALECTS
 from rollwire.proxy.dialects.routes import answer_response, dialect_routes
+from rollwire.proxy.edge import ErrorEdge, http_error, rollwire_error
 from rollwire.proxy.generate import Generator
 from rollwire.proxy.parsers import reasoning_parser, tool_parser
 from rollwire.proxy.recorder import Recorder
@@ -27,16 +28,15 @@ from rollwire.proxy.ui.routes import ui_routes
 from rollwire.proxy.upstream import make_client
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from rollwire.errors import InvalidRequest, RollwireError, Unauthorized
+from rollwire.errors import InvalidRequest, RollwireError
 from rollwire.request_body import read_json_body, read_json_text
 from rollwire.settings import ProxySettings
 from rollwire.store import open_engine
-
-logger = logging.getLogger(__name__)
 
 CHAT = ChatDialect()
 DIALECTS = {CHAT.name: (CHAT.parse_request, CHAT.answer_message), **FRONT_DIALECTS}
@@ -76,7 +76,7 @@ async def chat_completions(request: Request) -> Response:
     state = _state(request)
     caller = await state.auth.caller(request)
     raw, text = await state.read_json_text(request)
-    return await answer_response(state, caller, CHAT.parse_request(raw), CHAT, raw, text)
+    return await answer_response(state, caller, CHAT.parse_request(raw), CHAT, raw, text, request)
 
 
 async def models(request: Request) -> Response:
@@ -99,34 +99,6 @@ def _admin(handler: Any) -> Any:
         return response
 
     return guarded
-
-
-async def _rollwire_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, RollwireError)
-    if exc.status_code >= 500:
-        logger.error("proxy error on %s: %s", request.url.path, exc.message)
-    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
-    return JSONResponse(CHAT.error_body(exc), status_code=exc.status_code, headers=headers)
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-    body = {"error": {"message": str(exc.detail), "type": kind, "param": None, "code": kind}}
-    return JSONResponse(body, status_code=exc.status_code)
-
-
-async def _internal_error(request: Request, exc: Exception) -> Response:
-    logger.exception("unhandled proxy error")
-    body = {
-        "error": {
-            "message": f"internal error: {exc.__class__.__name__}",
-            "type": "internal_error",
-            "param": None,
-            "code": "internal_error",
-        }
-    }
-    return JSONResponse(body, status_code=500)
 
 
 def _routes() -> list[BaseRoute]:
@@ -183,8 +155,9 @@ def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key
             await anyio.to_thread.run_sync(recorder.close)
             engine.dispose()
 
-    handlers = {RollwireError: _rollwire_error, HTTPException: _http_error, Exception: _internal_error}
-    app = Starlette(routes=_routes(), lifespan=lifespan, exception_handlers=handlers)
+    handlers = {RollwireError: rollwire_error, HTTPException: http_error}
+    middleware = [Middleware(ErrorEdge)]
+    app = Starlette(routes=_routes(), lifespan=lifespan, exception_handlers=handlers, middleware=middleware)
     app.state.operator_key = key
     return app
 

@@ -73,6 +73,15 @@ def _template_args(call: ToolCall) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputFormat:
+    """A required output format: vLLM's ``structured_outputs`` value (``{"json": schema}`` or
+    ``{"json_object": true}``) and the request field that asked for it (named when it is refused)."""
+
+    spec: dict[str, Any]
+    param: str
+
+
+@dataclass(frozen=True, slots=True)
 class Sampling:
     max_tokens: int | None = None
     temperature: float | None = None
@@ -82,6 +91,8 @@ class Sampling:
     n: int = 1
     top_logprobs: int | None = None
     """Top alternatives per token the client asked for (None: no logprobs in the response)."""
+    structured: OutputFormat | None = None
+    """A required output format, enforced by the upstream or refused (never silently dropped)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +198,7 @@ __all__ = [
     "Conversation",
     "Generation",
     "Message",
+    "OutputFormat",
     "Sampling",
     "StreamEnd",
     "StreamEvent",

@@ -18,7 +18,7 @@ from rollwire.proxy.parsers.base import ReasoningParser, ToolParser
 from rollwire.proxy.recorder import Recorder
 from rollwire.proxy.render import Renderer
 from rollwire.proxy.session import Plan, PriorCall, encode_work, plan_prompt
-from rollwire.proxy.upstream import Sampled, complete, completion_body, exchange
+from rollwire.proxy.upstream import Sampled, completion_body, exchange
 from rollwire.proxy.upstream_http import Pool
 
 from rollwire.errors import InvalidRequest, NotFound, UpstreamError
@@ -38,6 +38,11 @@ class Served:
     name: str | None = None
     max_model_len: int | None = None
     """From the model card (vLLM and the bundled engine report it); bounds an unset max_tokens."""
+    models: int = 0
+    """How many models the upstream lists; with one, any requested name is answered by it."""
+    structured_outputs: bool = True
+    """False when the model card says the upstream cannot enforce an output format (the bundled engine);
+    vLLM's card does not say, and vLLM enforces ``structured_outputs``."""
     policy_version: int | None = None
     """Set through the admin API for engines that cannot report a version (real vLLM)."""
 
@@ -90,7 +95,10 @@ class Generator:
             try:
                 if status != 200:
                     raise ValueError(f"HTTP {status}")
-                card = json.loads(data)["data"][0]
+                cards = json.loads(data)["data"]
+                card = cards[0]
+                self.served.models = len(cards)
+                self.served.structured_outputs = card.get("structured_outputs") is not False
                 length = card.get("max_model_len")
                 self.served.max_model_len = int(length) if isinstance(length, int) and length > 0 else None
                 self.served.name = str(card["id"])
@@ -99,12 +107,15 @@ class Generator:
         return self.served.name
 
     async def resolve_model(self, requested: str) -> str:
+        """The served name for ``requested``: an alias, the served name itself, or (unless ``strict_models``)
+        any name while the upstream serves just one model; harnesses insist on their own names."""
         served = await self.served_name()
         aliases = self.settings.model_aliases
         target = aliases.get(requested) or (aliases.get("*") if "*" in aliases else None) or requested
-        if target != served:
-            raise NotFound(f"The model `{requested}` does not exist.", param="model")
-        return served
+        if target == served or (not self.settings.strict_models and self.served.models == 1):
+            return served
+        known = "" if self.settings.strict_models else f"; the upstream serves {self.served.models} models"
+        raise NotFound(f"The model `{requested}` does not exist (this proxy serves `{served}`{known}).", param="model")
 
     def _prefill(self, conv: Conversation) -> str:
         if conv.tool_choice == "required":
@@ -122,7 +133,7 @@ class Generator:
         self, index: int, answer: AnswerStream, sampled: Sampled, conv: Conversation
     ) -> tuple[Choice, list[Delta]]:
         """The finished choice from its parser, and the deltas a stream has not shown yet."""
-        message, tail = answer.finish()
+        message, tail = answer.finish(cut_off=sampled.finish_reason == "length")
         finish = "tool_calls" if message.tool_calls and sampled.finish_reason == "stop" else sampled.finish_reason
         tokens = None
         if conv.sampling.top_logprobs is not None:
@@ -165,31 +176,18 @@ class Generator:
         """Model, prompt plan and upstream body: everything that can refuse the request before it is sent."""
         started = now_ns()
         served = await self.resolve_model(conv.model)
+        wanted = conv.sampling.structured
+        if wanted is not None and not self.served.structured_outputs:
+            raise InvalidRequest(
+                f"{wanted.param}: the upstream serving `{served}` cannot enforce an output format (no structured "
+                "outputs; the bundled engine has none): serve the model with vLLM for JSON-schema output",
+                param=wanted.param,
+            )
         prefill = self._prefill(conv)
         plan = await self._plan(caller, conv, prefill)
         stop_ids = sorted(self.renderer.end_ids)
         body = completion_body(served, plan.prompt_ids, self._sampling(conv.sampling, len(plan.prompt_ids)), stop_ids)
         return Prepared(started, prefill, plan, body)
-
-    async def generate(
-        self, caller: Caller, conv: Conversation, dialect: Dialect, request: RequestBody
-    ) -> tuple[Generation, str]:
-        """Answer ``conv`` for ``caller`` -> (the generation, the response body's JSON text); the calls are
-        committed to the store when this returns."""
-        prepared = await self.prepare(caller, conv)
-        result = await complete(self.client, prepared.body)
-        if result.prompt_ids and result.prompt_ids != prepared.plan.prompt_ids:
-            raise UpstreamError("the upstream reports a different prompt than the proxy sent")
-        generation = self.new_generation(conv, len(prepared.plan.prompt_ids), result.weight_version)
-        for i, sampled in enumerate(result.choices):
-            answer = self.answer(conv, prepared.prefill)
-            answer.ids.extend(sampled.token_ids)
-            generation.choices.append(self.choice(i, answer, sampled, conv)[0])
-        generation = replace(generation, completion_tokens=sum(len(c.sampled_ids) for c in generation.choices))
-        body = dialect.response_body(generation)
-        text = json_text(body)
-        generation.call_ids.extend(await self.record(caller, conv, dialect, request, body, text, prepared, generation))
-        return generation, text
 
     async def record(
         self,

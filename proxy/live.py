@@ -4,12 +4,13 @@ Text and reasoning stream as soon as they are certain (``answer.AnswerStream``);
 and usage follow only once every choice's call is committed, so no client acts on an answer the store could
 still lose. A stream that does not finish records what was sampled with ``finish_reason`` "abort": status
 "partial" when the client left (the upstream request is closed at once, so the engine stops), "error" when
-the upstream failed. Neither kind is spliced or reconstructed into trajectories; both show in the traces.
+the upstream failed. Non-streamed answers take the same path (``generate_whole``), so a client that hangs up
+on one stops its generation too. Neither kind is spliced or reconstructed into trajectories; both show in the traces.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -175,6 +176,38 @@ class LiveGeneration:
         )  # fmt: skip
 
 
+async def generate_whole(
+    generator: Generator,
+    caller: Caller,
+    conv: Conversation,
+    dialect: Dialect,
+    request: RequestBody,
+    client_left: Callable[[], Awaitable[None]],
+) -> str | None:
+    """A non-streamed answer's body text, generated over the same streamed path: when ``client_left`` returns
+    (the client hung up) the generation stops and what was sampled is recorded as partial. None then."""
+    events = await open_live(generator, caller, conv, dialect, request)
+    finished: Generation | None = None
+    failure: RollwireError | None = None
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            await client_left()
+            group.cancel_scope.cancel()
+
+        group.start_soon(watch)
+        async with aclosing(events) as stream:  # type: ignore[type-var]
+            async for event in stream:
+                if isinstance(event, StreamFailure):
+                    failure = event.error
+                elif isinstance(event, StreamEnd):
+                    finished = event.generation
+        group.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return json_text(dialect.response_body(finished)) if finished is not None else None
+
+
 async def open_live(
     generator: Generator, caller: Caller, conv: Conversation, dialect: Dialect, request: RequestBody
 ) -> AsyncIterator[StreamEvent]:
@@ -184,4 +217,4 @@ async def open_live(
     return LiveGeneration(generator, caller, conv, dialect, request, prepared, response).events()
 
 
-__all__ = ["ABORTED", "LiveGeneration", "open_live"]
+__all__ = ["ABORTED", "LiveGeneration", "generate_whole", "open_live"]

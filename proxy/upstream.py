@@ -58,6 +58,8 @@ def completion_body(model: str, prompt: list[int], sampling: Sampling, stop_ids:
             body[name] = value
     if sampling.stop:
         body["stop"] = list(sampling.stop)
+    if sampling.structured is not None:
+        body["structured_outputs"] = sampling.structured.spec
     return body
 
 
@@ -204,24 +206,12 @@ async def chunks(response: Response, base_url: str) -> AsyncIterator[Chunk]:
         raise UpstreamError(f"upstream stream is not completion chunks with token ids: {exc}") from None
 
 
-async def complete(client: Pool, body: dict[str, Any]) -> UpstreamResult:
-    """POST one token-id completion and return what the engine saw and sampled."""
-    status, data = await exchange(client, "POST", "/v1/completions", body)
-    if status != 200:
-        _raise_for(status, data)
-    try:
-        return _parse(json.loads(data))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UpstreamError(f"upstream answer is not a completion with token ids: {exc}") from None
-
-
 __all__ = [
     "ChoiceChunk",
     "Chunk",
     "Sampled",
     "UpstreamResult",
     "chunks",
-    "complete",
     "completion_body",
     "make_client",
     "open_stream",

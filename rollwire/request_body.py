@@ -2,16 +2,57 @@
 
 The size is checked before parsing: a declared Content-Length over the limit is refused at once, and a
 streamed body is cut off as soon as it passes the limit, so an oversized upload never sits in memory.
+What a strict JSON parser refuses is refused here too, as a 400 rather than a crash further in: the
+non-JSON constants ``NaN``/``Infinity``, nesting deeper than ``MAX_DEPTH`` (deep bodies exhaust the recursion
+of every later step: hashing, templates, storage) and lone UTF-16 surrogates (``"\\ud800"`` parses, but is not
+text: it cannot be tokenized, encoded or stored).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from starlette.requests import Request
 
 from rollwire.errors import InvalidRequest, PayloadTooLarge
+
+MAX_DEPTH = 64
+"""Deepest nesting of arrays and objects accepted (real tool schemas stay well under 20)."""
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""In a body that is strict UTF-8, only a ``\\uD800``-``\\uDFFF`` escape can put a surrogate into the parsed text
+(``json.loads`` decodes bytes with ``surrogatepass``, so a body that is not strict UTF-8 is always checked)."""
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _depth_ok(value: Any) -> bool:
+    """Iterative (a recursive walk would fail the way the request would)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return False
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return True
+
+
+def check_json_value(parsed: Any, raw: bytes, utf8: bool = True) -> None:
+    """400 for a body that parsed but is no usable JSON text (see the module docstring); ``utf8``: ``raw`` is
+    strict UTF-8."""
+    if isinstance(parsed, (dict, list)) and raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and not _depth_ok(parsed):
+        raise InvalidRequest(f"the JSON body is nested deeper than {MAX_DEPTH} levels")
+    if not utf8 or _SURROGATE_ESCAPE.search(raw):
+        try:
+            json.dumps(parsed, ensure_ascii=False).encode()
+        except UnicodeEncodeError as exc:
+            lone = exc.object[exc.start : exc.end].encode("unicode_escape", "backslashreplace").decode()
+            raise InvalidRequest(f"the JSON body has a lone UTF-16 surrogate ({lone}), which is not text") from None
 
 
 async def read_json_body(request: Request, limit: int) -> Any:
@@ -31,13 +72,17 @@ async def read_json_text(request: Request, limit: int) -> tuple[Any, str | None]
         if len(body) > limit:
             raise PayloadTooLarge(f"request body is over the {limit}-byte limit")
     try:
-        parsed = json.loads(body)
+        parsed = json.loads(body, parse_constant=_no_constant)
     except ValueError as exc:
         raise InvalidRequest(f"malformed JSON body: {exc}") from None
+    except RecursionError:
+        raise InvalidRequest(f"the JSON body is nested deeper than {MAX_DEPTH} levels") from None
     try:
-        return parsed, body.decode()
+        text: str | None = body.decode()
     except UnicodeDecodeError:  # JSON in UTF-16/32: parsed fine, stored re-serialized
-        return parsed, None
+        text = None
+    check_json_value(parsed, bytes(body), utf8=text is not None)
+    return parsed, text
 
 
-__all__ = ["read_json_body", "read_json_text"]
+__all__ = ["MAX_DEPTH", "check_json_value", "read_json_body", "read_json_text"]

@@ -49,6 +49,11 @@ class ProxySettings(BaseModel):
     model_aliases: dict[str, str] = Field(
         default_factory=dict, description="Requested model name -> served model name; '*' matches any."
     )
+    strict_models: bool = Field(
+        False,
+        description="Refuse (404) a model name that is neither served nor aliased; by default, while the upstream "
+        "serves one model, any name a harness sends (claude-*, gpt-*) is answered by it and recorded as requested.",
+    )
     upstream_timeout_s: float = Field(600.0, description="Longest wait for one upstream generation.")
     max_body_bytes: int = Field(8 * 1024 * 1024, description="Request bodies above this get 413.")
     default_max_output_tokens: int | None = Field(

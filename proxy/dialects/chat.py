@@ -21,7 +21,15 @@ from rollwire.proxy.conversation import (
     TokenLogprobs,
     ToolCall,
 )
-from rollwire.proxy.dialects.fields import checked_schema, named_choice, number, openai_choice_mode, requested_model
+from rollwire.proxy.dialects.fields import (
+    checked_schema,
+    flag,
+    named_choice,
+    number,
+    openai_choice_mode,
+    output_format,
+    requested_model,
+)
 from rollwire.proxy.dialects.streaming import render, rendered, replay
 from rollwire.proxy.sse import DONE, data_event
 
@@ -133,6 +141,7 @@ def _sampling(body: dict[str, Any]) -> Sampling:
         stop=stops,
         n=number(body, "n", int, 1, MAX_N) or 1,
         top_logprobs=(top or 0) if body.get("logprobs") else None,
+        structured=output_format(body.get("response_format"), "response_format"),
     )
 
 
@@ -152,7 +161,7 @@ class ChatDialect:
             tools=tools,
             tool_choice=_tool_choice(body.get("tool_choice"), tools),
             sampling=_sampling(body),
-            stream=bool(body.get("stream")),
+            stream=flag(body, "stream"),
             include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
             parallel_tool_calls=body.get("parallel_tool_calls") is not False,
         )

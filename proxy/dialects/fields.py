@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from rollwire.proxy.conversation import OutputFormat
+
 from rollwire.errors import InvalidRequest
 
 OPENAI_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -25,6 +27,16 @@ def requested_model(body: Any) -> str:
     return model
 
 
+def flag(body: dict[str, Any], name: str) -> bool:
+    """``body[name]`` as a boolean (absent or null: false); a string such as "yes" is a 400, never truthy."""
+    value = body.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"{name} must be a boolean, got {value!r}", param=name)
+    return value
+
+
 def number(body: dict[str, Any], name: str, kind: type, low: float, high: float) -> Any:
     """``body[name]`` as ``kind`` within [low, high]; None when absent; 400 naming the field otherwise."""
     value = body.get(name)
@@ -34,6 +46,28 @@ def number(body: dict[str, Any], name: str, kind: type, low: float, high: float)
     if isinstance(value, bool) or not isinstance(value, numeric) or not low <= value <= high:
         raise InvalidRequest(f"{name} must be a {kind.__name__} in [{low}, {high}], got {value!r}", param=name)
     return kind(value)
+
+
+def output_format(fmt: Any, param: str) -> OutputFormat | None:
+    """A requested output format as vLLM's ``structured_outputs`` (None for plain text). Chat nests the schema as
+    ``{"type": "json_schema", "json_schema": {"schema": ...}}``; Responses (``text.format``) and Messages
+    (``output_config.format``) put ``schema`` beside ``type``."""
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return OutputFormat({"json_object": True}, param)
+    if kind == "json_schema":
+        assert isinstance(fmt, dict)
+        holder = fmt.get("json_schema", fmt)
+        schema = holder.get("schema") if isinstance(holder, dict) else None
+        if not isinstance(schema, dict):
+            where = f"{param}.json_schema.schema" if "json_schema" in fmt else f"{param}.schema"
+            raise InvalidRequest(f"{where} must be a JSON Schema object", param=where)
+        return OutputFormat({"json": schema}, param)
+    raise InvalidRequest(f"{param} must be an object with type text, json_object or json_schema", param=param)
 
 
 def checked_schema(
@@ -69,8 +103,10 @@ __all__ = [
     "ANTHROPIC_TOOL_NAME",
     "OPENAI_TOOL_NAME",
     "checked_schema",
+    "flag",
     "named_choice",
     "number",
     "openai_choice_mode",
+    "output_format",
     "requested_model",
 ]

@@ -20,7 +20,14 @@ from rollwire.proxy.conversation import (
     TextDelta,
     ToolCall,
 )
-from rollwire.proxy.dialects.fields import ANTHROPIC_TOOL_NAME, checked_schema, named_choice, requested_model
+from rollwire.proxy.dialects.fields import (
+    ANTHROPIC_TOOL_NAME,
+    checked_schema,
+    flag,
+    named_choice,
+    output_format,
+    requested_model,
+)
 from rollwire.proxy.dialects.streaming import render, rendered, replay
 from rollwire.proxy.sse import named_event
 
@@ -177,7 +184,23 @@ def _sampling(body: dict[str, Any]) -> Sampling:
         values[name] = None if value is None else float(value)
     if body.get("top_k") is not None:
         raise InvalidRequest("top_k is not supported by this proxy", param="top_k")
-    return Sampling(max_tokens=max_tokens, temperature=values["temperature"], top_p=values["top_p"], stop=tuple(stops))
+    return Sampling(
+        max_tokens=max_tokens,
+        temperature=values["temperature"],
+        top_p=values["top_p"],
+        stop=tuple(stops),
+        structured=_output_format(body),
+    )
+
+
+def _output_format(body: dict[str, Any]) -> dict[str, Any] | None:
+    """Structured outputs: ``output_config.format`` (or the beta's top-level ``output_format``)."""
+    config = body.get("output_config")
+    if config is not None and not isinstance(config, dict):
+        raise InvalidRequest("output_config must be an object", param="output_config")
+    if config and config.get("format") is not None:
+        return output_format(config["format"], "output_config.format")
+    return output_format(body.get("output_format"), "output_format")
 
 
 def parse_messages(body: Any, need_max_tokens: bool = True) -> Conversation:
@@ -192,7 +215,7 @@ def parse_messages(body: Any, need_max_tokens: bool = True) -> Conversation:
         tools=tools,
         tool_choice=choice,
         sampling=sampling,
-        stream=bool(body.get("stream")),
+        stream=flag(body, "stream"),
         parallel_tool_calls=parallel,
     )
 

@@ -8,7 +8,14 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 from rollwire.proxy.conversation import Conversation, Generation, Message, Sampling, StreamEvent, ToolCall
-from rollwire.proxy.dialects.fields import named_choice, number, openai_choice_mode, requested_model
+from rollwire.proxy.dialects.fields import (
+    flag,
+    named_choice,
+    number,
+    openai_choice_mode,
+    output_format,
+    requested_model,
+)
 from rollwire.proxy.dialects.responses_stream import ResponsesStream, message_item, reasoning_item
 from rollwire.proxy.dialects.responses_tools import flat_name, parse_tools
 from rollwire.proxy.dialects.streaming import render, rendered, replay
@@ -105,10 +112,13 @@ def _check_unsupported(body: dict[str, Any]) -> None:
     """Fields whose meaning the proxy cannot honour are refused by name rather than silently ignored."""
     if body.get("background"):
         raise InvalidRequest("background responses are not supported", param="background")
-    text = body.get("text")
-    fmt = text.get("format") if isinstance(text, dict) else None
-    if isinstance(fmt, dict) and fmt.get("type", "text") != "text":
-        raise InvalidRequest(f"text.format {fmt.get('type')!r} is not supported (only 'text')", param="text.format")
+
+
+def _text_format(text: Any) -> dict[str, Any] | None:
+    """``text.format`` (json_schema / json_object) as the upstream's structured output."""
+    if text is not None and not isinstance(text, dict):
+        raise InvalidRequest("text must be an object", param="text")
+    return output_format((text or {}).get("format"), "text.format")
 
 
 def _ids(generation: Generation) -> tuple[str, str]:
@@ -154,6 +164,7 @@ class ResponsesDialect:
             max_tokens=number(body, "max_output_tokens", int, 1, 1 << 30),
             temperature=number(body, "temperature", float, 0, 2),
             top_p=number(body, "top_p", float, 1e-9, 1),
+            structured=_text_format(body.get("text")),
         )
         return Conversation(
             model=model,
@@ -161,7 +172,7 @@ class ResponsesDialect:
             tools=tools,
             tool_choice=_tool_choice(body.get("tool_choice"), tools),
             sampling=sampling,
-            stream=bool(body.get("stream")),
+            stream=flag(body, "stream"),
             parallel_tool_calls=body.get("parallel_tool_calls") is not False,
         )
 

@@ -14,7 +14,7 @@ from rollwire.proxy.dialects.messages import MessagesDialect, parse_messages
 from rollwire.proxy.dialects.responses import ResponsesDialect
 from rollwire.proxy.dialects.responses_history import expand_previous
 from rollwire.proxy.generate import RequestBody, json_text
-from rollwire.proxy.live import open_live
+from rollwire.proxy.live import generate_whole, open_live
 from rollwire.proxy.sse import SSE_HEADERS
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -49,15 +49,21 @@ def _capped(conv: Conversation, cap: int | None) -> Conversation:
     return replace(conv, sampling=replace(conv.sampling, max_tokens=cap))
 
 
+async def _client_left(http: Request) -> None:
+    """Returns once the client hangs up (its body was read already, so nothing else arrives)."""
+    while (await http.receive())["type"] != "http.disconnect":
+        pass
+
+
 async def answer_response(
-    state: Any, caller: Any, conv: Conversation, dialect: Any, raw: dict[str, Any], text: str | None
+    state: Any, caller: Any, conv: Conversation, dialect: Any, raw: dict[str, Any], text: str | None, http: Request
 ) -> Response:
     """The shared generation path's answer: a JSON body, or the dialect's events streamed as tokens arrive.
     ``text`` is the request body as sent (None when ``raw`` differs from it): stored as is."""
     request = RequestBody(raw, text if text is not None else json_text(raw))
     if not conv.stream:
-        _, body = await state.generator.generate(caller, conv, dialect, request)
-        return Response(body, media_type="application/json")
+        body = await generate_whole(state.generator, caller, conv, dialect, request, lambda: _client_left(http))
+        return Response(body or b"", status_code=200 if body is not None else 499, media_type="application/json")
     events = await open_live(state.generator, caller, conv, dialect, request)
     return StreamingResponse(dialect.stream(events, conv), media_type="text/event-stream", headers=SSE_HEADERS)
 
@@ -73,7 +79,7 @@ def _generate_route(dialect: Any) -> Handler:
         conv = _capped(dialect.parse_request(raw), state.settings.default_max_output_tokens)
         # the Responses answer gives calls of namespaced tools back with their namespace
         answering = RESPONSES.for_request(raw) if dialect is RESPONSES else dialect
-        return await answer_response(state, caller, conv, answering, raw, text)
+        return await answer_response(state, caller, conv, answering, raw, text, request)
 
     return _rendered_errors(dialect, route)
 

@@ -36,6 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tool-parser", default=None, help=fields["tool_parser"].description)
     parser.add_argument("--reasoning-parser", default=None, help=fields["reasoning_parser"].description)
     parser.add_argument(
+        "--strict-models",
+        action="store_true",
+        default=None,
+        help="refuse (404) a model name the upstream does not serve and no alias maps; by default any name is "
+        "answered while the upstream serves one model (the requested name is recorded on each call)",
+    )
+    parser.add_argument(
         "--upstream-timeout",
         type=float,
         default=None,
@@ -56,6 +63,7 @@ def _proxy_settings(args: argparse.Namespace, settings: Settings) -> ProxySettin
         "reasoning_parser",
         "upstream_timeout_s",
         "gateway_url",
+        "strict_models",
     )
     return settings.proxy.model_copy(update={n: getattr(args, n) for n in names if getattr(args, n) is not None})
 

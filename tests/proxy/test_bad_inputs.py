@@ -84,7 +84,7 @@ CASES: list[tuple[str, Callable[[str], dict[str, Any]], int, str]] = [
 
 @pytest.fixture()
 def small_proxy(start_proxy: Callable[..., Proxy], engine_url: str) -> Proxy:
-    return start_proxy(engine_url, max_body_bytes=200_000)
+    return start_proxy(engine_url, max_body_bytes=200_000, strict_models=True)
 
 
 @pytest.mark.parametrize(("name", "request_kwargs", "status", "message"), CASES, ids=[c[0] for c in CASES])

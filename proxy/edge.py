@@ -1,0 +1,91 @@
+"""Errors at the proxy's edge: every reply to a request that failed is in the shape of the dialect its path
+speaks (Anthropic's ``{"type": "error", ...}`` under ``/v1/messages``, OpenAI's ``{"error": {...}}`` elsewhere),
+and an unexpected exception becomes a 500 reply without dropping the connection.
+
+Starlette's own last-resort handler re-raises after replying, and the server then closes the keep-alive
+connection, so a client's next request on it fails; ``ErrorEdge`` replies and returns instead. An exception
+after the reply has started (a stream) still propagates: only closing the connection tells that client.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from rollwire.proxy.dialects.chat import ChatDialect
+from rollwire.proxy.dialects.messages import MessagesDialect
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from rollwire.errors import InvalidRequest, NotFound, RollwireError, Unauthorized
+
+logger = logging.getLogger(__name__)
+
+_OPENAI = ChatDialect()
+_ANTHROPIC = MessagesDialect()
+
+
+def speaks_messages(path: str) -> bool:
+    """Anthropic clients call ``.../v1/messages`` and ``.../v1/messages/count_tokens``."""
+    return "/v1/messages" in path
+
+
+def error_body(path: str, exc: RollwireError) -> dict[str, Any]:
+    """``exc`` in the shape the client of ``path`` parses."""
+    return (_ANTHROPIC if speaks_messages(path) else _OPENAI).error_body(exc)
+
+
+def error_response(path: str, exc: RollwireError) -> Response:
+    if exc.status_code >= 500:
+        logger.error("proxy error on %s: %s", path, exc.message)
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+    return JSONResponse(error_body(path, exc), status_code=exc.status_code, headers=headers)
+
+
+async def rollwire_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RollwireError)
+    return error_response(request.url.path, exc)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no such route, wrong method) in the dialect's shape."""
+    assert isinstance(exc, HTTPException)
+    error = NotFound(str(exc.detail)) if exc.status_code == 404 else InvalidRequest(str(exc.detail))
+    error.status_code = exc.status_code
+    response = error_response(request.url.path, error)
+    if exc.headers:
+        response.headers.update(exc.headers)
+    return response
+
+
+class ErrorEdge:
+    """ASGI middleware: an exception nothing else handled becomes a 500 in the dialect's shape (logged with its
+    traceback); the connection stays open for the client's next request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            if started:
+                raise
+            logger.exception("unhandled proxy error on %s", scope.get("path", ""))
+            error = exc if isinstance(exc, RollwireError) else RollwireError(f"internal error: {type(exc).__name__}")
+            await error_response(scope.get("path", ""), error)(scope, receive, send)
+
+
+__all__ = ["ErrorEdge", "error_body", "error_response", "http_error", "rollwire_error", "speaks_messages"]

@@ -1,0 +1,160 @@
+"""Must-show 8: hostile request bodies get a 400 in the dialect's own error shape and store nothing, the
+keep-alive connection they came on stays usable (also after a 500 from a bug), and a non-streaming client
+that hangs up stops its generation, which is recorded as partial."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from rollwire.proxy.edge import ErrorEdge
+from sqlmodel import Session, select
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from rollwire.serving import ServerThread
+from rollwire.store import ModelCall, decode_ids, open_engine
+from tests.proxy.conftest import Proxy
+from tests.proxy.upstream_shim import UpstreamShim, shimmed_engine
+
+DIALECTS = {
+    "chat": ("/chat/completions", lambda m, text: {"model": m, "messages": [{"role": "user", "content": text}]}),
+    "responses": ("/responses", lambda m, text: {"model": m, "input": text, "max_output_tokens": 2}),
+    "messages": (
+        "/messages",
+        lambda m, text: {"model": m, "messages": [{"role": "user", "content": text}], "max_tokens": 2},
+    ),
+}
+
+
+def _hostile(body: dict[str, Any]) -> dict[str, bytes]:
+    """Bodies no strict JSON reader accepts as text, each built around one good body."""
+    good = json.dumps(body)
+    head = good[:-1]
+    return {
+        "lone surrogate": good.replace('"hi"', '"a \\ud800 b"').encode(),
+        "deep nesting": (head + ', "metadata": ' + "[" * 100_000 + "]" * 100_000 + "}").encode(),
+        "nesting past the limit": (head + ', "metadata": ' + "[" * 200 + "]" * 200 + "}").encode(),
+        "NaN": (head + ', "temperature": NaN}').encode(),
+        "stream as a string": (head + ', "stream": "yes"}').encode(),
+        "stream as a number": (head + ', "stream": 1}').encode(),
+    }
+
+
+def _check_shape(dialect: str, body: dict[str, Any]) -> str:
+    """The error's message, after checking the body is the dialect's error shape."""
+    if dialect == "messages":
+        assert body["type"] == "error" and isinstance(body["error"]["type"], str), body
+        return str(body["error"]["message"])
+    assert isinstance(body["error"]["type"], str) and "param" in body["error"], body
+    return str(body["error"]["message"])
+
+
+def _calls(store_url: str) -> list[ModelCall]:
+    with Session(open_engine(store_url)) as session:
+        return list(session.exec(select(ModelCall)).all())
+
+
+def _post(conn: http.client.HTTPConnection, path: str, body: bytes) -> tuple[int, dict[str, Any], bool]:
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    return response.status, json.loads(response.read()), response.will_close
+
+
+@pytest.mark.parametrize("dialect", list(DIALECTS))
+def test_hostile_bodies_are_400s_in_the_dialect_shape_on_a_connection_that_stays_open(
+    proxy: Proxy, served_model: str, dialect: str
+) -> None:
+    route, build = DIALECTS[dialect]
+    rollout = proxy.new_rollout()
+    url = urlsplit(rollout["base_url"])
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+    conn.connect()
+    first = conn.sock
+    for name, body in _hostile(build(served_model, "hi")).items():
+        status, answer, closing = _post(conn, url.path + route, body)
+        assert status == 400, (name, answer)
+        message = _check_shape(dialect, answer)
+        assert any(w in message for w in ("JSON", "nested", "surrogate", "stream")), (name, message)
+        assert not closing and conn.sock is first, f"{name}: the server closed the connection"
+    good = {**build(served_model, "hi"), "max_tokens": 2} if dialect == "chat" else build(served_model, "hi")
+    status, answer, _ = _post(conn, url.path + route, json.dumps(good).encode())
+    assert status == 200 and conn.sock is first, answer
+    conn.close()
+    assert len(_calls(proxy.store_url)) == 1  # only the good request was recorded
+
+
+@pytest.fixture()
+def buggy_app() -> Iterator[str]:
+    """Routes that fail as a bug would, behind the proxy's ErrorEdge."""
+
+    async def broken(request: Request) -> Response:
+        raise RuntimeError("a bug")
+
+    async def fine(request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    routes = [Route(p, broken, methods=["POST"]) for p in ("/v1/messages", "/v1/chat/completions")]
+    app = Starlette(routes=[*routes, Route("/ok", fine)], middleware=[Middleware(ErrorEdge)])
+    with ServerThread(app) as server:
+        yield server.url
+
+
+def test_a_bug_is_a_500_in_the_dialect_shape_and_the_connection_stays_usable(buggy_app: str) -> None:
+    url = urlsplit(buggy_app)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+    conn.connect()
+    first = conn.sock
+    for path, dialect in (("/v1/messages", "messages"), ("/v1/chat/completions", "chat")):
+        status, body, closing = _post(conn, path, b"{}")
+        assert status == 500 and _check_shape(dialect, body) == "internal error: RuntimeError"
+        assert not closing
+    conn.request("GET", "/ok")
+    assert conn.getresponse().read() == b'{"ok":true}' and conn.sock is first
+
+
+@pytest.fixture()
+def shimmed(tiny_model_dir: Path, tmp_path: Path) -> Iterator[tuple[str, UpstreamShim]]:
+    with shimmed_engine(tiny_model_dir, tmp_path / "engine") as found:
+        yield found
+
+
+def _wait_for(condition: Callable[[], Any], timeout: float = 60.0) -> Any:
+    """Re-check a store condition until it holds (the proxy records after the client is gone)."""
+    deadline = time.monotonic() + timeout
+    while (found := condition()) is None:
+        assert time.monotonic() < deadline, "timed out waiting for the store"
+        time.sleep(0.05)
+    return found
+
+
+@pytest.mark.parametrize("dialect", list(DIALECTS))
+def test_a_non_streaming_client_that_hangs_up_stops_its_generation(
+    start_proxy: Callable[..., Proxy], shimmed: tuple[str, UpstreamShim], served_model: str, dialect: str
+) -> None:
+    upstream, shim = shimmed
+    proxy = start_proxy(upstream)
+    route, build = DIALECTS[dialect]
+    body = build(served_model, "Write a very long story.")
+    body["max_output_tokens" if dialect == "responses" else "max_tokens"] = 4000
+    body["temperature"] = 1.0
+    url = urlsplit(proxy.new_rollout()["base_url"])
+    data = json.dumps(body).encode()
+    head = f"POST {url.path}{route} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    with socket.create_connection((url.hostname, url.port), timeout=60) as sock:
+        sock.sendall(f"{head}Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        assert shim.streaming.wait(60), "the engine never started"
+    row = _wait_for(lambda: next(iter(_calls(proxy.store_url)), None))
+    assert row.status == "partial" and row.finish_reason == "abort", (row.status, row.error)
+    assert "client left" in (row.error or "")
+    assert 0 < len(decode_ids(row.completion_ids)) < 4000

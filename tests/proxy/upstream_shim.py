@@ -1,0 +1,97 @@
+"""UpstreamShim: an ASGI wrapper around the bundled engine for tests of what the proxy sends upstream.
+
+It can play an upstream that enforces structured outputs (vLLM): its model card then says so, and the
+``structured_outputs`` field of each completion is kept here and taken out before the engine (which has no
+constrained decoding) sees it. It also signals when a completion has started streaming tokens back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rollwire.serving import ServerThread
+from rollwire.settings import EngineSettings
+
+
+def _with_length(headers: list[tuple[bytes, bytes]], length: int) -> list[tuple[bytes, bytes]]:
+    return [(k, v) for k, v in headers if k.lower() != b"content-length"] + [(b"content-length", str(length).encode())]
+
+
+class UpstreamShim:
+    def __init__(self, app: Any, structured_outputs: bool = False) -> None:
+        self.app = app
+        self.structured_outputs = structured_outputs
+        self.formats: list[Any] = []
+        """The ``structured_outputs`` value of every completion request (None where absent)."""
+        self.streaming = threading.Event()
+        """Set once a completion has sent its first streamed chunk."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path")
+        if scope["type"] == "http" and path == "/v1/models" and self.structured_outputs:
+            await self._models(scope, receive, send)
+        elif scope["type"] == "http" and path == "/v1/completions":
+            await self._completion(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _models(self, scope: Any, receive: Any, send: Any) -> None:
+        start: dict[str, Any] = {}
+        body = bytearray()
+
+        async def buffered(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+                return
+            body.extend(message.get("body", b""))
+            if not message.get("more_body"):
+                data = json.loads(body)
+                for card in data["data"]:
+                    card["structured_outputs"] = True
+                out = json.dumps(data).encode()
+                await send({**start, "headers": _with_length(list(start["headers"]), len(out))})
+                await send({"type": "http.response.body", "body": out})
+
+        await self.app(scope, receive, buffered)
+
+    async def _completion(self, scope: Any, receive: Any, send: Any) -> None:
+        raw = bytearray()
+        while True:
+            message = await receive()
+            raw.extend(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        request = json.loads(raw)
+        self.formats.append(request.pop("structured_outputs", None))
+        out = json.dumps(request).encode()
+        sent = False
+
+        async def replayed() -> Any:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": out, "more_body": False}
+            return await receive()
+
+        async def tapped(message: Any) -> None:
+            await send(message)
+            if message["type"] == "http.response.body" and message.get("more_body") and message.get("body"):
+                self.streaming.set()
+
+        headers = _with_length(list(scope["headers"]), len(out))
+        await self.app({**scope, "headers": headers}, replayed, tapped)
+
+
+@contextlib.contextmanager
+def shimmed_engine(model_dir: Path, home: Path, structured_outputs: bool = False) -> Iterator[tuple[str, UpstreamShim]]:
+    """A bundled engine behind an UpstreamShim, served on a loopback port: (its URL, the shim)."""
+    from rollwire.engine import create_app as create_engine
+
+    shim = UpstreamShim(create_engine(EngineSettings(model=str(model_dir), device="cpu"), home), structured_outputs)
+    with ServerThread(shim) as server:
+        yield server.url, shim
