@@ -136,6 +136,11 @@ class TrainerSettings(BaseModel):
     vllm_url: str = Field("", description="vLLM server to push weights to; empty: none.")
     vllm_mode: str = Field("reload", description="How to push to vLLM: reload (dev-mode RL endpoints) or lora.")
     publish_version: bool = Field(True, description="After a push, POST the new policy version to the proxy.")
+    parity_tolerance: float = Field(
+        1e-3,
+        description="After each push, most |engine - trainer| logprob on a fixed greedy probe before the push "
+        "fails (fp32 on CPU agrees to ~1e-5; raise it for bf16 engines); negative turns the probe off.",
+    )
     keep_checkpoints: int = Field(2, description="Checkpoints kept in the output folder.")
     seed: int = Field(0, description="torch seed.")
     device: str = Field("auto", description="torch device: auto, cpu or cuda.")

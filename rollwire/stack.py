@@ -4,7 +4,8 @@
 running one through the stack file (``StackInfo.save``). Each part runs as its own ``rollwire`` process,
 exactly as a user would start it by hand, because on a small machine one process per part keeps the
 engine's torch work off the proxy's and the gateway's event loops. With ``upstream`` set (a vLLM server)
-no engine is started and the proxy points there instead.
+no engine is started and the proxy points there instead; with ``engine="vllm"`` the engine part is vLLM's
+CPU build from the venv ``rollwire.vllm_runtime`` manages (installed on first use).
 """
 
 from __future__ import annotations
@@ -24,9 +25,13 @@ from types import TracebackType
 
 import httpx
 
-from rollwire.errors import NotFound, RollwireError
+from rollwire.errors import InvalidRequest, NotFound, RollwireError
 from rollwire.settings import Settings
 
+ENGINES = ("bundled", "vllm")
+"""What serves the model when no --upstream is given: rollwire's bundled engine or vLLM's CPU build."""
+VLLM_START_TIMEOUT_S = 900.0
+"""vLLM compiles its model at start (about 70 s alone, minutes on a loaded two-core machine)."""
 TINY_SERVED_NAME = "rollwire-tiny"
 """The name the bundled engine serves the tiny default model under, in the local stack."""
 
@@ -119,7 +124,11 @@ class LocalStack:
         proxy_args: Sequence[str] = (),
         proxy_env: Mapping[str, str] | None = None,
         start_timeout_s: float = 180.0,
+        engine: str = "bundled",
     ) -> None:
+        if engine not in ENGINES:
+            raise InvalidRequest(f"unknown engine {engine!r} ({', '.join(ENGINES)})", param="engine")
+        self.engine = engine
         self.settings = settings
         self.upstream = upstream.rstrip("/") if upstream else None
         self.model = model
@@ -148,7 +157,9 @@ class LocalStack:
         url = {part: f"http://{self.host}:{self.ports.get(part) or free_port(self.host)}" for part in self.PARTS}
         engine_url = self.upstream or url["engine"]
         try:
-            if self.upstream is None:
+            if self.upstream is None and self.engine == "vllm":
+                self._spawn_vllm(url["engine"])
+            elif self.upstream is None:
                 self._spawn("engine", url["engine"], ["engine", *self._engine_flags(), *self.engine_args])
             self._spawn("env", url["env"], ["mcp", "serve", "all", "--state-dir", str(self.state_dir)])
             self._spawn("gateway", url["gateway"], ["mcp", "gateway", "--env-url", url["env"], "--db", self.db_url])
@@ -225,6 +236,18 @@ class LocalStack:
             flags += ["--served-model-name", self.served_model_name]
         return flags
 
+    def _spawn_vllm(self, url: str) -> None:
+        """vLLM's server from the managed venv (installed here on first use, with pip's progress shown)."""
+        from rollwire.tiny_model import ensure_tiny_model
+        from rollwire.vllm_runtime import ensure_python, serve_command, serve_env
+
+        python = ensure_python(self.settings.home)
+        model = self.model or str(ensure_tiny_model(self.settings.home))
+        host, port = url.rsplit(":", 1)
+        argv = serve_command(python, model=model, host=host.split("//", 1)[1], port=int(port),
+                             served_model_name=self.served_model_name or "", extra=self.engine_args)  # fmt: skip
+        self._spawn("engine", url, argv, command=argv, env=serve_env(self._child_env("engine")))
+
     def _child_env(self, name: str) -> dict[str, str]:
         env = dict(os.environ)
         env["ROLLWIRE_HOME"] = str(self.settings.home)
@@ -236,9 +259,12 @@ class LocalStack:
             env.update(self.proxy_env)
         return env
 
-    def _spawn(self, name: str, url: str, argv: list[str]) -> None:
+    def _spawn(
+        self, name: str, url: str, argv: list[str], command: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        """Start one part; ``command`` replaces the default ``rollwire <argv> --host --port`` line."""
         port = url.rsplit(":", 1)[1]
-        command = [
+        command = command or [
             sys.executable,
             "-m",
             "rollwire.cli",
@@ -252,11 +278,14 @@ class LocalStack:
         ]
         log = self.log_dir / f"{name}.log"
         with log.open("wb") as out:
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=self._child_env(name))
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env or self._child_env(name))
         self._children.append(_Child(name, url, process, log))
 
     def _wait_healthy(self, child: _Child) -> None:
-        deadline = time.monotonic() + self.start_timeout_s
+        limit = self.start_timeout_s
+        if self.engine == "vllm" and child.name == "engine":
+            limit = max(limit, VLLM_START_TIMEOUT_S)
+        deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
             if child.process.poll() is not None:
                 raise RollwireError(
@@ -268,9 +297,7 @@ class LocalStack:
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
-        raise RollwireError(
-            f"the {child.name} did not answer {child.url}/health in {self.start_timeout_s:.0f}s: {_tail(child.log)}"
-        )
+        raise RollwireError(f"the {child.name} did not answer {child.url}/health in {limit:.0f}s: {_tail(child.log)}")
 
     def _wait_upstream(self, url: str) -> None:
         try:
@@ -292,4 +319,4 @@ def _tail(log: Path, lines: int = 12) -> str:
     return " | ".join(text[-lines:]) or f"(empty log {log})"
 
 
-__all__ = ["TINY_SERVED_NAME", "LocalStack", "StackInfo", "free_port", "stack_file"]
+__all__ = ["ENGINES", "TINY_SERVED_NAME", "LocalStack", "StackInfo", "free_port", "stack_file"]

@@ -64,3 +64,22 @@ def store_url(tmp_path: Path) -> str:
 
 def pytest_report_header(config: Any) -> str:
     return f"rollwire shared files: {shared_dir()}"
+
+
+@pytest.fixture(scope="session")
+def vllm_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One real vLLM (CPU build) serving the tiny model for the whole session (tests/vllm_server.py)."""
+    from tests.vllm_server import serve_vllm
+
+    with serve_vllm(tiny_model_dir, tmp_path_factory.mktemp("vllm")) as url:
+        yield url
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """Tests that start the session's vLLM may wait out its start (compiling takes minutes on a busy machine)."""
+    from tests.vllm_server import START_TIMEOUT_S
+
+    for item in items:
+        params = item.callspec.params.values() if hasattr(item, "callspec") else ()
+        if "vllm_url" in getattr(item, "fixturenames", ()) or "vllm" in params:
+            item.add_marker(pytest.mark.timeout(START_TIMEOUT_S + 300))

@@ -36,6 +36,7 @@ from rollwire.trainer.distributed import (
 )
 from rollwire.trainer.grpo import GRPOConfig, grpo_step, prepare_grpo
 from rollwire.trainer.metrics import MetricsWriter
+from rollwire.trainer.parity import check_sink, pushed_model
 from rollwire.trainer.sft import SFTConfig, sft_step
 from rollwire.trainer.stream import StreamConfig, TrajectoryStream
 from rollwire.trainer.weights import ProxyVersionPublisher, WeightSink, make_sinks
@@ -146,14 +147,21 @@ def checkpoint_and_push(
             out_dir, session.state, weights, unwrap(session.model), opt_state, session.base_model,
             keep=cfg.keep_checkpoints,
         )
-        push(folder, session.state.policy_version, sinks, publisher)
+        model = None if ctx.active else unwrap(session.model)  # sharded or replicated: probe the pushed folder
+        push(folder, session.state.policy_version, sinks, publisher, cfg.parity_tolerance, model)
     ctx.barrier()
     return folder
 
 
-def push(folder: Path, version: int, sinks: list[WeightSink], publisher: ProxyVersionPublisher | None) -> None:
+def push(
+    folder: Path, version: int, sinks: list[WeightSink], publisher: ProxyVersionPublisher | None,
+    parity_tolerance: float = -1.0, model: torch.nn.Module | None = None,
+) -> None:
+    """Push to every sink; with ``parity_tolerance`` >= 0, probe each engine after its push (trainer/parity.py)."""
     for sink in sinks:
         sink.push(folder, version)
+        if parity_tolerance >= 0:
+            check_sink(sink, pushed_model(folder, model), parity_tolerance)
     if publisher is not None:
         publisher.publish(version)
 
@@ -180,7 +188,8 @@ def run_training(
     publisher = ProxyVersionPublisher(cfg.proxy_url, cfg.operator_key, client) if cfg.publish_version and sinks else None
     try:
         if session.state.step > 0 and ctx.is_main and sinks:  # the push may not have happened before a kill
-            push(latest_checkpoint(out_dir), session.state.policy_version, sinks, publisher)  # type: ignore[arg-type]
+            folder = latest_checkpoint(out_dir)
+            push(folder, session.state.policy_version, sinks, publisher, cfg.parity_tolerance)  # type: ignore[arg-type]
         while not (cfg.max_steps and session.state.step >= cfg.max_steps):
             items = broadcast([t.to_dict() for t in stream.poll()] if ctx.is_main else None, ctx)
             if not items and cfg.exit_when_idle:

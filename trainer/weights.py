@@ -6,7 +6,9 @@
 - ``VLLMReloadSink``: vLLM's dev-mode RL endpoints (``VLLM_SERVER_DEV_MODE=1``): ``POST /pause``,
   ``POST /collective_rpc {"method": "reload_weights", "kwargs": {...}}`` (string kwargs, as vLLM
   requires), ``POST /reset_prefix_cache``, ``POST /resume``, then ``POST /update_weight_version
-  {"new_version": "<v>"}``. vLLM is always resumed, even when the reload fails.
+  {"new_version": "<v>"}``. vLLM is always resumed, even when the reload fails. A checkpoint with tied
+  embeddings gets its output head written explicitly first (``write_tied_head``): vLLM's in-place reload
+  otherwise keeps the old head while the input embedding changes.
 - ``VLLMLoraSink``: ``POST /v1/load_lora_adapter {"lora_name", "lora_path", "load_inplace": true}``
   (``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``), for checkpoints that are PEFT adapter folders.
 
@@ -16,6 +18,7 @@ httpx errors become rollwire errors here, once.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -72,15 +75,58 @@ class EngineReloadSink:
             raise UpstreamError(f"engine reloaded as version {reply.get('weight_version')}, expected {version}")
 
 
+TIED_HEAD_FILE = "rollwire-tied-lm_head.safetensors"
+EMBEDDING = "model.embed_tokens.weight"
+HEAD = "lm_head.weight"
+
+
+def write_tied_head(checkpoint: Path) -> bool:
+    """Write the output head of a tied-embedding checkpoint under its own name; True if one was written.
+
+    Hugging Face saves a tied head once, as the input embedding. vLLM's in-place reload (layer by layer)
+    then reloads the embedding but finds nothing for ``lm_head`` and restores its old values: after a push
+    that changed the embedding it serves the new embedding with the old head. Naming the head explicitly
+    makes vLLM load it; Hugging Face loaders ignore the extra file (or, with a shard index, tie it anyway).
+    """
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    index = checkpoint / "model.safetensors.index.json"
+    weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"] if index.is_file() else {}
+    shards = sorted(set(weight_map.values())) if weight_map else [p.name for p in checkpoint.glob("*.safetensors")]
+    embedding = None
+    for shard in shards:
+        with safe_open(str(checkpoint / shard), framework="pt") as handle:
+            keys = set(handle.keys())
+            if HEAD in keys:
+                return False  # untied (or already written): vLLM loads the head itself
+            if EMBEDDING in keys:
+                embedding = handle.get_tensor(EMBEDDING)
+    if embedding is None:
+        return False  # not a layout this knows (no model.embed_tokens): leave it to the parity probe
+    save_file({HEAD: embedding.contiguous()}, str(checkpoint / TIED_HEAD_FILE), metadata={"format": "pt"})
+    if weight_map:
+        data = json.loads(index.read_text())
+        data["weight_map"][HEAD] = TIED_HEAD_FILE
+        index.write_text(json.dumps(data, indent=2))
+    return True
+
+
 class VLLMReloadSink:
     """Full weights through vLLM's dev-mode RL endpoints; the checkpoint must be readable by the vLLM workers."""
 
-    def __init__(self, base_url: str, client: httpx.Client, rpc_method: str = "reload_weights") -> None:
+    def __init__(
+        self, base_url: str, client: httpx.Client, rpc_method: str = "reload_weights", explicit_tied_head: bool = True
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.client = client
         self.rpc_method = rpc_method
+        self.explicit_tied_head = explicit_tied_head
+        """Write a tied head under its own name before the reload (off only to show what goes wrong without)."""
 
     def push(self, checkpoint: Path, version: int) -> None:
+        if self.explicit_tied_head:
+            write_tied_head(checkpoint)
         _post(self.client, f"{self.base_url}/pause", "vLLM pause", params={"mode": "wait"})
         try:
             rpc = {"method": self.rpc_method, "kwargs": {"weights_path": str(checkpoint)}}
@@ -141,4 +187,5 @@ __all__ = [
     "VLLMReloadSink",
     "WeightSink",
     "make_sinks",
+    "write_tied_head",
 ]

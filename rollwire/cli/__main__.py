@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "demo": "rollwire.cli.demo",
     "up": "rollwire.cli.up",
     "engine": "rollwire.cli.engine",
+    "vllm": "rollwire.cli.vllm",
     "train": "rollwire.cli.train",
     "export": "rollwire.cli.export",
     "proxy": "rollwire.cli.proxy",

@@ -8,7 +8,8 @@ reference agent on the local runtime, scored by the suite's checkers, one update
 the engine; (4) evaluates again with the same sampling settings; (5) writes a report (reward curve PNG,
 HTML summary, results.json) next to the store.
 
-Point the same loop at a real vLLM with --upstream URL --model FOLDER, at another suite with --suite,
+Serve the model with vLLM's CPU build instead with --engine vllm (installed on first use into a venv
+rollwire manages), or point the same loop at a running vLLM with --upstream URL --model FOLDER, at another suite with --suite,
 another harness with --harness, or Kubernetes with --runtime kubernetes.
 """
 
@@ -28,6 +29,7 @@ RECIPE_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
     "suite": ((), "task suite: a shipped name or a JSON file"),
     "harness": ((), "harness adapter by name (see `rollwire run-harness --help`)"),
     "runtime": ((), "where rollouts run: local or kubernetes"),
+    "engine": ((), "what serves the model: bundled, or vllm (vLLM's CPU build, installed once into a managed venv)"),
     "iterations": (("-K",), "GRPO iterations"),
     "group_size": (("-G",), "rollouts per train task per iteration"),
     "teacher_group": ((), "teacher rollouts per train task"),

@@ -1,8 +1,8 @@
 """Start the long-running local stack for pointing an existing harness at rollwire, and keep it up.
 
-Starts the bundled engine (or uses --upstream, a running vLLM), the MCP env servers, the gateway and the
-proxy on this machine, writes their addresses to the stack file (which `rollwire rollouts` and
-`rollwire run-harness` read), creates one ready rollout of a task, and prints its base URLs with
+Starts the bundled engine (or vLLM's CPU build with --engine vllm, or uses --upstream, a running vLLM),
+the MCP env servers, the gateway and the proxy on this machine, writes their addresses to the stack file
+(which `rollwire rollouts` and `rollwire run-harness` read), creates one ready rollout of a task, and prints its base URLs with
 one-line examples for the `openai` client, Codex CLI and Claude Code. Ctrl-C stops everything.
 What was recorded: `rollwire traces --db <store> ls`, or the viewer at <proxy>/ui/?key=<operator key>.
 """
@@ -25,6 +25,13 @@ DEFAULT_PORTS = {"proxy": 8000, "engine": 8100, "env": 8200, "gateway": 8300}
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--upstream", default=None, metavar="URL", help="a running vLLM server to use instead of the bundled engine")
+    add(
+        "--engine",
+        choices=("bundled", "vllm"),
+        default="bundled",
+        help="what serves the model without --upstream: the bundled engine, or vLLM's CPU build "
+        "(installed once into a venv rollwire manages; default bundled)",
+    )
     add("--model", default=None, metavar="FOLDER", help="local HF folder of the served model (tokenizer + template; "
         "the engine's weights without --upstream); default: the tiny local model")  # fmt: skip
     add(
@@ -125,6 +132,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         ports={part: port for part, port in ports.items() if port},
         engine_args=["--max-model-len", str(args.max_model_len)] if args.upstream is None else [],
         proxy_env={"ROLLWIRE_PROXY__DEFAULT_MAX_OUTPUT_TOKENS": str(args.default_max_output_tokens)},
+        engine=args.engine,
     )  # fmt: skip
     for signum in (signal.SIGTERM, signal.SIGINT):  # `kill` stops the stack as cleanly as Ctrl-C
         signal.signal(signum, _interrupt)

@@ -31,6 +31,8 @@ class DemoConfig:
     suite: str = "tiny"
     harness: str = "reference"
     runtime: str = "local"
+    engine: str = "bundled"
+    """What serves the model without --upstream: the bundled engine or vLLM's CPU build (``vllm``)."""
     iterations: int = 30
     group_size: int = 8
     teacher_group: int = 1
@@ -82,6 +84,8 @@ class DemoConfig:
             raise InvalidRequest("--group-size must be at least 2: GRPO compares rollouts within a group")
         if self.runtime not in ("local", "kubernetes"):
             raise InvalidRequest("--runtime must be local or kubernetes", param="runtime")
+        if self.engine not in ("bundled", "vllm"):
+            raise InvalidRequest("--engine must be bundled or vllm", param="engine")
         if self.aggregation not in ("sequence-mean", "token-mean"):
             raise InvalidRequest("--aggregation must be sequence-mean or token-mean", param="aggregation")
         if self.upstream and not self.model:
@@ -143,6 +147,7 @@ class Demo:
             db_url=f"sqlite:///{self.out_dir / 'store.db'}",
             state_dir=self.out_dir / "mcp_state",
             log_dir=self.out_dir / "logs",
+            engine=self.config.engine,
         )
         self.report("starting the stack (engine, env servers, gateway, proxy)", None)
         with stack as info:
@@ -160,9 +165,11 @@ class Demo:
             update={"proxy_url": info.proxy_url, "operator_key": info.operator_key, "lr": config.sft_lr,
                     "seed": config.seed, "group_size": config.group_size, "keep_checkpoints": 2}
         )  # fmt: skip
-        engine_url = "" if config.upstream else info.engine_url or ""
+        on_vllm = bool(config.upstream) or config.engine == "vllm"
+        engine_url = "" if on_vllm else info.engine_url or ""
+        vllm_url = (config.upstream or info.engine_url or "") if on_vllm else ""
         learner = Learner.open(
-            model_dir, self.out_dir / "checkpoints", trainer, engine_url=engine_url, vllm_url=config.upstream or ""
+            model_dir, self.out_dir / "checkpoints", trainer, engine_url=engine_url, vllm_url=vllm_url
         )
         try:
             result.teacher = self._teacher(stack, info, model_dir)

@@ -27,6 +27,16 @@ def engine_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
         yield server.url
 
 
+ENGINES = ["bundled", "vllm"]
+"""The engines the conformance tests run against: the bundled one and real vLLM (CPU build)."""
+
+
+@pytest.fixture(scope="session", params=ENGINES)
+def any_engine_url(request: pytest.FixtureRequest) -> str:
+    """The bundled engine, then real vLLM (one per session): the proxy's conformance tests run against both."""
+    return str(request.getfixturevalue("engine_url" if request.param == "bundled" else "vllm_url"))
+
+
 @pytest.fixture(scope="session")
 def served_model(engine_url: str) -> str:
     return str(httpx.get(f"{engine_url}/v1/models", timeout=10).json()["data"][0]["id"])

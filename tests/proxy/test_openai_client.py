@@ -1,11 +1,26 @@
-"""Must-show 1: the official openai client against proxy + bundled engine, streamed and not, with tools."""
+"""Must-show 1: the official openai client against proxy + engine, streamed and not, with tools; every test
+runs against the bundled engine and against real vLLM (``any_engine_url``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import httpx
 import openai
 import pytest
 
 from tests.proxy.conftest import Proxy
+
+
+@pytest.fixture()
+def proxy(start_proxy: Callable[..., Proxy], any_engine_url: str) -> Proxy:
+    return start_proxy(any_engine_url)
+
+
+@pytest.fixture()
+def served_model(any_engine_url: str) -> str:
+    return str(httpx.get(f"{any_engine_url}/v1/models", timeout=10).json()["data"][0]["id"])
+
 
 TOOLS = [
     {

@@ -17,7 +17,9 @@ from rollwire.reconstruct import reconstruct
 from rollwire.serving import ServerThread
 from rollwire.settings import EngineSettings, ProxySettings
 from rollwire.store import open_engine
+from tests.proxy.conftest import ENGINES
 from tests.proxy.engine_tap import EngineTap
+from tests.proxy.http_forward import HttpForward
 
 OPERATOR = "property-operator"
 TOOLS = [
@@ -28,12 +30,18 @@ TOOLS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def stack(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, EngineTap, str]]:
+@pytest.fixture(scope="module", params=ENGINES)
+def stack(
+    request: pytest.FixtureRequest, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, EngineTap, str]]:
+    """Proxy in front of a tapped engine: the bundled one, then real vLLM (tapped over HTTP)."""
     from rollwire.engine import create_app as create_engine
 
     home = tmp_path_factory.mktemp("prop")
-    tap = EngineTap(create_engine(EngineSettings(model=str(tiny_model_dir), device="cpu"), home))
+    if request.param == "vllm":
+        tap = EngineTap(HttpForward(request.getfixturevalue("vllm_url")))
+    else:
+        tap = EngineTap(create_engine(EngineSettings(model=str(tiny_model_dir), device="cpu"), home))
     store = f"sqlite:///{home / 'store.db'}"
     with ServerThread(tap) as engine:
         proxy_app = create_app(ProxySettings(upstream=engine.url, model=str(tiny_model_dir)), store, home, OPERATOR)

@@ -14,7 +14,9 @@ from rollwire.proxy.app import create_app
 
 from rollwire.serving import ServerThread
 from rollwire.settings import EngineSettings, ProxySettings
+from tests.proxy.conftest import ENGINES
 from tests.proxy.engine_tap import EngineTap
+from tests.proxy.http_forward import HttpForward
 
 OPERATOR = "dialects-operator"
 MAX_MODEL_LEN = 32768
@@ -72,14 +74,8 @@ class Stack:
         return dict(trajectory)
 
 
-@pytest.fixture(scope="session")
-def dialect_stack(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    from rollwire.engine import create_app as create_engine
-
-    home = tmp_path_factory.mktemp("dialects")
-    tap = EngineTap(
-        create_engine(EngineSettings(model=str(tiny_model_dir), device="cpu", max_model_len=MAX_MODEL_LEN), home)
-    )
+def _serve_stack(engine_app: Any, tiny_model_dir: Path, home: Path) -> Iterator[Stack]:
+    tap = EngineTap(engine_app)
     with ServerThread(tap) as engine:
         served = str(httpx.get(f"{engine.url}/v1/models", timeout=10).json()["data"][0]["id"])
         # harnesses insist on their own model names: every name maps to the served model
@@ -93,3 +89,24 @@ def dialect_stack(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
             admin = httpx.Client(base_url=proxy.url, headers={"Authorization": f"Bearer {OPERATOR}"}, timeout=60)
             yield Stack(proxy.url, tap, admin, served, statuses, store_url)
             admin.close()
+
+
+@pytest.fixture(scope="session")
+def dialect_stack(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    from rollwire.engine import create_app as create_engine
+
+    home = tmp_path_factory.mktemp("dialects")
+    engine = create_engine(EngineSettings(model=str(tiny_model_dir), device="cpu", max_model_len=MAX_MODEL_LEN), home)
+    yield from _serve_stack(engine, tiny_model_dir, home)
+
+
+@pytest.fixture(scope="session", params=ENGINES)
+def conformance_stack(
+    request: pytest.FixtureRequest, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """The dialect stack in front of the bundled engine, then in front of real vLLM (tapped over HTTP)."""
+    if request.param == "bundled":
+        yield request.getfixturevalue("dialect_stack")
+        return
+    vllm_url = request.getfixturevalue("vllm_url")
+    yield from _serve_stack(HttpForward(vllm_url), tiny_model_dir, tmp_path_factory.mktemp("dialects-vllm"))

@@ -6,8 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 import openai
+import pytest
 
 from tests.proxy.dialects.conftest import Stack
+
+
+@pytest.fixture()
+def dialect_stack(conformance_stack: Stack) -> Stack:
+    """Every test here runs against the bundled engine and against real vLLM."""
+    return conformance_stack
+
 
 TOOLS: list[Any] = [
     {
