@@ -51,6 +51,7 @@ SWITCHES: dict[str, str] = {
     "scale_std": "scale_std",
     "keep_zero_variance": "keep_zero_variance",
     "exit_when_idle": "exit_when_idle",
+    "train_side_calls": "train_side_calls",
 }
 
 CHOICES = {"algo": ["grpo", "sft"], "aggregation": ["token-mean", "sequence-mean"], "vllm_mode": ["reload", "lora"],
