@@ -41,6 +41,7 @@ FLAGS: dict[str, str] = {
     "engine_url": "engine_url",
     "vllm_url": "vllm_url",
     "vllm_mode": "vllm_mode",
+    "parity_tolerance": "parity_tolerance",
     "seed": "seed",
     "device": "device",
     "strategy": "strategy",
