@@ -1,10 +1,12 @@
-"""Engine throughput: the same completion requests run one at a time, then at concurrency 1, 4 and 16.
+"""Engine throughput and start-up, bundled engine vs vLLM's CPU build, in one run.
 
-    python bench/engine.py [--requests 32] [--max-tokens 64] [--model PATH] [--threads N]
+    python bench/engine.py [--engines bundled,vllm] [--requests 32] [--max-tokens 64] [--model PATH] [--threads N]
 
-Starts `rollwire engine` in a subprocess on a loopback port (the tiny model by default), sends token-id
-prompts with fixed lengths (ignore_eos, so every request generates exactly --max-tokens), and prints one
-table of generated tokens per second with each row's ratio to the one-at-a-time run.
+Starts each engine in a subprocess on a loopback port (the tiny model by default; vLLM from the venv rollwire
+manages, installed on first use), times its start until /health answers, sends the same token-id prompts with
+fixed lengths (ignore_eos, so every request generates exactly --max-tokens) one at a time, then at concurrency
+1, 4 and 16, and prints one table: tokens per second, each row's ratio to that engine's one-at-a-time run and
+to the bundled engine's same row, and the start-up seconds.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +27,9 @@ from typing import Any
 import httpx
 
 CONCURRENCY = (1, 4, 16)
+ENGINES = ("bundled", "vllm")
+START_TIMEOUT_S = 900.0
+"""vLLM compiles its model at start: about 70 s alone on two cores, minutes on a loaded machine."""
 
 
 def _free_port() -> int:
@@ -31,9 +38,22 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _vllm_argv(model: str | None, port: int) -> tuple[list[str], dict[str, str]]:
+    from rollwire.settings import default_home
+    from rollwire.stack import TINY_SERVED_NAME
+    from rollwire.tiny_model import ensure_tiny_model
+    from rollwire.vllm_runtime import ensure_python, serve_command, serve_env
+
+    python = ensure_python(default_home(), echo=lambda line: print(line, flush=True))
+    folder = model or str(ensure_tiny_model(default_home()))
+    argv = serve_command(python, model=folder, host="127.0.0.1", port=port, served_model_name=TINY_SERVED_NAME,
+                         max_model_len=8192)  # fmt: skip
+    return argv, serve_env()
+
+
 @contextmanager
-def engine(model: str | None, max_batch_size: int, threads: int | None) -> Iterator[str]:
-    """A `rollwire engine` subprocess; yields its base URL once /health answers."""
+def engine(kind: str, model: str | None, max_batch_size: int, threads: int | None) -> Iterator[tuple[str, float]]:
+    """The engine in a subprocess; yields its base URL and start-up seconds once /health answers."""
     port = _free_port()
     argv = [
         sys.executable,
@@ -51,28 +71,36 @@ def engine(model: str | None, max_batch_size: int, threads: int | None) -> Itera
         argv += ["--model", model]
     if threads is not None:
         argv += ["--threads", str(threads)]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ))
+    env = dict(os.environ)
+    if kind == "vllm":  # vLLM batches up to its own --max-num-seqs (16 in rollwire's command line)
+        argv, env = _vllm_argv(model, port)
+    log = tempfile.TemporaryFile()
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             if proc.poll() is not None:
-                raise SystemExit(f"engine exited: {(proc.stderr.read() if proc.stderr else b'').decode()[-500:]}")
+                log.seek(0)
+                raise SystemExit(f"{kind} engine exited: {log.read().decode(errors='replace')[-800:]}")
             try:
                 if httpx.get(f"{url}/health", timeout=1).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                raise SystemExit("engine did not become healthy within 120 s")
+                raise SystemExit(f"{kind} engine did not become healthy within {START_TIMEOUT_S:.0f} s")
             time.sleep(0.2)
-        yield url
+        yield url, time.monotonic() - started
     finally:
-        proc.terminate()
+        os.killpg(proc.pid, signal.SIGTERM)  # vLLM's engine-core worker goes with its API server
         try:
-            proc.wait(20)
+            proc.wait(30)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
 
 
 def requests_for(count: int, max_tokens: int) -> list[dict[str, Any]]:
@@ -89,6 +117,12 @@ def requests_for(count: int, max_tokens: int) -> list[dict[str, Any]]:
         }
         for i in range(count)
     ]
+
+
+def with_model(url: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The bodies naming the engine's served model (vLLM checks the name)."""
+    served = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
+    return [{**body, "model": served} for body in bodies]
 
 
 def one_at_a_time(url: str, bodies: list[dict[str, Any]]) -> tuple[int, float]:
@@ -118,29 +152,58 @@ async def _concurrent(url: str, bodies: list[dict[str, Any]], concurrency: int) 
         return sum(counts), time.perf_counter() - start
 
 
+def run_engine(kind: str, args: argparse.Namespace) -> list[tuple[str, str, int, int, float]]:
+    """(engine, mode, concurrency, tokens, seconds) rows for one engine, plus its start-up as mode "start-up"."""
+    rows: list[tuple[str, str, int, int, float]] = []
+    print(f"starting the {kind} engine ...", flush=True)
+    with engine(kind, args.model, max(CONCURRENCY), args.threads) as (url, startup):
+        rows.append((kind, "start-up", 0, 0, startup))
+        bodies = with_model(url, requests_for(args.requests, args.max_tokens))
+        one_at_a_time(url, bodies[:2])  # warm-up
+        print(f"{kind}: {args.requests} requests x {args.max_tokens} tokens one at a time ...", flush=True)
+        tokens, seconds = one_at_a_time(url, bodies)
+        rows.append((kind, "one at a time", 1, tokens, seconds))
+        for concurrency in CONCURRENCY:
+            print(f"{kind}: the same requests at concurrency {concurrency} ...", flush=True)
+            tokens, seconds = asyncio.run(_concurrent(url, bodies, concurrency))
+            rows.append((kind, "concurrent", concurrency, tokens, seconds))
+    return rows
+
+
+def print_table(rows: list[tuple[str, str, int, int, float]]) -> None:
+    """tokens/s per row, its ratio to the engine's one-at-a-time row and to the bundled engine's same row."""
+    rate = {(e, m, c): t / s for e, m, c, t, s in rows if m != "start-up"}
+    print(f"\n{'engine':<8} {'mode':<14} {'concurrency':>11} {'tokens':>8} {'seconds':>8} {'tokens/s':>9} "
+          f"{'x one-at-a-time':>16} {'x bundled':>10}")  # fmt: skip
+    for kind, mode, concurrency, tokens, seconds in rows:
+        if mode == "start-up":
+            continue
+        own = rate[(kind, mode, concurrency)]
+        bundled = rate.get(("bundled", mode, concurrency))
+        versus = f"{own / bundled:.2f}" if bundled else "-"
+        print(f"{kind:<8} {mode:<14} {concurrency:>11} {tokens:>8} {seconds:>8.2f} {own:>9.1f} "
+              f"{own / rate[(kind, 'one at a time', 1)]:>16.2f} {versus:>10}")  # fmt: skip
+    startups = {kind: seconds for kind, mode, _, _, seconds in rows if mode == "start-up"}
+    print("\nstart-up until /health answers: " + ", ".join(
+        f"{kind} {seconds:.1f} s" + (f" ({seconds / startups['bundled']:.1f}x bundled)" if "bundled" in startups
+                                     and kind != "bundled" else "") for kind, seconds in startups.items()))  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engines", default="bundled,vllm", help="comma-separated, in order (default bundled,vllm)")
     parser.add_argument("--requests", type=int, default=32, help="requests per run (default 32)")
     parser.add_argument("--max-tokens", type=int, default=64, help="tokens generated per request (default 64)")
     parser.add_argument("--model", default=None, help="local HF checkpoint folder (default: the tiny model)")
-    parser.add_argument("--threads", type=int, default=None, help="the engine's torch threads (default: its own)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="the bundled engine's torch threads (default: its own)"
+    )
     args = parser.parse_args(argv)
-    bodies = requests_for(args.requests, args.max_tokens)
-    rows: list[tuple[str, int, int, float]] = []
-    with engine(args.model, max(CONCURRENCY), args.threads) as url:
-        one_at_a_time(url, bodies[:2])  # warm-up
-        print(f"running {args.requests} requests x {args.max_tokens} tokens one at a time ...", flush=True)
-        tokens, seconds = one_at_a_time(url, bodies)
-        rows.append(("one at a time", 1, tokens, seconds))
-        for concurrency in CONCURRENCY:
-            print(f"running the same requests at concurrency {concurrency} ...", flush=True)
-            tokens, seconds = asyncio.run(_concurrent(url, bodies, concurrency))
-            rows.append(("concurrent", concurrency, tokens, seconds))
-    base = rows[0][2] / rows[0][3]
-    print(f"\n{'mode':<14} {'concurrency':>11} {'tokens':>8} {'seconds':>8} {'tokens/s':>9} {'x one-at-a-time':>16}")
-    for mode, concurrency, tokens, seconds in rows:
-        rate = tokens / seconds
-        print(f"{mode:<14} {concurrency:>11} {tokens:>8} {seconds:>8.2f} {rate:>9.1f} {rate / base:>16.2f}")
+    kinds = [k.strip() for k in args.engines.split(",") if k.strip()]
+    if not kinds or any(k not in ENGINES for k in kinds):
+        parser.error(f"--engines takes a comma-separated list of {', '.join(ENGINES)}")
+    rows = [row for kind in kinds for row in run_engine(kind, args)]
+    print_table(rows)
     return 0
 
 

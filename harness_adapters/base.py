@@ -9,6 +9,8 @@ Conventions every runtime honours:
 - ``files`` are written into the rollout's own workspace before the command starts (never the
   user's home); the command runs with the workspace as its working directory and
   ``ROLLWIRE_WORKSPACE`` pointing at it.
+- An adapter may carry ``side_call_rules`` (a tuple of ``rollwire.side_calls.SideCallRule``): they
+  replace the default rules that tell the harness's side calls (titles, summaries) from its main line.
 - The harness ends by exiting; its exit status is recorded. Its final answer is the text it leaves
   in ``final_answer_path`` (relative to the workspace; on Kubernetes it travels back as the
   container's termination message, so keep it under 4 KiB), and the tail of its combined

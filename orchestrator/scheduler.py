@@ -132,8 +132,10 @@ class Scheduler:
         await self._db(self._book.ensure_run, plan.run_id, plan.name or plan.run_id, config)
         rows = await self._db(self._book.rollouts, plan.run_id)
         if not rows:
+            rules = getattr(self._adapter, "side_call_rules", None)  # the harness's own side calls, if it says
+            extra = {"side_call_rules": [rule.to_dict() for rule in rules]} if rules is not None else {}
             planned = [
-                PlannedRollout(task.id, f"{plan.run_id}:{task.id}", index, task.meta)
+                PlannedRollout(task.id, f"{plan.run_id}:{task.id}", index, {**task.meta, **extra})
                 for task in plan.tasks
                 for index in range(plan.group_size)
             ]

@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response
 
 from rollwire.errors import Conflict, InvalidRequest, NotFound
 from rollwire.reconstruct import load_calls, reconstruct
+from rollwire.side_calls import rules_from
 from rollwire.store import Rollout, RolloutStatus, Run, decode_ids, now_ns, session_scope
 
 _finish_lock = threading.Lock()
@@ -55,6 +56,11 @@ def create_rollouts(
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 10_000:
         raise InvalidRequest("count must be an integer in [1, 10000]", param="count")
     out = []
+    meta = body.get("meta") or {}
+    if not isinstance(meta, dict):
+        raise InvalidRequest("meta must be an object", param="meta")
+    if "side_call_rules" in meta:
+        rules_from(meta["side_call_rules"], "meta.side_call_rules")
     with session_scope(engine) as session:
         if session.get(Run, run_id) is None:
             raise NotFound(f"no run {run_id!r}")
@@ -68,7 +74,7 @@ def create_rollouts(
                 group_id=body.get("group_id"),
                 sample_index=int(body.get("sample_index_start", 0)) + i,
                 attempt=int(body.get("attempt", 0)),
-                meta=dict(body.get("meta") or {}),
+                meta=dict(meta),
             )
             session.add(rollout)
             out.append({"id": rollout.id, "token": token, **rollout_links(base, token, gateway)})

@@ -7,13 +7,15 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
 import anyio.to_thread
 from sqlalchemy.engine import Engine
 from sqlmodel import select
 from starlette.requests import Request
 
-from rollwire.errors import Unauthorized
+from rollwire.errors import InvalidRequest, Unauthorized
+from rollwire.side_calls import DEFAULT_RULES, SideCallRule, rules_from
 from rollwire.store import Rollout, session_scope
 
 
@@ -29,6 +31,16 @@ def new_token() -> str:
 class Caller:
     rollout_id: str
     run_id: str
+    side_call_rules: tuple[SideCallRule, ...] = DEFAULT_RULES
+    """How this rollout's calls are told apart as main line or side calls (its meta can replace the defaults)."""
+
+
+def _rules(meta: dict[str, Any]) -> tuple[SideCallRule, ...]:
+    """The rollout's own rules (checked when it was created), else the defaults."""
+    try:
+        return rules_from(meta["side_call_rules"]) if "side_call_rules" in meta else DEFAULT_RULES
+    except InvalidRequest:
+        return DEFAULT_RULES
 
 
 def request_token(request: Request) -> str | None:
@@ -51,7 +63,7 @@ class TokenAuth:
     def _lookup(self, digest: str) -> Caller | None:
         with session_scope(self._engine) as session:
             row = session.exec(select(Rollout).where(Rollout.token_hash == digest)).first()
-            return Caller(row.id, row.run_id) if row else None
+            return Caller(row.id, row.run_id, _rules(row.meta or {})) if row else None
 
     async def caller(self, request: Request) -> Caller:
         token = request_token(request)

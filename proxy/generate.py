@@ -14,6 +14,7 @@ from rollwire.proxy.answer import AnswerStream, Delta
 from rollwire.proxy.auth import Caller
 from rollwire.proxy.conversation import Choice, Conversation, Generation, Sampling
 from rollwire.proxy.dialects.base import Dialect
+from rollwire.proxy.lines import call_line
 from rollwire.proxy.parsers.base import ReasoningParser, ToolParser
 from rollwire.proxy.recorder import Recorder
 from rollwire.proxy.render import Renderer
@@ -23,6 +24,7 @@ from rollwire.proxy.upstream_http import Pool
 
 from rollwire.errors import InvalidRequest, NotFound, UpstreamError
 from rollwire.settings import ProxySettings
+from rollwire.side_calls import MAIN
 from rollwire.store import encode_floats, encode_ids, now_ns
 
 INLINE_PLAN_CHARS = 2048
@@ -68,6 +70,8 @@ class Prepared:
     prefill: str
     plan: Plan
     body: dict[str, Any]
+    line: str = MAIN
+    """The agent's main line, or ``side:<rule>`` (``rollwire.side_calls``)."""
 
 
 class Generator:
@@ -165,8 +169,7 @@ class Generator:
             )
         return replace(sampling, max_tokens=limit - prompt_len)
 
-    async def _plan(self, caller: Caller, conv: Conversation, prefill: str) -> Plan:
-        priors = await self.recorder.priors(caller.rollout_id)
+    async def _plan(self, conv: Conversation, priors: list[PriorCall], prefill: str) -> Plan:
         policy = self.settings.splice_policy
         if encode_work(conv, priors, policy) <= INLINE_PLAN_CHARS:
             return plan_prompt(conv, priors, self.renderer, policy, prefill)
@@ -184,10 +187,11 @@ class Generator:
                 param=wanted.param,
             )
         prefill = self._prefill(conv)
-        plan = await self._plan(caller, conv, prefill)
+        priors = await self.recorder.priors(caller.rollout_id)
+        plan = await self._plan(conv, priors, prefill)
         stop_ids = sorted(self.renderer.end_ids)
         body = completion_body(served, plan.prompt_ids, self._sampling(conv.sampling, len(plan.prompt_ids)), stop_ids)
-        return Prepared(started, prefill, plan, body)
+        return Prepared(started, prefill, plan, body, call_line(conv, priors, caller.side_call_rules))
 
     async def record(
         self,
@@ -231,6 +235,7 @@ class Generator:
                     if first
                     else f"choice {choice.index} of {len(generation.choices)}",
                     "reused_prefix_len": plan.reused_prefix_len,
+                    "line": prepared.line,
                     "status": status,
                     "error": error,
                     "latency_ms": (ended - started) / 1e6,

@@ -15,6 +15,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import select
 
 from rollwire.errors import NotFound
+from rollwire.side_calls import MAIN
 from rollwire.store import ModelCall, Rollout, decode_floats, decode_ids, session_scope
 from rollwire.trajectory import Segment, Trajectory
 
@@ -22,6 +23,7 @@ from rollwire.trajectory import Segment, Trajectory
 @dataclass
 class _Builder:
     break_reason: str | None
+    line: str = MAIN
     tokens: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -45,22 +47,28 @@ class _Builder:
         self.call_ids.append(int(call.id or 0))
 
     def segment(self) -> Segment:
-        return Segment(self.tokens, self.mask, self.logprobs, self.versions, self.break_reason, self.call_ids)
+        return Segment(
+            self.tokens, self.mask, self.logprobs, self.versions, self.break_reason, self.call_ids, self.line
+        )
 
 
 def segments_from_calls(calls: Sequence[ModelCall]) -> list[Segment]:
-    """Group complete calls by segment (in call order) and lay out their tokens."""
-    builders: dict[int, _Builder] = {}
+    """Group complete calls by segment (in call order) and lay out their tokens; a side call never joins a
+    main-line segment (nor the reverse), even where its prompt extends one."""
+    builders: dict[tuple[int, str], _Builder] = {}
     order: list[_Builder] = []
     for call in sorted(calls, key=lambda c: (c.started_ns, c.id or 0)):
         if call.status != "complete":
             continue
-        builder = builders.get(call.segment_index)
+        line = call.line or MAIN
+        builder = builders.get((call.segment_index, line))
         prompt = decode_ids(call.prompt_ids)
         if builder is None or not builder.extends(prompt):
             reason = call.segment_break if builder is None else f"call {call.id} does not extend its segment"
-            builder = _Builder(reason if order else None)
-            builders[call.segment_index] = builder
+            if reason is None and line != MAIN:
+                reason = f"a side call ({line})"
+            builder = _Builder(reason if order else None, line)
+            builders[(call.segment_index, line)] = builder
             order.append(builder)
         builder.add(call)
     return [b.segment() for b in order]

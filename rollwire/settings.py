@@ -127,6 +127,9 @@ class TrainerSettings(BaseModel):
     clip_high: float = Field(0.2, description="PPO clip: ratio upper bound is 1 + clip_high.")
     ratio_cap: float | None = Field(None, description="Truncate importance ratios above this for negative advantages.")
     max_policy_lag: int | None = Field(None, description="Drop rollouts sampled more than this many versions ago.")
+    train_side_calls: bool = Field(
+        False, description="GRPO also trains on side-call segments (titles, compaction summaries); off: main line only."
+    )
     kl_coef: float = Field(0.0, description="Weight of the KL to the reference (starting) model; 0 turns it off.")
     aggregation: str = Field("token-mean", description="Loss aggregation: token-mean or sequence-mean.")
     max_steps: int = Field(0, description="Stop after this many steps in total; 0 means run until stopped.")

@@ -1,7 +1,8 @@
 """Segment and Trajectory: what the trainer learns from, as exact token ids.
 
 A segment is one token sequence the engine really saw: prompt tokens (loss mask 0) and sampled tokens
-(loss mask 1) with their behaviour logprobs. A rollout whose history was rewritten has several.
+(loss mask 1) with their behaviour logprobs. A rollout whose history was rewritten has several, and a side
+call of the harness (a title, a compaction summary) is a segment of its own, marked by its ``line``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ class Segment:
     """Why this segment could not continue the previous one (None for the first)."""
     call_ids: list[int] = field(default_factory=list)
     """ModelCall ids whose tokens this segment holds, in order."""
+    line: str = "main"
+    """The agent's main line, or ``side:<rule>`` for a side call (title, compaction, ...: ``side_calls``)."""
 
     def __post_init__(self) -> None:
         n = len(self.token_ids)
@@ -41,6 +44,7 @@ class Segment:
             "policy_versions": self.policy_versions,
             "break_reason": self.break_reason,
             "call_ids": self.call_ids,
+            "line": self.line,
         }
 
     @classmethod
@@ -52,6 +56,7 @@ class Segment:
             policy_versions=list(data["policy_versions"]),
             break_reason=data.get("break_reason"),
             call_ids=list(data.get("call_ids", [])),
+            line=str(data.get("line", "main")),
         )
 
 

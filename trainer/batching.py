@@ -67,12 +67,13 @@ def group_key(trajectory: Trajectory) -> str:
     return trajectory.group_id or trajectory.task_id or trajectory.rollout_id
 
 
-def samples_from(trajectory: Trajectory, advantage: float) -> list[Sample]:
-    """One sample per segment that holds sampled tokens; the trajectory's advantage on each."""
+def samples_from(trajectory: Trajectory, advantage: float, main_only: bool = False) -> list[Sample]:
+    """One sample per segment that holds sampled tokens; the trajectory's advantage on each. ``main_only``
+    leaves out the harness's side calls (titles, compaction summaries: ``Segment.line``)."""
     reward = float(trajectory.reward or 0.0)
     out = []
     for segment in trajectory.segments:
-        if sum(segment.loss_mask[1:]) == 0:
+        if sum(segment.loss_mask[1:]) == 0 or (main_only and segment.line != "main"):
             continue
         out.append(
             Sample(

@@ -35,6 +35,7 @@ def _sft_row(t: Trajectory, index: int, s: Segment) -> dict[str, Any]:
         "group_id": t.group_id,
         "reward": t.reward,
         "segment": index,
+        "line": s.line,
         "input_ids": s.token_ids,
         "labels": [tok if m else -100 for tok, m in zip(s.token_ids, s.loss_mask)],
         "loss_mask": s.loss_mask,
@@ -55,6 +56,7 @@ def _verl_row(t: Trajectory, index: int, s: Segment, tokenizer: Any) -> dict[str
             "task_id": t.task_id or "",
             "group_id": t.group_id or "",
             "segment": index,
+            "line": s.line,
             "reward": float(t.reward) if t.reward is not None else None,
             "prompt_ids": s.token_ids[:cut],
             "response_ids": s.token_ids[cut:],
@@ -82,7 +84,7 @@ def export_rows(
             if flavor == "sft":
                 rows.append(_sft_row(t, index, s))
             elif flavor == "trl":
-                rows.append({"input_ids": s.token_ids, "assistant_masks": s.loss_mask})
+                rows.append({"input_ids": s.token_ids, "assistant_masks": s.loss_mask, "line": s.line})
             else:
                 rows.append(_verl_row(t, index, s, tokenizer))
     return rows

@@ -33,6 +33,8 @@ class GRPOConfig:
     micro_batch_tokens: int = 4096
     packed: bool = True
     max_grad_norm: float | None = 1.0
+    side_calls: bool = False
+    """Also train on the harness's side-call segments (their reward is the task's, which they did not earn)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +73,7 @@ def prepare_grpo(groups: Sequence[Sequence[Trajectory]], config: GRPOConfig, cur
         if config.max_policy_lag is not None and lags[i] > config.max_policy_lag:
             stale += 1
             continue
-        samples.extend(samples_from(trajectory, float(adv.advantages[i])))
+        samples.extend(samples_from(trajectory, float(adv.advantages[i]), main_only=not config.side_calls))
         trained.append(trajectory.rollout_id)
     stats |= {
         "groups": float(adv.num_groups),

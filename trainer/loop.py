@@ -98,6 +98,7 @@ def grpo_config(cfg: TrainerSettings) -> GRPOConfig:
         scale_std=cfg.scale_std,
         drop_zero_variance=not cfg.keep_zero_variance,
         max_policy_lag=cfg.max_policy_lag,
+        side_calls=cfg.train_side_calls,
         micro_batch_tokens=cfg.micro_batch_tokens,
         packed=cfg.packing,
         max_grad_norm=cfg.max_grad_norm or None,

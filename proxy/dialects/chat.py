@@ -76,7 +76,7 @@ def _message(raw: Any, i: int) -> Message:
     if not isinstance(raw, dict):
         raise InvalidRequest(f"{where} must be an object", param=where)
     role = raw.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise InvalidRequest(f"{where}.role must be one of {sorted(ROLES)}, got {role!r}", param=f"{where}.role")
     if role == "tool" and not isinstance(raw.get("tool_call_id"), str):
         raise InvalidRequest(f"{where}: a tool message needs tool_call_id", param=f"{where}.tool_call_id")

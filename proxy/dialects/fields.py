@@ -94,7 +94,7 @@ def openai_choice_mode(raw: Any, tools: tuple[dict[str, Any], ...]) -> str | Non
 
 def named_choice(name: Any, tools: tuple[dict[str, Any], ...], param: str, label: str) -> str:
     """The neutral ``fn:<name>`` choice for a tool the request must call; it must be one of ``tools``."""
-    if name not in {t["function"]["name"] for t in tools}:
+    if not isinstance(name, str) or name not in {t["function"]["name"] for t in tools}:
         raise InvalidRequest(f"{label} {name!r}, which is not in tools", param=param)
     return f"fn:{name}"
 

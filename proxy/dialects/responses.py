@@ -67,7 +67,7 @@ class _Items:
         kind = item.get("type", "message")
         if kind == "message":
             role = item.get("role")
-            if role not in MESSAGE_ROLES:
+            if not isinstance(role, str) or role not in MESSAGE_ROLES:
                 raise InvalidRequest(f"{where}.role must be one of {sorted(MESSAGE_ROLES)}", param=f"{where}.role")
             text = _text(item.get("content"), f"{where}.content")
             if role == "assistant":

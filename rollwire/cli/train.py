@@ -41,6 +41,7 @@ FLAGS: dict[str, str] = {
     "engine_url": "engine_url",
     "vllm_url": "vllm_url",
     "vllm_mode": "vllm_mode",
+    "parity_tolerance": "parity_tolerance",
     "seed": "seed",
     "device": "device",
     "strategy": "strategy",
@@ -51,6 +52,7 @@ SWITCHES: dict[str, str] = {
     "scale_std": "scale_std",
     "keep_zero_variance": "keep_zero_variance",
     "exit_when_idle": "exit_when_idle",
+    "train_side_calls": "train_side_calls",
 }
 
 CHOICES = {"algo": ["grpo", "sft"], "aggregation": ["token-mean", "sequence-mean"], "vllm_mode": ["reload", "lora"],

@@ -82,6 +82,9 @@ class ModelCall(SQLModel, table=True):
     segment_index: int = 0
     segment_break: str | None = Field(default=None, description="why this call started a new segment")
     reused_prefix_len: int = Field(default=0, description="prompt tokens taken verbatim from an earlier call")
+    line: str = Field(
+        default="main", description="the agent's main line, or side:<rule> for a side call (rollwire.side_calls)"
+    )
     status: str = Field(default="complete", description="complete, partial (client left) or error")
     error: str | None = None
     latency_ms: float = 0.0

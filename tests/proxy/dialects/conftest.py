@@ -92,12 +92,18 @@ def _serve_stack(engine_app: Any, tiny_model_dir: Path, home: Path) -> Iterator[
 
 
 @pytest.fixture(scope="session")
-def dialect_stack(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def bundled_dialect_stack(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     from rollwire.engine import create_app as create_engine
 
     home = tmp_path_factory.mktemp("dialects")
     engine = create_engine(EngineSettings(model=str(tiny_model_dir), device="cpu", max_model_len=MAX_MODEL_LEN), home)
     yield from _serve_stack(engine, tiny_model_dir, home)
+
+
+@pytest.fixture(scope="session")
+def dialect_stack(bundled_dialect_stack: Stack) -> Stack:
+    """The dialect stack in front of the bundled engine (modules that also run against vLLM override this)."""
+    return bundled_dialect_stack
 
 
 @pytest.fixture(scope="session", params=ENGINES)
@@ -106,7 +112,7 @@ def conformance_stack(
 ) -> Iterator[Stack]:
     """The dialect stack in front of the bundled engine, then in front of real vLLM (tapped over HTTP)."""
     if request.param == "bundled":
-        yield request.getfixturevalue("dialect_stack")
+        yield request.getfixturevalue("bundled_dialect_stack")
         return
     vllm_url = request.getfixturevalue("vllm_url")
     yield from _serve_stack(HttpForward(vllm_url), tiny_model_dir, tmp_path_factory.mktemp("dialects-vllm"))
