@@ -39,7 +39,7 @@ class EndpointRelay:
     """``await relay.open(group, sockets)`` binds each socket and serves it in ``group``; ``close`` stops it."""
 
     def __init__(self) -> None:
-        self._scope = anyio.CancelScope()
+        self._scopes: list[anyio.CancelScope] = []
 
     async def open(self, group: anyio.abc.TaskGroup, sockets: Mapping[Endpoint, Path]) -> None:
         listeners = []
@@ -51,10 +51,14 @@ class EndpointRelay:
                 await listener.aclose()
             raise
         for listener, endpoint in listeners:
-            group.start_soon(self._serve, listener, endpoint)
+            scope = anyio.CancelScope()
+            self._scopes.append(scope)
+            group.start_soon(self._serve, listener, endpoint, scope)
 
-    async def _serve(self, listener: anyio.abc.Listener[anyio.abc.SocketStream], endpoint: Endpoint) -> None:
-        with self._scope:
+    async def _serve(
+        self, listener: anyio.abc.Listener[anyio.abc.SocketStream], endpoint: Endpoint, scope: anyio.CancelScope
+    ) -> None:
+        with scope:
             async with listener:
                 await listener.serve(lambda client: self._join(client, endpoint))
 
@@ -71,7 +75,8 @@ class EndpointRelay:
                 await _pump(upstream, client)
 
     def close(self) -> None:
-        self._scope.cancel()
+        for scope in self._scopes:
+            scope.cancel()
 
 
 __all__ = ["EndpointRelay"]
