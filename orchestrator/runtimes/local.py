@@ -205,6 +205,8 @@ class LocalRuntime:
         _signal_group(pgid, signal.SIGKILL)  # the leader may be gone while its children linger
         if proc.process.returncode is None:
             await proc.process.wait()
+        if isinstance(proc.process, anyio.abc.Process):
+            await proc.process.aclose()
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

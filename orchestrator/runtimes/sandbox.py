@@ -39,7 +39,12 @@ from rollwire.errors import InvalidRequest
 INIT_SCRIPT = Path(__file__).with_name("sandbox_init.py")
 SOCKET_DIR = "/run/rollwire"
 """Where the endpoints' unix sockets appear inside the sandbox (a fresh tmpfs: /run is hidden)."""
-ALWAYS_HIDDEN = ("/root", "/home", "/run", "/var/run", "/var/tmp", "/tmp", "/mnt", "/media", "/srv")
+ALWAYS_HIDDEN = (
+    *("/root", "/home", "/run", "/var/run", "/var/tmp", "/tmp", "/mnt", "/media", "/srv"),
+    *("/etc/ssh", "/etc/ssl/private"),
+)
+HIDDEN_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
+"""Secrets outside the homes that the orchestrator's user may own (run as root, the sandbox's user is uid 0)."""
 NAMESPACES = ("--unshare-all", "--die-with-parent", "--cap-drop", "ALL")
 PROBE_TIMEOUT_S = 20.0
 UNAVAILABLE_HINT = "turn the sandbox off with --no-sandbox (ROLLWIRE_ORCHESTRATOR__SANDBOX=false) to run harnesses with the user's full access"
@@ -119,10 +124,13 @@ def _needed_paths(argv: Sequence[str], env: Mapping[str, str]) -> list[Path]:
     paths = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent]
     paths += [Path(p) for p in sys.path if p and Path(p).is_dir()]
     paths += [Path(p).resolve().parent for p in rollwire.__path__]
-    for word in argv:
+    for word in argv:  # a command by name (found on PATH) or by absolute path (another venv's python)
         found = shutil.which(word, path=env.get("PATH")) if word and "/" not in word else None
-        if found:
+        found = found or (word if word.startswith("/") and Path(word).is_file() else None)
+        if found:  # its folder, its real file's (a package's root), and the venv it belongs to, if any
             paths += [Path(found).parent, Path(found).resolve().parent]
+            if (Path(found).parent.parent / "pyvenv.cfg").is_file():
+                paths.append(Path(found).parent.parent)
     return paths
 
 
@@ -145,6 +153,9 @@ def bwrap_command(
     command = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for path in hide:
         command += ["--tmpfs", str(path)]
+    for file in HIDDEN_FILES:
+        if Path(file).is_file():
+            command += ["--ro-bind", "/dev/null", file]
     shown = [p.resolve() for p in _needed_paths(argv, env) if p.exists()]
     for path in sorted(dict.fromkeys(p for p in shown if _under(p, hide)), key=lambda p: len(p.parts)):
         command += ["--ro-bind", str(path), str(path)]

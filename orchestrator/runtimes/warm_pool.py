@@ -207,6 +207,7 @@ class WarmPool:
         if process.returncode is None:
             process.kill()
             await process.wait()
+        await process.aclose()  # its pipes and transport, before the event loop that owns them is gone
         self._process = None
 
 

@@ -37,7 +37,7 @@ needs_sandbox = pytest.mark.skipif(
     sandbox.probe("bwrap") is not None, reason=f"no sandbox here: {sandbox.probe('bwrap')} (.ci/run installs it)"
 )
 
-PROBE = r'''
+PROBE = r"""
 import json, os, resource, socket, sys, urllib.error, urllib.request
 targets = json.load(open("targets.json"))
 report = {}
@@ -84,6 +84,7 @@ attempt("read_home_secret", lambda: open(targets["home_secret"]).read())
 attempt("list_host_home", lambda: listing(targets["host_home"]))
 attempt("write_project", lambda: write(targets["project_file"]))
 attempt("write_etc", lambda: write("/etc/rollwire-sandbox-probe"))
+attempt("read_shadow", lambda: open("/etc/shadow").read(8) or 1 / 0)
 attempt("write_host_tmp", lambda: write(targets["host_tmp_file"]))
 attempt("signal_orchestrator", lambda: os.kill(targets["orchestrator_pid"], 0))
 attempt("write_workspace", lambda: write("mine.txt"))
@@ -94,11 +95,11 @@ report["nproc"] = resource.getrlimit(resource.RLIMIT_NPROC)[0]
 report["data"] = resource.getrlimit(resource.RLIMIT_DATA)[0]
 report["processes_seen"] = len([p for p in os.listdir("/proc") if p.isdigit()])
 open("final_answer.txt", "w").write(json.dumps(report))
-'''
+"""
 
 MUST_FAIL = [
     "engine", "env_server", "other_loopback_port", "off_machine", "read_store", "list_env_state", "read_other_workspace",
-    "read_home_secret", "write_project", "write_etc", "signal_orchestrator",
+    "read_home_secret", "write_project", "write_etc", "read_shadow", "signal_orchestrator",
 ]  # fmt: skip
 """A write to the host's temp folder lands in the rollout's own /tmp (checked on the host, not by the probe)."""
 MUST_WORK = ["proxy_chat", "gateway_initialize", "write_workspace", "write_tmp", "read_system", "workspace_root"]
@@ -182,7 +183,7 @@ def test_every_way_out_fails_and_the_rollout_still_works(stack: StackInfo, tmp_p
         assert not broken, broken
         assert "200" in report["proxy_chat"][1] and "200" in report["gateway_initialize"][1]
         (own,) = ast.literal_eval(report["workspace_root"][1])  # no other rollout's folder in sight: only its own
-        assert own == f"rollwire-{row.id}" or (pooled and own.startswith("rollwire-slot-"))  # a slot keeps its name inside
+        assert own == f"rollwire-{row.id}" or (pooled and own.startswith("rollwire-slot-")), own  # a slot: as made
         home = ast.literal_eval(report["list_host_home"][1]) if report["list_host_home"][0] == "ok" else []
         assert Path(targets["home_secret"]).name not in home and ".ssh" not in home  # only what it runs from shows
         assert report["nproc"] == 300 and report["data"] == 4096 << 20
