@@ -1,5 +1,6 @@
 """Rollouts scheduled per second: against an emulated Kubernetes API (kmock + fake kubelet) at several
-concurrencies, and with the local runtime, a real ``python -m`` harness per rollout with the warm pool on and off.
+concurrencies, and with the local runtime, a real ``python -m`` harness per rollout with the warm pool on and off,
+each without and with the bubblewrap sandbox (the sandbox's start-up cost beside the unsandboxed figure).
 
     python bench/orchestrator.py [--rollouts N] [--concurrency 8 64 256] [--local-rollouts N] [--local-concurrency C]
 
@@ -7,7 +8,9 @@ Loopback only. Kubernetes: each rollout is the full lifecycle (claim, Secret + P
 log tail, delete, score, final state in a SQLite store). Local: each rollout is a process that imports what
 the reference agent imports (the CLI parser, openai, mcp) and writes its answer; CPU is every process's own
 (the orchestrator's children, the fork server's included), so the pool's one-off start-up is counted.
-``--local-rollouts 0`` skips the local table.
+Sandboxed, each rollout also gets its bwrap namespaces, mounts, rlimits and the proxy/gateway relay (two
+loopback endpoints; nothing listens behind them, as the harness calls neither); the sandboxed warm pool keeps
+``warm_spares`` sandboxes ready ahead. ``--local-rollouts 0`` skips the local table.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from rollwire.orchestrator.lifecycle import RolloutBook  # noqa: E402
 from rollwire.orchestrator.runtimes.kube_api import api_client_from_settings  # noqa: E402
 from rollwire.orchestrator.runtimes.kubernetes import KubernetesRuntime  # noqa: E402
 from rollwire.orchestrator.runtimes.local import LocalRuntime  # noqa: E402
+from rollwire.orchestrator.runtimes.sandbox import probe  # noqa: E402
 from rollwire.orchestrator.scheduler import Endpoints, RunPlan, Scheduler, TaskSpec  # noqa: E402
 from rollwire.orchestrator.scoring import ExitCodeScorer  # noqa: E402
 from rollwire.settings import KubernetesSettings, OrchestratorSettings  # noqa: E402
@@ -86,18 +90,24 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def one_local(rollouts: int, concurrency: int, pool: bool, folder: Path) -> tuple[float, float]:
+LOOPBACK_ENDPOINTS = Endpoints("http://127.0.0.1:18000", "http://127.0.0.1:18001")
+"""Bound only inside each sandbox's own network namespace (and relayed to unix sockets), never on this host."""
+
+
+async def one_local(rollouts: int, concurrency: int, pool: bool, sandbox: bool, folder: Path) -> tuple[float, float]:
     """(rollouts per second, CPU seconds per rollout) for one local run."""
+    name = f"{pool}-{sandbox}"
     settings = OrchestratorSettings(
-        concurrency=concurrency, deadline_s=300.0, workspace_root=str(folder / f"ws-{pool}"), warm_pool=pool
-    )
-    book = RolloutBook(open_engine(f"sqlite:///{folder / f'local-{pool}.db'}"))
-    plan = RunPlan(run_id=f"local-{pool}", tasks=[TaskSpec("t", "p")], group_size=rollouts, harness="bench")
+        concurrency=concurrency, deadline_s=300.0, workspace_root=str(folder / f"ws-{name}"), warm_pool=pool,
+        sandbox=sandbox,
+    )  # fmt: skip
+    book = RolloutBook(open_engine(f"sqlite:///{folder / f'local-{name}.db'}"))
+    plan = RunPlan(run_id=f"local-{name}", tasks=[TaskSpec("t", "p")], group_size=rollouts, harness="bench")
     cpu, started = _children_cpu(), time.perf_counter()
     async with LocalRuntime(settings, host_env=dict(os.environ)) as runtime:
         scheduler = Scheduler(
             book=book, runtime=runtime, adapter=ModuleAdapter(), scorer=ExitCodeScorer(), settings=settings,
-            endpoints=Endpoints("http://proxy:8000", "http://gateway:8001"),
+            endpoints=LOOPBACK_ENDPOINTS,
         )  # fmt: skip
         progress = await scheduler.run(plan)
     elapsed = time.perf_counter() - started
@@ -106,15 +116,26 @@ async def one_local(rollouts: int, concurrency: int, pool: bool, folder: Path) -
 
 
 def local_table(rollouts: int, concurrency: int) -> list[str]:
-    rows = []
+    why_not = probe("bwrap")
+    sandboxes = (False, True) if why_not is None else (False,)
+    rates: dict[tuple[bool, bool], tuple[float, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for pool in (False, True):
-            rate, cpu = asyncio.run(one_local(rollouts, concurrency, pool, Path(tmp)))
-            rows.append(("warm pool" if pool else "subprocess", rate, cpu))
-    base = rows[0][1]
-    lines = [f"{'local runtime':>14} {'rollouts':>9} {'rollouts/s':>11} {'CPU s/rollout':>14} {'vs subprocess':>14}"]
-    for mode, rate, cpu in rows:
-        lines.append(f"{mode:>14} {rollouts:>9} {rate:>11.2f} {cpu:>14.3f} {rate / base:>13.2f}x")
+        for sandbox in sandboxes:
+            for pool in (False, True):
+                rates[pool, sandbox] = asyncio.run(one_local(rollouts, concurrency, pool, sandbox, Path(tmp)))
+    base = rates[False, False][0]
+    lines = [
+        f"{'local runtime':>14} {'sandbox':>8} {'rollouts':>9} {'rollouts/s':>11} {'CPU s/rollout':>14}"
+        f" {'vs subprocess':>14} {'vs unsandboxed':>15}"
+    ]
+    for (pool, sandbox), (rate, cpu) in rates.items():
+        mode, plain = "warm pool" if pool else "subprocess", rates[pool, False][0]
+        lines.append(
+            f"{mode:>14} {'on' if sandbox else 'off':>8} {rollouts:>9} {rate:>11.2f} {cpu:>14.3f}"
+            f" {rate / base:>13.2f}x {rate / plain:>14.2f}x"
+        )
+    if why_not is not None:
+        lines.append(f"(sandboxed rows skipped: {why_not})")
     return lines
 
 

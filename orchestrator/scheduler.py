@@ -209,7 +209,8 @@ class Scheduler:
     async def _launch(self, row: Rollout, task: TaskSpec, token: str) -> Handle:
         deadline = self._settings.deadline_s
         launch = self._adapter.launch(self._endpoints.context(row, task, token, deadline))
-        job = RolloutJob(row.run_id, row.id, launch, launch.deadline_s or deadline)
+        endpoints = (self._endpoints.proxy_url, self._endpoints.gateway_url)
+        job = RolloutJob(row.run_id, row.id, launch, launch.deadline_s or deadline, endpoints)
         handle = await self._runtime.start(job)
         await self._db(self._book.merge_meta, row.id, {"runtime": self._runtime.name, "runtime_ref": handle.ref})
         return handle

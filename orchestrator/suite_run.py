@@ -22,6 +22,7 @@ from rollwire.errors import InvalidRequest, NotFound
 from rollwire.harness_adapters.base import Adapter
 from rollwire.orchestrator.lifecycle import RolloutBook
 from rollwire.orchestrator.runtimes.base import Runtime
+from rollwire.orchestrator.runtimes.sandbox import state_folders
 from rollwire.orchestrator.scheduler import Endpoints, Progress, RunPlan, Scheduler, TaskSpec, live_rows
 from rollwire.settings import OrchestratorSettings, Settings
 from rollwire.store.db import open_engine
@@ -87,18 +88,29 @@ def build_adapter(harness: str, options: Mapping[str, object] | None = None) -> 
         raise InvalidRequest(f"harness {harness!r} does not take these options: {exc}", param="harness_options") from None
 
 
-def build_runtime(kind: str, settings: OrchestratorSettings, host_env: Mapping[str, str]) -> Runtime:
-    """The runtime named ``kind``; its clients open when the caller enters it (``async with``)."""
+def build_runtime(
+    kind: str, settings: OrchestratorSettings, host_env: Mapping[str, str], hidden: Sequence[Path] = ()
+) -> Runtime:
+    """The runtime named ``kind``; its clients open when the caller enters it (``async with``). ``hidden``: the
+    stack's state folders (store, env state), which a sandboxed local rollout must not see."""
     if kind == "local":
         from rollwire.orchestrator.runtimes.local import LocalRuntime
 
-        return LocalRuntime(settings, host_env=dict(host_env))
+        return LocalRuntime(settings, host_env=dict(host_env), hidden=hidden)
     if kind == "kubernetes":
         from rollwire.orchestrator.runtimes.kube_api import api_client_from_settings
         from rollwire.orchestrator.runtimes.kubernetes import KubernetesRuntime
 
         return KubernetesRuntime(settings.kubernetes, api_client_from_settings(settings.kubernetes))
     raise InvalidRequest(f"unknown runtime {kind!r}; use {' or '.join(RUNTIMES)}", param="runtime")
+
+
+def sqlite_path(db_url: str) -> str | None:
+    """The database file of a SQLite store URL (None for a server database or an in-memory one)."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(db_url)
+    return url.database if url.drivername.startswith("sqlite") and url.database not in (None, "", ":memory:") else None
 
 
 def _resume_tasks(book: RolloutBook, run_id: str, suite: str, harness: str, picked: list[TaskSpec]) -> list[TaskSpec]:
@@ -169,7 +181,8 @@ async def run_suite(
     plan = RunPlan(run_id, tasks, group_size, harness, run_name, policy_version, config)
     endpoints = Endpoints(orch.proxy_url or stack.proxy_url, orch.gateway_url or stack.gateway_url)
     env = dict(os.environ if host_env is None else host_env)
-    async with build_runtime(runtime, orch, env) as opened:
+    hidden = state_folders([stack.state_root, sqlite_path(stack.db_url), settings.home])
+    async with build_runtime(runtime, orch, env, hidden) as opened:
         scheduler = Scheduler(
             book=book, runtime=opened, adapter=adapter, scorer=scorer, settings=orch, endpoints=endpoints,
             on_progress=on_progress,

@@ -102,6 +102,22 @@ class OrchestratorSettings(BaseModel):
     )
     proxy_url: str = Field("", description="Proxy base URL as rollouts see it; empty means http://<proxy.host>:<proxy.port>.")
     gateway_url: str = Field("", description="MCP gateway base URL as rollouts see it; empty means the proxy URL.")
+    sandbox: bool = Field(
+        True,
+        description="Local runtime: run each rollout's harness in a bubblewrap sandbox (host read-only, only its "
+        "workspace writable, network only to the proxy and gateway). Off runs harnesses with the user's full access.",
+    )
+    bwrap_path: str = Field("bwrap", description="The bubblewrap binary the local sandbox uses.")
+    warm_spares: int = Field(
+        2, description="Sandboxed warm pool: sandboxes kept ready ahead, each with the preloads imported (~80 MB each)."
+    )
+    sandbox_max_processes: int = Field(512, description="Most processes of one sandboxed rollout (RLIMIT_NPROC; 0: none).")
+    sandbox_max_memory_mb: int = Field(
+        8192, description="Data-segment limit of each process of a sandboxed rollout, MiB (RLIMIT_DATA; 0: none)."
+    )
+    sandbox_hidden: list[str] = Field(
+        default_factory=list, description="Extra host folders a sandboxed rollout must not see (state folders)."
+    )
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
 
 

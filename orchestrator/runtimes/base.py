@@ -28,6 +28,8 @@ class RolloutJob:
     rollout_id: str
     launch: Launch
     deadline_s: float
+    endpoints: tuple[str, ...] = ()
+    """The proxy and gateway URLs the rollout may reach (a sandboxing runtime allows these and nothing else)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,10 @@ never lands in the user's home) and ``<root>/<rollout_id>/output.log`` (combined
 workspace). The process leads its own session, so a timeout or the end of the rollout kills its children too.
 With ``warm_pool`` on, ``python -m MODULE`` launches are forked from a warm process (``warm_pool``) instead of
 started cold; everything above holds for them the same way.
+
+With ``sandbox`` on (the default) each rollout runs under bubblewrap (``sandbox``): the host read-only, only
+its workspace and ``<folder>/tmp`` writable, network only to the job's proxy and gateway (``relay``). Where no
+sandbox can be made, entering the runtime fails with one line saying why, unless the sandbox is turned off.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -25,7 +30,9 @@ import anyio.abc
 
 from rollwire.errors import InvalidRequest
 from rollwire.harness_adapters.base import WORKSPACE_ENV
+from rollwire.orchestrator.runtimes import sandbox
 from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob
+from rollwire.orchestrator.runtimes.sandboxed import SandboxLauncher
 from rollwire.orchestrator.runtimes.warm_pool import PooledProcess, PoolUnavailable, WarmPool, poolable
 from rollwire.settings import OrchestratorSettings
 
@@ -43,6 +50,7 @@ class _Proc:
     process: anyio.abc.Process | PooledProcess  # both: pid, returncode, wait()
     folder: Path
     answer_path: Path
+    release: Callable[[], Awaitable[None]] | None = None
 
 
 class LocalRuntime:
@@ -50,16 +58,31 @@ class LocalRuntime:
 
     name = "local"
 
-    def __init__(self, settings: OrchestratorSettings, host_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, settings: OrchestratorSettings, host_env: dict[str, str] | None = None, hidden: Sequence[Path] = ()
+    ) -> None:
+        """``hidden``: state folders (the store's, the env servers') a sandboxed rollout must not see."""
         self._settings = settings
         self._host_env = {k: v for k, v in (host_env or {}).items() if k in PASS_THROUGH_ENV}
         self._root = Path(settings.workspace_root) if settings.workspace_root else Path(tempfile.gettempdir())
         self._procs: dict[str, _Proc] = {}
         self._pool: WarmPool | None = None
+        self._hidden = [*hidden, *sandbox.state_folders(settings.sandbox_hidden)]
+        self._sandbox: SandboxLauncher | None = None
+        self._group: anyio.abc.TaskGroup | None = None
 
     async def __aenter__(self) -> Self:
+        bwrap = None
+        if self._settings.sandbox:  # refuse before anything runs: a harness would have the user's full access
+            bwrap = await anyio.to_thread.run_sync(sandbox.require, self._settings.bwrap_path)
         self._root.mkdir(parents=True, exist_ok=True)
-        if self._settings.warm_pool:  # the fork server itself starts on the first pooled launch
+        self._group = await anyio.create_task_group().__aenter__()
+        if bwrap is not None:  # the workspace root hides other rollouts' workspaces
+            hidden = [*self._hidden, self._root.resolve()]
+            self._sandbox = SandboxLauncher(
+                self._settings, bwrap=bwrap, hidden=hidden, host_env=self._host_env, root=self._root, group=self._group
+            )
+        elif self._settings.warm_pool:  # the fork server itself starts on the first pooled launch
             self._pool = await WarmPool(self._settings.warm_preload, self._host_env, self._root).__aenter__()
         return self
 
@@ -72,18 +95,38 @@ class LocalRuntime:
         if self._pool is not None:
             await self._pool.__aexit__(exc_type, exc, tb)
             self._pool = None
+        if self._sandbox is not None:
+            with anyio.CancelScope(shield=True):
+                await self._sandbox.aclose()
+        if self._group is not None:
+            self._group.cancel_scope.cancel()
+            await self._group.__aexit__(None, None, None)
+            self._group = None
 
     async def start(self, job: RolloutJob) -> Handle:
         if job.rollout_id in self._procs:
             return Handle(job.rollout_id, str(self._procs[job.rollout_id].process.pid))
         folder = self._root / f"rollwire-{job.rollout_id}"
         workspace = folder / "workspace"
-        await anyio.to_thread.run_sync(self._prepare, workspace, job)
-        env = {**self._host_env, **job.launch.env, WORKSPACE_ENV: str(workspace), "HOME": str(workspace)}
-        env[ROLLOUT_ENV] = job.rollout_id
-        process = await self._spawn(list(job.launch.argv), env, workspace, folder / "output.log")
         answer_path = workspace / job.launch.final_answer_path
-        self._procs[job.rollout_id] = _Proc(process, folder, answer_path)
+
+        def env_for(path: Path) -> dict[str, str]:
+            env = {**self._host_env, **job.launch.env, WORKSPACE_ENV: str(path), "HOME": str(path)}
+            return {**env, ROLLOUT_ENV: job.rollout_id}
+
+        started = None
+        if self._sandbox is not None:
+            started = await self._sandbox.pooled(job, folder, lambda path: _write_files(path, job), env_for)
+        if started is None:
+            await anyio.to_thread.run_sync(self._prepare, workspace, job)
+        if started is None and self._sandbox is not None:
+            started = await self._sandbox.cold(job, env_for(workspace), folder, self._open)
+        if started is not None:
+            process = started.process
+            self._procs[job.rollout_id] = _Proc(process, folder, answer_path, started.release)
+        else:
+            process = await self._spawn(list(job.launch.argv), env_for(workspace), workspace, folder / "output.log")
+            self._procs[job.rollout_id] = _Proc(process, folder, answer_path)
         pooled = " (warm pool)" if isinstance(process, PooledProcess) else ""
         logger.debug("rollout started as pid %s%s", process.pid, pooled, extra={"rollout_id": job.rollout_id})
         return Handle(job.rollout_id, str(process.pid))
@@ -97,10 +140,14 @@ class LocalRuntime:
                 return await self._pool.spawn(argv, env, workspace, log)
             except PoolUnavailable as exc:
                 logger.debug("warm pool unavailable (%s); starting a subprocess", exc)
+        return await self._open(argv, env, workspace, log)
+
+    @staticmethod
+    async def _open(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> anyio.abc.Process:
         with open(log, "wb") as log_file:  # the child keeps its own descriptor
             try:
                 return await anyio.open_process(
-                    argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+                    argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
                     start_new_session=True,
                 )  # fmt: skip
             except OSError as exc:  # command not found / not executable: a configuration error, not infrastructure
@@ -111,13 +158,7 @@ class LocalRuntime:
         if workspace.parent.exists():  # a leftover of an earlier, interrupted start of the same rollout
             shutil.rmtree(workspace.parent)
         workspace.mkdir(parents=True)
-        root = workspace.resolve()
-        for relative, content in job.launch.files.items():
-            target = (workspace / relative).resolve()
-            if not target.is_relative_to(root):
-                raise InvalidRequest(f"adapter file escapes the workspace: {relative!r}", param="files")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content)
+        _write_files(workspace, job)
 
     async def wait(self, handle: Handle, timeout_s: float) -> Ended:
         proc = self._procs[handle.rollout_id]
@@ -144,6 +185,8 @@ class LocalRuntime:
             return
         with anyio.CancelScope(shield=True):
             await self._kill_group(proc)
+            if proc.release is not None:
+                await proc.release()
             if not self._settings.keep_workspaces:
                 await anyio.to_thread.run_sync(lambda: shutil.rmtree(proc.folder, ignore_errors=True))
 
@@ -162,6 +205,8 @@ class LocalRuntime:
         _signal_group(pgid, signal.SIGKILL)  # the leader may be gone while its children linger
         if proc.process.returncode is None:
             await proc.process.wait()
+        if isinstance(proc.process, anyio.abc.Process):
+            await proc.process.aclose()
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -185,6 +230,16 @@ def _is_our_process(pid: int, rollout_id: str) -> bool:
     except OSError:
         return False
     return f"rollwire-{rollout_id}" in cwd.parts
+
+
+def _write_files(workspace: Path, job: RolloutJob) -> None:
+    root = workspace.resolve()
+    for relative, content in job.launch.files.items():
+        target = (workspace / relative).resolve()
+        if not target.is_relative_to(root):
+            raise InvalidRequest(f"adapter file escapes the workspace: {relative!r}", param="files")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
 
 
 def _read_answer(path: Path) -> str | None:

@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -57,21 +57,36 @@ def poolable(argv: Sequence[str]) -> bool:
 
 
 class WarmPool:
-    """``async with WarmPool(preload, env, cwd) as pool: await pool.spawn(...)``; the server starts on first spawn."""
+    """``async with WarmPool(preload, env, cwd) as pool: await pool.spawn(...)``; the server starts on first spawn.
 
-    def __init__(self, preload: Sequence[str], env: Mapping[str, str], cwd: Path) -> None:
-        self._preload, self._env, self._cwd = list(preload), dict(env), cwd
+    ``wrap`` turns the server's command line into the one to run (a sandbox around it, ``sandbox_pool``): such
+    a server lives in its own pid namespace, so its children are reported with the server's own pid, the
+    process the runtime stops them through.
+    """
+
+    def __init__(
+        self,
+        preload: Sequence[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        wrap: Callable[[list[str]], list[str]] | None = None,
+        group: anyio.abc.TaskGroup | None = None,
+    ) -> None:
+        """``group``: a task group of the caller's to read the server in (entering the pool then opens nothing)."""
+        self._preload, self._env, self._cwd, self._wrap = list(preload), dict(env), cwd, wrap
         self._process: anyio.abc.Process | None = None
         self._reader: BufferedByteReceiveStream | None = None
-        self._group: anyio.abc.TaskGroup | None = None
+        self._group: anyio.abc.TaskGroup | None = group
+        self._own_group = group is None
         self._lock = anyio.Lock()
         self._unavailable: str | None = None
         self._reply: tuple[anyio.Event, dict[str, Any]] | None = None
         self._children: dict[int, PooledProcess] = {}
 
     async def __aenter__(self) -> Self:
-        self._group = anyio.create_task_group()
-        await self._group.__aenter__()
+        if self._own_group:
+            self._group = anyio.create_task_group()
+            await self._group.__aenter__()
         return self
 
     async def __aexit__(
@@ -80,8 +95,14 @@ class WarmPool:
         assert self._group is not None
         with anyio.CancelScope(shield=True):
             await self._close_server()
-        self._group.cancel_scope.cancel()
-        await self._group.__aexit__(exc_type, exc, tb)
+        if self._own_group:  # else the reader ends by itself: the server's output closed with it
+            self._group.cancel_scope.cancel()
+            await self._group.__aexit__(exc_type, exc, tb)
+
+    async def start(self) -> None:
+        """Start the server now (it would start on the first spawn); PoolUnavailable if it cannot."""
+        async with self._lock:
+            await self._ensure_server()
 
     async def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path) -> PooledProcess:
         """Fork one rollout; raises PoolUnavailable when the pool cannot (the caller falls back)."""
@@ -92,6 +113,8 @@ class WarmPool:
         child = reply.get("child")
         if not isinstance(child, PooledProcess):
             raise PoolUnavailable(str(reply.get("error") or "the fork server did not start the rollout"))
+        if self._wrap is not None and self._process is not None:
+            child.pid = self._process.pid
         return child  # not looked up by pid: a quick child's exit report may already have removed it
 
     async def _ensure_server(self) -> None:
@@ -100,8 +123,9 @@ class WarmPool:
         if self._process is not None:
             return
         try:
+            command = [sys.executable, "-m", SERVER_MODULE, *self._preload]
             self._process = await anyio.open_process(
-                [sys.executable, "-m", SERVER_MODULE, *self._preload],
+                self._wrap(command) if self._wrap else command,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, cwd=self._cwd, env=self._env,
                 start_new_session=True,  # a Ctrl-C for the orchestrator is not the server's to handle
             )  # fmt: skip
@@ -150,7 +174,7 @@ class WarmPool:
                         self._reply[1].update(message)
                         self._reply[0].set()
                     elif "pid" in message:  # its request stopped waiting (timed out): nobody would supervise it
-                        _kill(int(message["pid"]))
+                        _kill(self._process.pid if self._wrap and self._process else int(message["pid"]))
                 elif "code" in message:
                     child = self._children.pop(int(message["pid"]), None)
                     if child is not None:
@@ -161,7 +185,7 @@ class WarmPool:
 
     def _give_up(self, reason: str) -> None:
         """No more pooled launches; rollouts whose end the server would have reported are lost (retried)."""
-        if self._unavailable is None:
+        if self._unavailable is None and self._wrap is None:  # a wrapped server serves one rollout, then ends
             logger.warning("%s; rollouts start as plain subprocesses from now on", reason)
         self._unavailable = reason
         if self._reply is not None:
@@ -183,6 +207,7 @@ class WarmPool:
         if process.returncode is None:
             process.kill()
             await process.wait()
+        await process.aclose()  # its pipes and transport, before the event loop that owns them is gone
         self._process = None
 
 

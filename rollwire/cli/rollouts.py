@@ -16,7 +16,14 @@ import shlex
 import sys
 import time
 
-from rollwire.cli.stack_args import add_option_argument, add_stack_arguments, harness_options, stack_from_args
+from rollwire.cli.stack_args import (
+    add_option_argument,
+    add_sandbox_argument,
+    add_stack_arguments,
+    apply_sandbox_argument,
+    harness_options,
+    stack_from_args,
+)
 from rollwire.errors import InvalidRequest
 from rollwire.settings import Settings
 
@@ -39,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--run-id", default=None, help="id of the run; an existing run's id resumes it")
     how.add_argument("--name", default="", help="human-readable run name")
     how.add_argument("--policy-version", type=int, default=None, help="policy version the run samples from")
+    add_sandbox_argument(how)
     add_stack_arguments(parser)
 
 
@@ -67,6 +75,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     build_adapter(args.harness, options)
     stack = stack_from_args(args, settings)
     options = with_served_model(args.harness, options, stack.model)
+    settings = apply_sandbox_argument(args, settings)
     orch = settings.orchestrator
     run_id = args.run_id or f"run-{time.strftime('%Y%m%d-%H%M%S')}"
     console = Console(stderr=True)

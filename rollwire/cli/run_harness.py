@@ -19,7 +19,9 @@ import shlex
 
 from rollwire.cli.stack_args import (
     add_option_argument,
+    add_sandbox_argument,
     add_stack_arguments,
+    apply_sandbox_argument,
     harness_options,
     stack_from_args,
     with_served_model,
@@ -38,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_option_argument(parser)
     parser.add_argument("--deadline", type=float, default=None, metavar="S", help="seconds the harness may take")
     parser.add_argument("--keep-workspace", action="store_true", help="keep the rollout's workspace to look at")
+    add_sandbox_argument(parser)
     add_stack_arguments(parser)
 
 
@@ -53,6 +56,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     build_adapter(args.harness, options)
     stack = stack_from_args(args, settings)
     options = with_served_model(args.harness, options, stack.model)
+    settings = apply_sandbox_argument(args, settings)
     if args.keep_workspace:
         orch = settings.orchestrator.model_copy(update={"keep_workspaces": True})
         settings = settings.model_copy(update={"orchestrator": orch})
@@ -74,6 +78,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"answer    {row.final_answer.strip()[:400]}")
     if row.status != "finished" and row.log_tail:
         print("log tail  " + "\n          ".join(row.log_tail.splitlines()[-10:]))
+    settings = apply_sandbox_argument(args, settings)
     if args.keep_workspace:
         root = settings.orchestrator.workspace_root or "<system temp folder>"
         print(f"workspace {root}/rollwire-{row.id}/workspace")

@@ -22,6 +22,21 @@ def add_option_argument(parser: argparse.ArgumentParser | argparse._ArgumentGrou
     )  # fmt: skip
 
 
+def add_sandbox_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--no-sandbox", action="store_true",
+        help="local runtime: run harnesses WITHOUT the bubblewrap sandbox, with your full access to this machine "
+        "(for where no sandbox can be made: by default the run refuses to start there)",
+    )  # fmt: skip
+
+
+def apply_sandbox_argument(args: argparse.Namespace, settings: Settings) -> Settings:
+    """Settings with the sandbox off when ``--no-sandbox`` was given."""
+    if not args.no_sandbox:
+        return settings
+    return settings.model_copy(update={"orchestrator": settings.orchestrator.model_copy(update={"sandbox": False})})
+
+
 def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags that say which stack a command runs against (read back by ``stack_from_args``)."""
     where = parser.add_argument_group("which stack")
@@ -72,4 +87,12 @@ def with_served_model(harness: str, options: dict[str, Any], model: str) -> dict
     return {**options, "model": model}
 
 
-__all__ = ["add_option_argument", "add_stack_arguments", "harness_options", "stack_from_args", "with_served_model"]
+__all__ = [
+    "add_option_argument",
+    "add_sandbox_argument",
+    "add_stack_arguments",
+    "apply_sandbox_argument",
+    "harness_options",
+    "stack_from_args",
+    "with_served_model",
+]

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rollwire.orchestrator.runtimes.sandbox import probe
+
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "orchestrator.py"
 
 
@@ -18,6 +20,11 @@ def test_bench_smoke() -> None:
     assert kube[0].split() == ["concurrency", "rollouts", "rollouts/s", "peak", "pods", "vs", "first"]
     assert [line.split()[0] for line in kube[1:]] == ["2", "4"]
     assert all(float(line.split()[2]) > 0 for line in kube[1:])
-    assert local[0].split() == ["local", "runtime", "rollouts", "rollouts/s", "CPU", "s/rollout", "vs", "subprocess"]
-    assert [line.rsplit(maxsplit=4)[0].strip() for line in local[1:]] == ["subprocess", "warm pool"]
-    assert all(float(line.split()[-3]) > 0 and float(line.split()[-2]) > 0 for line in local[1:])
+    assert local[0].split() == [
+        "local", "runtime", "sandbox", "rollouts", "rollouts/s", "CPU", "s/rollout", "vs", "subprocess", "vs", "unsandboxed"
+    ]  # fmt: skip
+    modes = [tuple(line.rsplit(maxsplit=5)[0].rsplit(maxsplit=1)) for line in local[1:] if not line.startswith("(")]
+    sandboxed = [] if probe("bwrap") else [("subprocess", "on"), ("warm pool", "on")]  # both sandbox rows, where bwrap is
+    expected = [("subprocess", "off"), ("warm pool", "off"), *sandboxed]
+    assert [(mode.strip(), sandbox) for mode, sandbox in modes] == expected
+    assert all(float(line.split()[-4]) > 0 and float(line.split()[-3]) > 0 for line in local[1:] if line[0] != "(")

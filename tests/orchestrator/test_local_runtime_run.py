@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import uuid
 from collections import defaultdict
+from pathlib import Path
 
 import anyio
 import pytest
@@ -31,7 +33,8 @@ pathlib.Path("final_answer.txt").write_text(answer)
 """
 
 CRASH = "import sys\nprint('boom: cannot reach the proxy', file=sys.stderr)\nsys.exit(7)\n"
-HANG = "import subprocess, sys, time, pathlib\nchild = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\npathlib.Path('child.pid').write_text(str(child.pid))\nprint('started', flush=True)\ntime.sleep(600)\n"
+HANG = "import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', sys.argv[0], MARK])\nprint('started', flush=True)\ntime.sleep(600)\n"
+"""Its child is found again by MARK in its command line (a sandboxed child's pid is its pid namespace's, not ours)."""
 
 
 MODES = pytest.mark.parametrize(("pool", "module"), list(LAUNCH_MODES.values()), ids=list(LAUNCH_MODES))
@@ -76,15 +79,16 @@ async def test_local_hang_is_killed_with_children_at_deadline(book, tmp_path, po
     )
     with anyio.fail_after(60):
         async with StartedFirst(settings, host_env=dict(os.environ)) as runtime:
-            await run_with(runtime, book, plan("run-hang", 1, 1), settings, ScriptAdapter(HANG, module=module))
+            mark = f"hang-child-{uuid.uuid4().hex}"
+            hang = ScriptAdapter(HANG.replace("MARK", repr(mark)), module=module)
+            await run_with(runtime, book, plan("run-hang", 1, 1), settings, hang)
     (row,) = book.rollouts("run-hang")
     assert row.status == "timed_out" and "started" in (row.log_tail or "")
-    child = int(next(tmp_path.glob("rollwire-*/workspace/child.pid")).read_text())
-    assert _gone_or_zombie(child)
+    assert not _running_with(mark)
 
 
 class StartedFirst(LocalRuntime):
-    """Starts the deadline's clock once the harness has printed ``started`` (after writing its child's pid): a
+    """Starts the deadline's clock once the harness has printed ``started`` (after starting its child): a
     signal from the work, so a slow start on a busy machine cannot beat the harness to the 1 s deadline."""
 
     async def wait(self, handle: Handle, timeout_s: float) -> Ended:
@@ -94,10 +98,13 @@ class StartedFirst(LocalRuntime):
         return await super().wait(handle, timeout_s)
 
 
-def _gone_or_zombie(pid: int) -> bool:
-    """Killed: either reaped already, or a zombie waiting for its (re-)parent to reap it."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
+def _running_with(mark: str) -> list[int]:
+    """Live (not zombie) processes whose command line holds ``mark``; killed ones are gone or zombies (empty)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and mark.encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found

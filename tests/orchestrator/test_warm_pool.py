@@ -79,7 +79,10 @@ async def test_pool_refuses_to_fork_with_threads_and_falls_back(book, tmp_path: 
     (tmp_path / "threaded_preload.py").write_text(
         "import threading, time\nthreading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
     )  # the fork server runs in the workspace root, so it can import this
-    settings = orchestrator_settings(workspace_root=str(tmp_path), warm_preload=["openai", "threaded_preload"])
+    # unsandboxed: a sandboxed fork server runs in its own empty workspace (test_sandbox covers that pool)
+    settings = orchestrator_settings(
+        workspace_root=str(tmp_path), warm_preload=["openai", "threaded_preload"], sandbox=False
+    )
     script = "import sys\nprint('warm' if 'openai' in sys.modules else 'cold')\n"
     async with LocalRuntime(settings, host_env=dict(os.environ)) as runtime:
         await run_with(runtime, book, plan("threads", 2, 1), settings, ScriptAdapter(script, module=True))
@@ -106,7 +109,8 @@ async def test_fork_server_death_loses_rollouts_which_retry_cold(book, tmp_path:
             base = super().launch(ctx)
             return Launch(argv=base.argv, env={**base.env, "ROLLWIRE_TEST_FLAG": str(flag)}, files=base.files)
 
-    settings = orchestrator_settings(workspace_root=str(tmp_path / "ws"), warm_preload=WARM)
+    # unsandboxed: the harness reports its parent's pid through a file outside its workspace
+    settings = orchestrator_settings(workspace_root=str(tmp_path / "ws"), warm_preload=WARM, sandbox=False)
 
     async def kill_server() -> None:
         while not flag.exists() or not flag.read_text():

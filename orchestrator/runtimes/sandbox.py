@@ -1,0 +1,211 @@
+"""The local runtime's sandbox: each rollout's harness runs under bubblewrap (``bwrap``), one sandbox per rollout.
+
+A harness at its defaults runs shell commands a policy in training chose. Inside the sandbox:
+
+- the host file system is read-only; the rollout's workspace (its cwd and HOME) and its own ``/tmp``
+  are the only writable places;
+- hidden behind empty tmpfs mounts: every home folder (``/root``, ``/home``, the user's own), the
+  workspace root (other rollouts' workspaces), the project's state folders (the store, env state),
+  ``/run`` and ``/var/tmp`` (host unix sockets: a socket on a read-only mount still accepts connections);
+  what the harness itself needs from under them (the interpreter, the installed project, the
+  harness binary) is shown again read-only;
+- an empty network namespace: only loopback, on which ``sandbox_init`` listens at the proxy's and the
+  gateway's own ``host:port`` and relays to unix sockets the orchestrator bound into the sandbox
+  (``relay.py``); nothing else (engine, env servers, other ports, the internet) is reachable;
+- its own user, pid, ipc and uts namespaces, no capabilities (even when the orchestrator is root), the
+  sandbox killed with the orchestrator (``--die-with-parent``), rlimits on processes, memory and CPU.
+
+``probe`` says once per bwrap path whether a sandbox can be made here (bwrap present, namespaces
+allowed); the runtime refuses to start without one unless the user turned the sandbox off.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from rollwire.errors import InvalidRequest
+
+INIT_SCRIPT = Path(__file__).with_name("sandbox_init.py")
+SOCKET_DIR = "/run/rollwire"
+"""Where the endpoints' unix sockets appear inside the sandbox (a fresh tmpfs: /run is hidden)."""
+ALWAYS_HIDDEN = (
+    *("/root", "/home", "/run", "/var/run", "/var/tmp", "/tmp", "/mnt", "/media", "/srv"),
+    *("/etc/ssh", "/etc/ssl/private"),
+)
+HIDDEN_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
+"""Secrets outside the homes that the orchestrator's user may own (run as root, the sandbox's user is uid 0)."""
+NAMESPACES = ("--unshare-all", "--die-with-parent", "--cap-drop", "ALL")
+PROBE_TIMEOUT_S = 20.0
+UNAVAILABLE_HINT = "turn the sandbox off with --no-sandbox (ROLLWIRE_ORCHESTRATOR__SANDBOX=false) to run harnesses with the user's full access"
+
+
+class SandboxUnavailable(InvalidRequest):
+    """No sandbox can be made here; the message is one line that says why and how to go on without one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A loopback ``host:port`` the harness may reach, relayed through a unix socket."""
+
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxLimits:
+    processes: int = 0
+    memory_bytes: int = 0
+    cpu_s: int = 0
+
+
+@functools.cache
+def probe(bwrap: str) -> str | None:
+    """None when ``bwrap`` can build this runtime's sandbox here, else one line saying why not."""
+    path = shutil.which(bwrap)
+    if path is None:
+        return f"bubblewrap ({bwrap!r}) is not installed; install Debian's 'bubblewrap' package"
+    try:
+        done = subprocess.run(
+            [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *NAMESPACES, "true"],
+            capture_output=True, timeout=PROBE_TIMEOUT_S, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap ({path}) could not run: {exc}"
+    if done.returncode != 0:
+        detail = done.stderr.decode(errors="replace").strip().splitlines()
+        return f"bubblewrap cannot create namespaces here ({detail[-1] if detail else f'exit {done.returncode}'})"
+    return None
+
+
+def require(bwrap: str) -> str:
+    """The bwrap path to use, or SandboxUnavailable with the reason and the way out."""
+    reason = probe(bwrap)
+    if reason is not None:
+        raise SandboxUnavailable(f"cannot sandbox rollouts: {reason}; {UNAVAILABLE_HINT}", param="sandbox")
+    return shutil.which(bwrap) or bwrap
+
+
+def relayed_endpoints(urls: Iterable[str]) -> list[Endpoint]:
+    """The distinct loopback ``host:port`` of ``urls``; others cannot be relayed (the sandbox has no route out)."""
+    found: dict[Endpoint, None] = {}
+    for url in urls:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        hosts = ["127.0.0.1", "::1"] if host == "localhost" else [host]
+        for one in hosts:
+            try:
+                if ipaddress.ip_address(one).is_loopback:
+                    found[Endpoint(one, port)] = None
+            except ValueError:
+                continue
+    return list(found)
+
+
+def _under(path: Path, roots: Sequence[Path]) -> bool:
+    return any(path == root or path.is_relative_to(root) for root in roots)
+
+
+def _needed_paths(argv: Sequence[str], env: Mapping[str, str]) -> list[Path]:
+    """What the launch needs from hidden places: this interpreter and project, and each command it names."""
+    import rollwire
+
+    paths = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent]
+    paths += [Path(p) for p in sys.path if p and Path(p).is_dir()]
+    paths += [Path(p).resolve().parent for p in rollwire.__path__]
+    for word in argv:  # a command by name (found on PATH) or by absolute path (another venv's python)
+        found = shutil.which(word, path=env.get("PATH")) if word and "/" not in word else None
+        found = found or (word if word.startswith("/") and Path(word).is_file() else None)
+        if found:  # its folder, its real file's (a package's root), and the venv it belongs to, if any
+            paths += [Path(found).parent, Path(found).resolve().parent]
+            if (Path(found).parent.parent / "pyvenv.cfg").is_file():
+                paths.append(Path(found).parent.parent)
+    return paths
+
+
+def bwrap_command(
+    bwrap: str,
+    *,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    workspace: Path,
+    tmp: Path,
+    sockets: Mapping[Endpoint, Path],
+    hidden: Sequence[Path],
+    limits: SandboxLimits,
+    writable: Sequence[Path] = (),
+) -> list[str]:
+    """The full command line: bwrap's mounts and namespaces, then ``sandbox_init`` running ``argv``.
+    ``writable``: more host paths bound read-write at their own path (a pooled sandbox's log file)."""
+    hide = [Path(p) for p in ALWAYS_HIDDEN] + [Path(p).resolve() for p in hidden]
+    hide = [p for p in dict.fromkeys(hide) if p.is_dir() and not p.is_symlink()]
+    command = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for path in hide:
+        command += ["--tmpfs", str(path)]
+    for file in HIDDEN_FILES:
+        if Path(file).is_file():
+            command += ["--ro-bind", "/dev/null", file]
+    shown = [p.resolve() for p in _needed_paths(argv, env) if p.exists()]
+    for path in sorted(dict.fromkeys(p for p in shown if _under(p, hide)), key=lambda p: len(p.parts)):
+        command += ["--ro-bind", str(path), str(path)]
+    for path in hide:  # a state folder inside a shown one (e.g. the project's own) stays hidden
+        if any(path != s and path.is_relative_to(s) for s in shown):
+            command += ["--tmpfs", str(path)]
+    command += ["--bind", str(tmp), "/tmp", "--bind", str(workspace), str(workspace), "--dir", SOCKET_DIR]
+    for path in writable:
+        command += ["--bind", str(path), str(path)]
+    relay = []
+    for index, (endpoint, path) in enumerate(sockets.items()):
+        inside = f"{SOCKET_DIR}/{index}.sock"
+        command += ["--ro-bind", str(path), inside]
+        relay.append([endpoint.host, endpoint.port, inside])
+    command += [*NAMESPACES, "--chdir", str(workspace)]
+    spec = {
+        "relay": relay,
+        "limits": {"nproc": limits.processes, "data": limits.memory_bytes, "cpu": limits.cpu_s},
+        "argv": list(argv),
+        "unset": [] if "PWD" in env else ["PWD"],  # bwrap sets PWD; the harness gets the launch's env only
+    }
+    return [*command, "--", sys.executable, "-I", "-S", str(INIT_SCRIPT), json.dumps(spec)]
+
+
+def cpu_seconds(deadline_s: float) -> int:
+    """A CPU-time cap per process that a harness within its wall-clock deadline cannot reach on one core."""
+    return max(1, math.ceil(deadline_s)) + 5
+
+
+def state_folders(paths: Iterable[str | os.PathLike[str] | None]) -> list[Path]:
+    """Existing folders among ``paths`` (a file stands for its folder, e.g. a SQLite store)."""
+    found = []
+    for raw in paths:
+        if not raw:
+            continue
+        path = Path(raw).expanduser()
+        path = path if path.is_dir() else path.parent
+        if path.is_dir() and path != Path("/"):
+            found.append(path.resolve())
+    return found
+
+
+__all__ = [
+    "Endpoint",
+    "SandboxLimits",
+    "SandboxUnavailable",
+    "bwrap_command",
+    "cpu_seconds",
+    "probe",
+    "relayed_endpoints",
+    "require",
+    "state_folders",
+]

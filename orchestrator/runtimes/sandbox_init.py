@@ -1,0 +1,114 @@
+"""The first process inside a rollout's sandbox: limits, the loopback relay to the proxy and gateway, then the harness.
+
+Runs as ``python -I -S sandbox_init.py SPEC_JSON`` (standard library only: no site, no venv, fast) in the
+sandbox's empty network namespace, where nothing is listening. It:
+
+1. binds a loopback TCP listener at each relayed ``host:port`` (the proxy's and the gateway's own
+   addresses, so the harness's URLs stay as they are), before the harness exists: no start-up race;
+2. sets the rollout's resource limits (processes, memory, CPU seconds, no core files), inherited by all;
+3. forks the harness (``execvp`` of the launch's argv) and relays each accepted connection to the unix
+   socket the orchestrator bound into the sandbox for that endpoint (one thread pair per connection);
+4. exits with the harness's status once it ends (the sandbox then ends with it: ``--die-with-parent``).
+
+SPEC_JSON: ``{"relay": [[host, port, socket_path], ...], "limits": {"nproc": N, "data": BYTES, "cpu": S},
+"argv": [...], "unset": [env names]}``; a limit of 0 is no limit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import socket
+import sys
+import threading
+from typing import Any
+
+LIMITS = {"nproc": resource.RLIMIT_NPROC, "data": resource.RLIMIT_DATA, "cpu": resource.RLIMIT_CPU}
+CHUNK = 65536
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    server = socket.socket(family, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind((host, port))
+    server.listen(128)
+    return server
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while data := source.recv(CHUNK):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock, how in ((sink, socket.SHUT_WR), (source, socket.SHUT_RD)):
+            try:
+                sock.shutdown(how)
+            except OSError:
+                pass
+
+
+def _serve(server: socket.socket, path: str) -> None:
+    """Accept forever; each client is joined to a fresh connection to the endpoint's unix socket."""
+    while True:
+        client, _ = server.accept()
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            upstream.connect(path)
+        except OSError:
+            client.close()
+            upstream.close()
+            continue
+        done = threading.Barrier(2, action=lambda c=client, u=upstream: (c.close(), u.close()))
+
+        def pipe(a: socket.socket, b: socket.socket, barrier: threading.Barrier = done) -> None:
+            _pump(a, b)
+            barrier.wait()
+
+        threading.Thread(target=pipe, args=(client, upstream), daemon=True).start()
+        threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+
+
+def _set_limits(limits: dict[str, int]) -> None:
+    for name, value in limits.items():
+        if value > 0:
+            resource.setrlimit(LIMITS[name], (value, value))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def main(spec: dict[str, Any]) -> int:
+    servers = [(_listen(host, int(port)), path) for host, port, path in spec["relay"]]
+    _set_limits(spec.get("limits") or {})
+    argv = spec["argv"]
+    for name in spec.get("unset") or []:
+        os.environ.pop(name, None)
+    pid = os.fork()  # before any thread starts
+    if pid == 0:
+        for server, _ in servers:
+            server.close()
+        try:
+            os.execvp(argv[0], argv)
+        except OSError as exc:
+            print(f"cannot start {argv[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+        os._exit(127)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # pass a stop on to the harness, then report it
+        signal.signal(sig, lambda signum, _frame: os.kill(pid, signum))
+    for server, path in servers:
+        threading.Thread(target=_serve, args=(server, path), daemon=True).start()
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    code = os.waitstatus_to_exitcode(status)
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.stdout.flush()
+    os._exit(main(json.loads(sys.argv[1])))
