@@ -14,6 +14,7 @@ from rollwire.proxy.answer import AnswerStream, Delta
 from rollwire.proxy.auth import Caller
 from rollwire.proxy.conversation import Choice, Conversation, Generation, Sampling
 from rollwire.proxy.dialects.base import Dialect
+from rollwire.proxy.limits import OutputCap, fit_output
 from rollwire.proxy.parsers.base import ReasoningParser, ToolParser
 from rollwire.proxy.recorder import Recorder
 from rollwire.proxy.render import Renderer
@@ -63,6 +64,8 @@ class Prepared:
     prefill: str
     plan: Plan
     body: dict[str, Any]
+    cap: OutputCap = OutputCap(None, None)
+    """The output cap asked for and the one sent (recorded on the call)."""
 
 
 class Generator:
@@ -143,16 +146,10 @@ class Generator:
             policy_version=version,
         )
 
-    def _sampling(self, sampling: Sampling, prompt_len: int) -> Sampling:
-        """As OpenAI and vLLM's chat route: an unset max_tokens is the rest of the context (not 16)."""
-        limit = self.served.max_model_len
-        if sampling.max_tokens is not None or not limit:
-            return sampling
-        if prompt_len >= limit:
-            raise InvalidRequest(
-                f"the prompt has {prompt_len} tokens, the model's context is {limit}", param="messages"
-            )
-        return replace(sampling, max_tokens=limit - prompt_len)
+    def _sampling(self, sampling: Sampling, prompt_len: int) -> tuple[Sampling, OutputCap]:
+        """The output cap fitted to what the context leaves (``limits``: the one rule of every dialect)."""
+        cap = fit_output(sampling.max_tokens, prompt_len, self.served.max_model_len)
+        return replace(sampling, max_tokens=cap.granted), cap
 
     async def _plan(self, caller: Caller, conv: Conversation, prefill: str) -> Plan:
         priors = await self.recorder.priors(caller.rollout_id)
@@ -168,8 +165,9 @@ class Generator:
         prefill = self._prefill(conv)
         plan = await self._plan(caller, conv, prefill)
         stop_ids = sorted(self.renderer.end_ids)
-        body = completion_body(served, plan.prompt_ids, self._sampling(conv.sampling, len(plan.prompt_ids)), stop_ids)
-        return Prepared(started, prefill, plan, body)
+        sampling, cap = self._sampling(conv.sampling, len(plan.prompt_ids))
+        body = completion_body(served, plan.prompt_ids, sampling, stop_ids)
+        return Prepared(started, prefill, plan, body, cap)
 
     async def generate(
         self, caller: Caller, conv: Conversation, dialect: Dialect, request: RequestBody
@@ -233,6 +231,8 @@ class Generator:
                     if first
                     else f"choice {choice.index} of {len(generation.choices)}",
                     "reused_prefix_len": plan.reused_prefix_len,
+                    "max_tokens_requested": prepared.cap.requested,
+                    "max_tokens_granted": prepared.cap.granted,
                     "status": status,
                     "error": error,
                     "latency_ms": (ended - started) / 1e6,

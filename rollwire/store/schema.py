@@ -82,6 +82,10 @@ class ModelCall(SQLModel, table=True):
     segment_index: int = 0
     segment_break: str | None = Field(default=None, description="why this call started a new segment")
     reused_prefix_len: int = Field(default=0, description="prompt tokens taken verbatim from an earlier call")
+    max_tokens_requested: int | None = Field(default=None, description="the output cap the request asked for")
+    max_tokens_granted: int | None = Field(
+        default=None, description="the output cap sent upstream: the request's, clamped to what the context left"
+    )
     status: str = Field(default="complete", description="complete, partial (client left) or error")
     error: str | None = None
     latency_ms: float = 0.0
