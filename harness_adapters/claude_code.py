@@ -117,4 +117,4 @@ class ClaudeCodeAdapter:
         )
 
 
-__all__ = ["PERMISSIONS", "ClaudeCodeAdapter", "MCP_CONFIG", "QUIET_ENV", "mcp_config"]
+__all__ = ["MCP_CONFIG", "PERMISSIONS", "QUIET_ENV", "ClaudeCodeAdapter", "mcp_config"]

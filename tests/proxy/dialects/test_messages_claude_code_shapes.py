@@ -66,7 +66,9 @@ def test_thinking_drives_the_templates_reasoning_switch(
     )
     text = _prompt_text(dialect_stack, tiny_model_dir)
     assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n") is empty_think_block
-    count = client.messages.count_tokens(model="claude-opus-4-8", messages=HISTORY[:1], extra_body={"thinking": thinking})
+    count = client.messages.count_tokens(
+        model="claude-opus-4-8", messages=HISTORY[:1], extra_body={"thinking": thinking}
+    )
     assert count.input_tokens == len(dialect_stack.tap.calls[-1][0]["prompt"])
 
 
