@@ -133,3 +133,11 @@ def test_a_prompt_past_the_context_is_a_400_in_the_dialects_shape(
     prompt_len, context = _numbers(message)
     assert prompt_len > CONTEXT == context
     assert len(tap.calls) == calls  # refused before the engine
+
+
+def test_the_proxy_reports_the_context_it_learnt(limited: tuple[Proxy, EngineTap, str]) -> None:
+    proxy, _, served = limited
+    _send(proxy, served, "chat", "Hi", 1)  # the proxy reads the upstream's model card on first use
+    rollout = proxy.new_rollout()
+    cards = httpx.get(rollout["base_url"] + "/models", timeout=10).json()["data"]
+    assert {c["id"]: c["max_model_len"] for c in cards} == {served: CONTEXT}
