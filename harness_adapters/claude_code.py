@@ -4,8 +4,17 @@ Claude Code reads its endpoint and key from the environment (``ANTHROPIC_BASE_UR
 ``anthropic_base_url``, without ``/v1``; ``ANTHROPIC_API_KEY`` is the token, sent as ``x-api-key``) and
 its settings, sessions and caches from ``$HOME/.claude`` or ``$CLAUDE_CONFIG_DIR``: both are pointed at
 the workspace. The MCP server is the rollout's gateway URL, given in a JSON file with
-``--strict-mcp-config`` so no other MCP configuration is read, and its tools are allowed up front
-(``--allowedTools mcp__rollwire``): print mode has nobody to ask.
+``--strict-mcp-config`` so no other MCP configuration is read.
+
+Everything else is Claude Code's default: its model name, its whole system prompt and built-in tools, its
+thinking mode, its output cap (64000; the proxy clamps it to what the context leaves), its betas and its
+side calls. The one thing print mode cannot keep is the permission prompt: at its defaults ``claude -p``
+denies every tool call that would ask (Write and Edit, Bash commands that are not read-only, any MCP tool,
+reads outside the working folder) and hands the model "Claude requested permissions to ..., but you haven't
+granted it yet". So the adapter answers the prompts up front, as an unattended run must: edits in the
+working folder are accepted (``--permission-mode acceptEdits``) and Bash and the gateway's tools allowed
+(``--allowedTools Bash mcp__rollwire``). ``bypassPermissions`` would be simpler but Claude Code refuses it
+as root, which is how containers usually run. The rollout's runtime, not Claude Code, is the boundary.
 
 Where results land: Claude's answer (stdout in print mode) in ``final_answer.txt`` and, copied, in the
 runtime's log after its stderr; session transcripts under ``.claude/projects/``.
@@ -20,16 +29,16 @@ from rollwire.harness_adapters.base import Launch, RolloutContext
 
 MCP_CONFIG = ".rollwire/claude-mcp.json"
 FINAL_ANSWER = "final_answer.txt"
-DEFAULT_MODEL = "claude-sonnet-4-5"
-"""Claude Code insists on a model name; the proxy's alias table maps it to the served model."""
 SERVER = "rollwire"
+PERMISSIONS = ("--permission-mode", "acceptEdits", "--allowedTools", "Bash", f"mcp__{SERVER}")
+"""Print mode's only unavoidable setting (see the module docstring): what a person would approve, approved."""
 QUIET_ENV = {
-    # nothing but the proxy is reachable from a rollout: no update checks, telemetry, error reports or side calls
+    # nothing but the proxy is reachable from a rollout: no update checks, telemetry or error reports to
+    # Anthropic's servers. None of these changes a model call (its side calls stay on: the proxy marks them).
     "DISABLE_AUTOUPDATER": "1",
     "DISABLE_TELEMETRY": "1",
     "DISABLE_ERROR_REPORTING": "1",
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    "DISABLE_NON_ESSENTIAL_MODEL_CALLS": "1",
     "NO_COLOR": "1",
 }
 WRAPPER = (
@@ -48,9 +57,11 @@ def mcp_config(ctx: RolloutContext) -> str:
 class ClaudeCodeAdapter:
     """Runs ``claude -p`` on the task prompt with the rollout's gateway as its only MCP server.
 
-    ``tools`` is Claude Code's ``--tools`` (its built-in tools: ``""`` none, ``"Bash,Read"`` some, None
-    its default set); ``system_prompt`` replaces its own. Both trim a prompt of about 60k tokens
-    (Claude's own system prompt and tools) for small-context models.
+    Every option defaults to Claude Code's own behaviour. ``model`` names a model (default: Claude Code's
+    own choice; the proxy maps any name). ``tools`` is its ``--tools`` (``""`` none, ``"Bash,Read"`` some)
+    and ``system_prompt`` replaces its own: both trim its prompt (about 45k tokens of system prompt and
+    tools) for a model served with a short context. ``max_output_tokens`` and ``thinking=False`` set its
+    output cap and switch thinking off (``CLAUDE_CODE_MAX_OUTPUT_TOKENS``, ``MAX_THINKING_TOKENS=0``).
     """
 
     name = "claude-code"
@@ -59,7 +70,8 @@ class ClaudeCodeAdapter:
         self,
         model: str | None = None,
         max_turns: int = 8,
-        max_output_tokens: int | None = 4096,
+        max_output_tokens: int | None = None,
+        thinking: bool = True,
         tools: str | None = None,
         system_prompt: str | None = None,
         command: str = "claude",
@@ -67,7 +79,8 @@ class ClaudeCodeAdapter:
     ) -> None:
         if max_turns < 1:
             raise ValueError("max_turns must be at least 1")
-        self.model = model or DEFAULT_MODEL
+        self.model = model
+        self.thinking = thinking
         self.max_turns = max_turns
         self.max_output_tokens = max_output_tokens
         self.tools = tools
@@ -77,10 +90,11 @@ class ClaudeCodeAdapter:
 
     def launch(self, ctx: RolloutContext) -> Launch:
         claude = [
-            self.command, "-p", "--model", self.model, "--max-turns", str(self.max_turns),
-            "--mcp-config", MCP_CONFIG, "--strict-mcp-config", "--allowedTools", f"mcp__{SERVER}",
-            "--output-format", "text",
+            self.command, "-p", "--max-turns", str(self.max_turns), "--mcp-config", MCP_CONFIG, "--strict-mcp-config",
+            *PERMISSIONS, "--output-format", "text",
         ]  # fmt: skip
+        if self.model is not None:
+            claude += ["--model", self.model]
         if self.tools is not None:
             claude += ["--tools", self.tools]
         if self.system_prompt is not None:
@@ -90,8 +104,9 @@ class ClaudeCodeAdapter:
             **QUIET_ENV,
             "ANTHROPIC_BASE_URL": ctx.anthropic_base_url,
             "ANTHROPIC_API_KEY": ctx.token,
-            "MAX_THINKING_TOKENS": "0",
         }
+        if not self.thinking:
+            env["MAX_THINKING_TOKENS"] = "0"
         if self.max_output_tokens is not None:
             env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(self.max_output_tokens)
         return Launch(
@@ -102,4 +117,4 @@ class ClaudeCodeAdapter:
         )
 
 
-__all__ = ["ClaudeCodeAdapter", "MCP_CONFIG", "QUIET_ENV", "mcp_config"]
+__all__ = ["MCP_CONFIG", "PERMISSIONS", "QUIET_ENV", "ClaudeCodeAdapter", "mcp_config"]

@@ -84,12 +84,20 @@ async def models(request: Request) -> Response:
     await state.auth.caller(request)
     served = await state.generator.served_name()
     names = [served] + [a for a in state.settings.model_aliases if a not in ("*", served)]
-    cards = [{"id": n, "object": "model", "created": 0, "owned_by": "rollwire"} for n in names]
+    card = {"object": "model", "created": 0, "owned_by": "rollwire"}
+    if state.generator.served.max_model_len:  # as vLLM reports it: clients size their prompts by it
+        card["max_model_len"] = state.generator.served.max_model_len
+    cards = [{"id": n, **card} for n in names]
     return JSONResponse({"object": "list", "data": cards})
 
 
 async def health(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
+
+
+async def root(request: Request) -> Response:
+    """Claude Code probes ``HEAD /`` before its first call (a 404 there reads as an unreachable API)."""
+    return JSONResponse({"status": "ok", "service": "rollwire proxy"})
 
 
 def _admin(handler: Any) -> Any:
@@ -108,6 +116,9 @@ def _routes() -> list[BaseRoute]:
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
+        Route("/", root, methods=["GET", "HEAD"]),
+        Route("/r/{token}", root, methods=["GET", "HEAD"]),  # a rollout's Anthropic base URL, probed the same way
+        Route("/r/{token}/", root, methods=["GET", "HEAD"]),
     ]
     a = "/admin/v1"
     operator = [

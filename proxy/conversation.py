@@ -86,6 +86,8 @@ class Sampling:
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
+    top_k: int | None = None
+    """Sample from the k likeliest tokens only (vLLM's ``top_k``; None: the engine's default, all)."""
     seed: int | None = None
     stop: tuple[str, ...] = ()
     n: int = 1
@@ -107,6 +109,12 @@ class Conversation:
     stream: bool = False
     include_usage: bool = False
     parallel_tool_calls: bool = True
+    reasoning: bool | None = None
+    """The template's reasoning switch (``enable_thinking``); None leaves the template's default."""
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """Extra variables for the chat template (what vLLM's ``chat_template_kwargs`` carries)."""
+        return {} if self.reasoning is None else {"enable_thinking": self.reasoning}
 
     def tools_key(self) -> str:
         return json.dumps(list(self.tools), sort_keys=True)

@@ -15,6 +15,7 @@ from rollwire.proxy.auth import Caller
 from rollwire.proxy.conversation import Choice, Conversation, Generation, Sampling
 from rollwire.proxy.dialects.base import Dialect
 from rollwire.proxy.lines import call_line
+from rollwire.proxy.limits import OutputCap, fit_output
 from rollwire.proxy.parsers.base import ReasoningParser, ToolParser
 from rollwire.proxy.recorder import Recorder
 from rollwire.proxy.render import Renderer
@@ -72,6 +73,8 @@ class Prepared:
     body: dict[str, Any]
     line: str = MAIN
     """The agent's main line, or ``side:<rule>`` (``rollwire.side_calls``)."""
+    cap: OutputCap = OutputCap(None, None)
+    """The output cap asked for and the one sent (recorded on the call)."""
 
 
 class Generator:
@@ -158,16 +161,10 @@ class Generator:
             policy_version=version,
         )
 
-    def _sampling(self, sampling: Sampling, prompt_len: int) -> Sampling:
-        """As OpenAI and vLLM's chat route: an unset max_tokens is the rest of the context (not 16)."""
-        limit = self.served.max_model_len
-        if sampling.max_tokens is not None or not limit:
-            return sampling
-        if prompt_len >= limit:
-            raise InvalidRequest(
-                f"the prompt has {prompt_len} tokens, the model's context is {limit}", param="messages"
-            )
-        return replace(sampling, max_tokens=limit - prompt_len)
+    def _sampling(self, sampling: Sampling, prompt_len: int) -> tuple[Sampling, OutputCap]:
+        """The output cap fitted to what the context leaves (``limits``: the one rule of every dialect)."""
+        cap = fit_output(sampling.max_tokens, prompt_len, self.served.max_model_len)
+        return replace(sampling, max_tokens=cap.granted), cap
 
     async def _plan(self, conv: Conversation, priors: list[PriorCall], prefill: str) -> Plan:
         policy = self.settings.splice_policy
@@ -190,8 +187,9 @@ class Generator:
         priors = await self.recorder.priors(caller.rollout_id)
         plan = await self._plan(conv, priors, prefill)
         stop_ids = sorted(self.renderer.end_ids)
-        body = completion_body(served, plan.prompt_ids, self._sampling(conv.sampling, len(plan.prompt_ids)), stop_ids)
-        return Prepared(started, prefill, plan, body, call_line(conv, priors, caller.side_call_rules))
+        sampling, cap = self._sampling(conv.sampling, len(plan.prompt_ids))
+        body = completion_body(served, plan.prompt_ids, sampling, stop_ids)
+        return Prepared(started, prefill, plan, body, call_line(conv, priors, caller.side_call_rules), cap)
 
     async def record(
         self,
@@ -236,6 +234,8 @@ class Generator:
                     else f"choice {choice.index} of {len(generation.choices)}",
                     "reused_prefix_len": plan.reused_prefix_len,
                     "line": prepared.line,
+                    "max_tokens_requested": prepared.cap.requested,
+                    "max_tokens_granted": prepared.cap.granted,
                     "status": status,
                     "error": error,
                     "latency_ms": (ended - started) / 1e6,

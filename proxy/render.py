@@ -36,10 +36,13 @@ class Renderer:
 
         return cls(load_tokenizer(folder))
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+    def render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], add_generation_prompt: bool, **kwargs: Any
+    ) -> str:
+        """``kwargs``: template variables such as ``enable_thinking`` (a template that has no use for one ignores it)."""
         try:
             text = self.tokenizer.apply_chat_template(
-                messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
+                messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
             )
         except (TemplateError, TypeError, ValueError, KeyError) as exc:  # raise_exception, bad message shapes
             raise InvalidRequest(f"the chat template cannot render these messages: {exc}".splitlines()[0]) from None

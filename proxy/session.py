@@ -24,7 +24,7 @@ class TemplateOps(Protocol):
     end_text: str
 
     def render(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], add_generation_prompt: bool
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], add_generation_prompt: bool, **kwargs: Any
     ) -> str: ...
 
     def encode(self, text: str) -> list[int]: ...
@@ -89,7 +89,7 @@ def tail_text(ops: TemplateOps, conv: Conversation, start: int, ended: bool) -> 
     """
     stand_in = [{"role": "user", "content": "."}, {"role": "assistant", "content": MARKER}]
     tail = [m.to_template() for m in conv.messages[start:]]
-    full = ops.render(stand_in + tail, list(conv.tools), True)
+    full = ops.render(stand_in + tail, list(conv.tools), True, **conv.template_kwargs())
     at = full.find(MARKER)
     if at < 0:
         return None
@@ -135,7 +135,7 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 def _rendered(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, prefill: str, policy: str) -> Plan:
     messages = [m.to_template() for m in conv.messages]
-    prompt = ops.encode(ops.render(messages, list(conv.tools), True) + prefill)
+    prompt = ops.encode(ops.render(messages, list(conv.tools), True, **conv.template_kwargs()) + prefill)
     if not priors:
         return Plan(prompt, 0, None, 0)
     heads = [p for p in priors if not p.continued]

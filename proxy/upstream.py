@@ -52,7 +52,7 @@ def completion_body(model: str, prompt: list[int], sampling: Sampling, stop_ids:
     }
     if sampling.max_tokens is not None:
         body["max_tokens"] = sampling.max_tokens
-    for name in ("temperature", "top_p", "seed"):
+    for name in ("temperature", "top_p", "top_k", "seed"):
         value = getattr(sampling, name)
         if value is not None:
             body[name] = value

@@ -25,6 +25,7 @@ from rollwire.proxy.dialects.fields import (
     checked_schema,
     flag,
     named_choice,
+    number,
     output_format,
     requested_model,
 )
@@ -111,17 +112,23 @@ def _assistant(content: Any, where: str) -> Message:
 
 
 def _messages(raw: Any, system: Any) -> tuple[Message, ...]:
+    """The top-level ``system`` first; a ``system`` message inside ``messages`` (Claude Code sends its reminders
+    so) stays where it stands, as a system message the template renders in place."""
     if not isinstance(raw, list) or not raw:
         raise InvalidRequest("messages must be a non-empty list", param="messages")
     out = [Message("system", _plain(system, "system"))] if system else []
     for i, message in enumerate(raw):
         where = f"messages[{i}]"
         role = message.get("role") if isinstance(message, dict) else None
-        if role not in ("user", "assistant"):
-            raise InvalidRequest(f"{where}.role must be 'user' or 'assistant', got {role!r}", param=f"{where}.role")
+        if role not in ("user", "assistant", "system"):
+            raise InvalidRequest(
+                f"{where}.role must be 'user', 'assistant' or 'system', got {role!r}", param=f"{where}.role"
+            )
         content = message.get("content")
         if role == "user":
             out.extend(_user(content, f"{where}.content"))
+        elif role == "system":
+            out.append(Message("system", _plain(content, f"{where}.content")))
         else:
             out.append(_assistant(content, f"{where}.content"))
     return tuple(out)
@@ -182,12 +189,12 @@ def _sampling(body: dict[str, Any]) -> Sampling:
         ):
             raise InvalidRequest(f"{name} must be a number in [{low:g}, 1], got {value!r}", param=name)
         values[name] = None if value is None else float(value)
-    if body.get("top_k") is not None:
-        raise InvalidRequest("top_k is not supported by this proxy", param="top_k")
+    top_k = number(body, "top_k", int, 1, 2**31 - 1)
     return Sampling(
         max_tokens=max_tokens,
         temperature=values["temperature"],
         top_p=values["top_p"],
+        top_k=top_k,
         stop=tuple(stops),
         structured=_output_format(body),
     )
@@ -203,12 +210,43 @@ def _output_format(body: dict[str, Any]) -> dict[str, Any] | None:
     return output_format(body.get("output_format"), "output_format")
 
 
+THINKING = {"enabled": True, "adaptive": True, "disabled": False}
+"""Anthropic's thinking modes -> the template's reasoning switch; the budget is not enforced (max_tokens is)."""
+
+
+def _reasoning(raw: Any) -> bool | None:
+    """``thinking`` as the template's switch; absent: the template's own default (the model's usual mode)."""
+    if raw is None:
+        return None
+    kind = raw.get("type") if isinstance(raw, dict) else None
+    if kind not in THINKING:
+        raise InvalidRequest("thinking.type must be enabled, adaptive or disabled", param="thinking.type")
+    if kind == "enabled":
+        budget = raw.get("budget_tokens")
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise InvalidRequest("thinking.budget_tokens must be a positive integer", param="thinking.budget_tokens")
+    return THINKING[kind]
+
+
+ACCEPTED_OBJECTS = ("metadata", "context_management", "output_config")
+"""Accepted and not acted on: ``metadata`` (the caller's ids; stored with the request), ``context_management``
+(server-side history edits: the proxy never edits a history, which fits the context whole or is refused),
+``output_config.effort`` (no open-model equivalent). ``output_config.format`` is structured output (``_output_format``)."""
+
+
+def _accepted(body: dict[str, Any]) -> None:
+    for name in ACCEPTED_OBJECTS:
+        if body.get(name) is not None and not isinstance(body[name], dict):
+            raise InvalidRequest(f"{name} must be an object", param=name)
+
+
 def parse_messages(body: Any, need_max_tokens: bool = True) -> Conversation:
     """The request as a Conversation; ``count_tokens`` bodies carry no ``max_tokens``."""
     model = requested_model(body)
     tools = _tools(body.get("tools"))
     choice, parallel = _tool_choice(body.get("tool_choice"), tools)
     sampling = _sampling(body if need_max_tokens else {"max_tokens": 1, **body})
+    _accepted(body)
     return Conversation(
         model=model,
         messages=_messages(body.get("messages"), body.get("system")),
@@ -217,6 +255,7 @@ def parse_messages(body: Any, need_max_tokens: bool = True) -> Conversation:
         sampling=sampling,
         stream=flag(body, "stream"),
         parallel_tool_calls=parallel,
+        reasoning=_reasoning(body.get("thinking")),
     )
 
 

@@ -86,7 +86,7 @@ def _generate_route(dialect: Any) -> Handler:
 
 def _count(renderer: Any, raw: Any) -> int:
     conv = parse_messages(raw, need_max_tokens=False)
-    text = renderer.render([m.to_template() for m in conv.messages], list(conv.tools), True)
+    text = renderer.render([m.to_template() for m in conv.messages], list(conv.tools), True, **conv.template_kwargs())
     return len(renderer.encode(text))
 
 

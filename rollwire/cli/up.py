@@ -20,6 +20,8 @@ from rollwire.settings import Settings
 HELP = "start the local stack (engine, env servers, gateway, proxy) for real harnesses; Ctrl-C stops it"
 
 DEFAULT_PORTS = {"proxy": 8000, "engine": 8100, "env": 8200, "gateway": 8300}
+DEFAULT_CONTEXT = 65536
+"""Fits Claude Code's and Codex CLI's default prompts with room to answer (docs/harnesses.md: its cost)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,8 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="write-cat",
         help="task of the ready rollout (default write-cat; `rollwire mcp suites NAME` lists them)",
     )
-    add("--max-model-len", type=int, default=32768, help="context length of the bundled engine (default 32768: "
-        "room for Codex CLI's and Claude Code's long prompts)")  # fmt: skip
+    add("--max-model-len", type=int, default=DEFAULT_CONTEXT, help=f"context length of the bundled engine (default "
+        f"{DEFAULT_CONTEXT}: Claude Code's default prompts are ~45k tokens, Codex CLI's ~15k; output caps beyond "
+        "what a prompt leaves are clamped to it)")  # fmt: skip
     add("--default-max-output-tokens", type=int, default=512, help="output cap for requests that set none "
         "(Codex never does; default 512)")  # fmt: skip
     add(

@@ -33,14 +33,24 @@ class ScriptedExpert:
     def __init__(self, suites: list[Suite]) -> None:
         self.by_instruction: dict[str, Task] = {t.instruction.strip(): t for s in suites for t in s.tasks}
 
-    def next_turn(self, prompt_text: str) -> str:
+    def _task_turn(self, prompt_text: str) -> tuple[Task, int]:
+        """The last user turn that gives a task (harnesses such as Claude Code put reminders in front of the
+        prompt, and more user turns after it), with where it ends."""
         turns = [m for m in _USER_TURN.finditer(prompt_text) if "<tool_response>" not in m.group(1)]
         if not turns:
             raise LookupError("the prompt has no user message")
-        task = self.by_instruction.get(turns[-1].group(1).strip())
-        if task is None:
-            raise LookupError(f"no task has the instruction {turns[-1].group(1).strip()[:80]!r}")
-        done = prompt_text.count("<tool_response>", turns[-1].end())
+        for turn in reversed(turns):
+            said = turn.group(1).strip()
+            task = self.by_instruction.get(said) or next(
+                (t for i, t in self.by_instruction.items() if said.endswith(i)), None
+            )
+            if task is not None:
+                return task, turn.end()
+        raise LookupError(f"no task has the instruction {turns[-1].group(1).strip()[:80]!r}")
+
+    def next_turn(self, prompt_text: str) -> str:
+        task, end = self._task_turn(prompt_text)
+        done = prompt_text.count("<tool_response>", end)
         if done < len(task.reference_solution):
             step = task.reference_solution[done]
             name = step.tool if f'"name": "{step.tool}"' in prompt_text else f"{step.server}__{step.tool}"
@@ -49,8 +59,11 @@ class ScriptedExpert:
         return f"{task.reference_answer or 'Done.'}{END_OF_TURN}"
 
 
-def build_teacher_app(model_dir: Path, suites: list[Suite], served_name: str = "teacher") -> Starlette:
-    """``/v1/completions`` (token-id prompts, ``return_token_ids``), ``/v1/models`` and ``/health``."""
+def build_teacher_app(
+    model_dir: Path, suites: list[Suite], served_name: str = "teacher", max_model_len: int | None = None
+) -> Starlette:
+    """``/v1/completions`` (token-id prompts, ``return_token_ids``), ``/v1/models`` and ``/health``;
+    ``max_model_len`` is the context it reports as vLLM does (None: reports none)."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
@@ -92,9 +105,10 @@ def build_teacher_app(model_dir: Path, suites: list[Suite], served_name: str = "
         )  # fmt: skip
 
     async def models(request: Request) -> JSONResponse:
-        return JSONResponse(
-            {"object": "list", "data": [{"id": served_name, "object": "model", "owned_by": "rollwire"}]}
-        )
+        card = {"id": served_name, "object": "model", "owned_by": "rollwire"}
+        if max_model_len is not None:
+            card["max_model_len"] = max_model_len
+        return JSONResponse({"object": "list", "data": [card]})
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})

@@ -85,6 +85,10 @@ class ModelCall(SQLModel, table=True):
     line: str = Field(
         default="main", description="the agent's main line, or side:<rule> for a side call (rollwire.side_calls)"
     )
+    max_tokens_requested: int | None = Field(default=None, description="the output cap the request asked for")
+    max_tokens_granted: int | None = Field(
+        default=None, description="the output cap sent upstream: the request's, clamped to what the context left"
+    )
     status: str = Field(default="complete", description="complete, partial (client left) or error")
     error: str | None = None
     latency_ms: float = 0.0

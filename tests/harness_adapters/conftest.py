@@ -130,12 +130,16 @@ def workspace_of(workspaces: Path, rollout_id: str) -> Path:
 
 
 @contextmanager
-def scripted_policy_stack(model_dir: Path, folder: Path, suites: list[Suite]) -> Iterator[tuple[Any, StackInfo]]:
+def scripted_policy_stack(
+    model_dir: Path, folder: Path, suites: list[Suite], max_model_len: int | None = None
+) -> Iterator[tuple[Any, StackInfo]]:
     """A local stack whose upstream is the demo's scripted teacher (playing ``suites``' reference solutions)
-    behind an EngineTap, so a test sees exactly what the upstream was sent and returned."""
+    behind an EngineTap, so a test sees exactly what the upstream was sent and returned; ``max_model_len``:
+    the context it reports (None: none, so the proxy sends output caps as asked)."""
     from tests.proxy.engine_tap import EngineTap
 
-    tap = EngineTap(build_teacher_app(model_dir, suites, served_name="scripted-policy"))
+    app = build_teacher_app(model_dir, suites, served_name="scripted-policy", max_model_len=max_model_len)
+    tap = EngineTap(app)
     with ServerThread(tap) as upstream:
         stack = LocalStack(
             Settings(), upstream=upstream.url, db_url=f"sqlite:///{folder / 'store.db'}",

@@ -54,9 +54,11 @@ TOOL: Any = {"name": "f", "input_schema": {"type": "object", "properties": {}}}
 MESSAGES_CASES: list[tuple[dict[str, Any], str]] = [
     ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools[0].type"),
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, "messages[0].content[0].type"),
-    ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
+    ({"messages": [{"role": "developer", "content": "x"}]}, "messages[0].role"),
     ({"tools": [TOOL], "tool_choice": {"type": "tool", "name": "absent"}}, "tool_choice.name"),
-    ({"top_k": 5}, "top_k"),
+    ({"top_k": 0}, "top_k"),
+    ({"thinking": {"type": "sometimes"}}, "thinking.type"),
+    ({"output_config": {"format": {"type": "json_schema", "schema": {}}}}, "output_config.format"),
 ]
 
 

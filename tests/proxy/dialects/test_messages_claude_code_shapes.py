@@ -1,0 +1,106 @@
+"""Must-show 2: what Claude Code sends at its defaults, each piece on its own through the official client:
+``system`` messages inside ``messages`` (rendered where they stand), ``thinking`` as the template's reasoning
+switch, the fields the proxy accepts without acting on them, ``top_k`` reaching the engine, the ``HEAD /``
+probe, and ``count_tokens`` matching what a call is billed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+from tests.proxy.dialects.conftest import Stack
+
+REMINDER = "<system-reminder>Today is Thursday.</system-reminder>"
+HISTORY: list[Any] = [
+    {"role": "user", "content": [{"type": "text", "text": "Hi", "cache_control": {"type": "ephemeral"}}]},
+    {"role": "system", "content": REMINDER},
+]
+
+
+def _client(stack: Stack) -> tuple[anthropic.Anthropic, dict[str, Any]]:
+    rollout = stack.new_rollout()
+    return anthropic.Anthropic(base_url=rollout["anthropic_base_url"], api_key="unused", max_retries=0), rollout
+
+
+def _prompt_text(stack: Stack, tiny_model_dir: Any) -> str:
+    from transformers import AutoTokenizer
+
+    prompt = stack.tap.calls[-1][0]["prompt"]
+    return str(AutoTokenizer.from_pretrained(str(tiny_model_dir)).decode(prompt, skip_special_tokens=False))
+
+
+def test_a_system_message_inside_messages_renders_where_it_stands(dialect_stack: Stack, tiny_model_dir: Any) -> None:
+    client, rollout = _client(dialect_stack)
+    out = client.messages.create(
+        model="claude-opus-4-8", system="Be terse.", messages=HISTORY, max_tokens=4, extra_body={"temperature": 0.0}
+    )
+    text = _prompt_text(dialect_stack, tiny_model_dir)
+    user_turn = "<|im_start|>user\nHi<|im_end|>\n"
+    assert text.startswith("<|im_start|>system\nBe terse.<|im_end|>\n" + user_turn)
+    assert text.endswith(user_turn + f"<|im_start|>system\n{REMINDER}<|im_end|>\n<|im_start|>assistant\n")
+    history = HISTORY + [
+        {"role": "assistant", "content": [b.model_dump() for b in out.content]},
+        {"role": "system", "content": [{"type": "text", "text": "Second reminder."}]},
+        {"role": "user", "content": "Go on."},
+    ]
+    client.messages.create(model="claude-opus-4-8", system="Be terse.", messages=history, max_tokens=4)
+    assert "<|im_start|>system\nSecond reminder.<|im_end|>\n<|im_start|>user\nGo on." in _prompt_text(
+        dialect_stack, tiny_model_dir
+    )
+    trajectory = dialect_stack.check_exact(rollout["id"], len(dialect_stack.tap.calls) - 2)
+    assert len(trajectory["segments"]) == 1  # the second call splices onto the first's exact ids
+
+
+@pytest.mark.parametrize(
+    ("thinking", "empty_think_block"),
+    [({"type": "disabled"}, True), ({"type": "enabled", "budget_tokens": 1024}, False), ({"type": "adaptive"}, False)],
+)
+def test_thinking_drives_the_templates_reasoning_switch(
+    dialect_stack: Stack, tiny_model_dir: Any, thinking: dict[str, Any], empty_think_block: bool
+) -> None:
+    client, _ = _client(dialect_stack)
+    client.messages.create(
+        model="claude-opus-4-8", messages=HISTORY[:1], max_tokens=3, extra_body={"thinking": thinking}
+    )
+    text = _prompt_text(dialect_stack, tiny_model_dir)
+    assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n") is empty_think_block
+    count = client.messages.count_tokens(
+        model="claude-opus-4-8", messages=HISTORY[:1], extra_body={"thinking": thinking}
+    )
+    assert count.input_tokens == len(dialect_stack.tap.calls[-1][0]["prompt"])
+
+
+def test_claude_codes_other_fields_are_accepted_and_top_k_reaches_the_engine(dialect_stack: Stack) -> None:
+    client, rollout = _client(dialect_stack)
+    extra = {
+        "thinking": {"type": "adaptive"},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "output_config": {"effort": "high"},
+        "metadata": {"user_id": '{"device_id":"d","session_id":"s"}'},
+        "top_k": 5,
+    }
+    system: Any = [{"type": "text", "text": "Be terse.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]
+    tools: Any = [{"name": "f", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}}]
+    out = client.messages.create(
+        model="claude-opus-4-8", system=system, messages=HISTORY, tools=tools, max_tokens=3, extra_body=extra
+    )
+    assert out.type == "message"
+    assert dialect_stack.tap.calls[-1][0]["top_k"] == 5
+    dialect_stack.check_exact(rollout["id"], len(dialect_stack.tap.calls) - 1)
+
+
+def test_count_tokens_is_what_a_call_is_billed(dialect_stack: Stack) -> None:
+    client, _ = _client(dialect_stack)
+    body: dict[str, Any] = {"system": "Be terse.", "messages": HISTORY}
+    out = client.messages.create(model="claude-opus-4-8", max_tokens=2, **body)
+    count = client.messages.count_tokens(model="claude-opus-4-8", **body)
+    assert count.input_tokens == out.usage.input_tokens == len(dialect_stack.tap.calls[-1][0]["prompt"])
+
+
+@pytest.mark.parametrize("method", ["HEAD", "GET"])
+def test_the_root_probe_answers_200(dialect_stack: Stack, method: str) -> None:
+    rollout = dialect_stack.new_rollout()
+    for url in (dialect_stack.url + "/", rollout["anthropic_base_url"], rollout["anthropic_base_url"] + "/"):
+        assert httpx.request(method, url, timeout=10).status_code == 200, url
