@@ -49,6 +49,8 @@ def _in_progress(item: dict[str, Any]) -> dict[str, Any]:
         opened.update(status="in_progress", content=[])
     elif item["type"] == "function_call":
         opened.update(status="in_progress", arguments="")
+    elif item["type"] == "custom_tool_call":
+        opened.update(status="in_progress", input="")
     elif item["type"] == "reasoning":
         opened.update(content=[])
     return opened
@@ -70,6 +72,11 @@ def _item_events(emit: _Events, index: int, item: dict[str, Any]) -> Iterator[st
         if item["arguments"]:
             yield emit("response.function_call_arguments.delta", **where, delta=item["arguments"])
         yield emit("response.function_call_arguments.done", **where, arguments=item["arguments"], name=item["name"])
+    elif item["type"] == "custom_tool_call":
+        where = {"item_id": item_id, "output_index": index}
+        if item["input"]:
+            yield emit("response.custom_tool_call_input.delta", **where, delta=item["input"])
+        yield emit("response.custom_tool_call_input.done", **where, input=item["input"])
     elif item["type"] == "reasoning":
         for c, part in enumerate(item["content"]):
             where = {"item_id": item_id, "output_index": index, "content_index": c}
