@@ -1,4 +1,5 @@
-"""Adapter for the Codex CLI (``codex exec``): configured only by a ``config.toml`` in the rollout's workspace.
+"""Adapter for the Codex CLI (``codex exec``) at Codex's defaults, configured only by a ``config.toml`` in the
+rollout's workspace.
 
 Codex reads its configuration from ``$CODEX_HOME/config.toml``; the adapter points ``CODEX_HOME`` at a
 folder inside the workspace (a relative path, resolved against the workspace, which every runtime makes
@@ -6,10 +7,14 @@ the working directory), so nothing is read from or written to a developer's ``~/
 names one model provider (the rollout's base URL, Responses wire API, the token taken from an
 environment variable) and one MCP server (the rollout's gateway URL over streamable HTTP, its tools
 approved up front, since nobody is there to approve them; ``mcp=False`` leaves Codex its own tools only).
+Nothing else: Codex's own model (the proxy serves any name), tools (hosted ``web_search`` included, which the
+proxy leaves out and records), sandbox (``codex exec``: read-only) and approval policy (``never``).
 
-Codex (0.144 and later) sends an MCP server's tools as one Responses tool of type ``namespace``
-(``{"type": "namespace", "name": "mcp__rollwire", "tools": [functions...]}``); the proxy shows the model
-each of them as one ``mcp__rollwire__<tool>`` function and answers its calls with ``namespace`` + ``name``.
+What Codex sends depends on the model name. Its default model gets no top-level ``tools``: an
+``additional_tools`` input item carries them, the main one the freeform ``exec`` (JavaScript that calls the
+other tools, the MCP server's among them as ``tools.mcp__rollwire__<tool>(...)``), answered by
+``custom_tool_call`` items. Another name gets classic function tools, the MCP server's as one ``namespace``
+tool, and ``web_search``. The proxy serves both (``proxy/dialects/responses_tools.py``).
 
 Where results land: the last agent message in ``final_answer.txt`` (``--output-last-message``); Codex's
 session transcript under ``.codex/sessions/``; its stdout/stderr in the runtime's log.
@@ -81,6 +86,8 @@ class CodexAdapter:
     """Runs ``codex exec`` on the task prompt with a per-rollout CODEX_HOME."""
 
     name = "codex"
+    uses_default_model = True
+    """Codex's default model is served like any name (the proxy's alias table): tools as its users get them."""
 
     def __init__(
         self,

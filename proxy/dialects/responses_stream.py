@@ -1,7 +1,9 @@
 """The Responses API stream: the typed event sequence (response.created ... response.completed, each with a
 ``sequence_number``) the official SDK's accumulator and Codex CLI parse. Reasoning and message text stream
 into their items as they arrive; at the end every item is completed (or, if nothing streamed into it, sent
-whole) from the finished response's output, so the deltas always add up to the final items.
+whole) from the finished response's output, so the deltas always add up to the final items. Tool calls are
+sent whole at the end: ``function_call`` with ``response.function_call_arguments.delta/done``, a freeform
+``custom_tool_call`` with ``response.custom_tool_call_input.delta/done``.
 
 The terminal event is always ``response.completed`` (its ``status`` says ``incomplete`` on a length cut):
 harnesses such as Codex treat ``response.incomplete`` as a failed turn, which a short sample is not.
