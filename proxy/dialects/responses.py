@@ -16,6 +16,7 @@ from rollwire.proxy.dialects.streaming import render, rendered, replay
 
 from rollwire.errors import InvalidRequest, RollwireError
 
+
 def _tool_choice(raw: Any, tools: tuple[dict[str, Any], ...]) -> str:
     mode = openai_choice_mode(raw, tools)
     if mode is not None:
@@ -103,7 +104,8 @@ class ResponsesDialect:
             parallel_tool_calls=body.get("parallel_tool_calls") is not False,
         )
 
-    def _call_item(self, suffix: str, i: int, call: ToolCall) -> dict[str, Any]:
+    def call_item(self, suffix: str, i: int, call: ToolCall) -> dict[str, Any]:
+        """One sampled call as an output item: ``custom_tool_call`` for a freeform tool, else ``function_call``."""
         item: dict[str, Any]
         if call.name in self.tools.custom:
             item = {"type": "custom_tool_call", "id": f"ctc_{suffix}_{i}", "call_id": call.id, "name": call.name}
@@ -124,7 +126,7 @@ class ResponsesDialect:
             out.append(reasoning_item(suffix, message.reasoning))
         if message.content or not message.tool_calls:
             out.append(message_item(suffix, message.content))
-        out += [self._call_item(suffix, i, call) for i, call in enumerate(message.tool_calls)]
+        out += [self.call_item(suffix, i, call) for i, call in enumerate(message.tool_calls)]
         return out
 
     def envelope(self, generation: Generation, status: str, output: list[dict[str, Any]]) -> dict[str, Any]:

@@ -64,9 +64,7 @@ def _prompts(stack: Stack, requests: list[dict[str, Any]]) -> list[list[int]]:
     return [request["prompt"] for request, _ in stack.tap.calls[first:]]
 
 
-def test_additional_tools_render_as_the_same_tools_at_the_top_level(
-    dialect_stack: Stack, tiny_model_dir: Path
-) -> None:
+def test_additional_tools_render_as_the_same_tools_at_the_top_level(dialect_stack: Stack, tiny_model_dir: Path) -> None:
     items, top = _prompts(
         dialect_stack, [{"input": [ADDITIONAL, *INPUT]}, {"input": INPUT, "tools": SAME_AS_TOP_LEVEL}]
     )
@@ -153,3 +151,20 @@ def test_the_freeform_call_carried_back_splices_onto_the_exact_ids(
     assert segments[0]["loss_mask"][len(first) : len(first) + len(sampled)] == [1] * len(sampled)
     tail = script.tokenizer.decode(second[len(first) + len(sampled) :])
     assert "<tool_response>\nfile_a\nfile_b\n</tool_response>" in tail  # both shapes render the same text
+
+
+def test_a_freeform_tool_in_another_namespace_goes_back_with_it() -> None:
+    """Namespaced freeform tools keep both mappings: the call is a ``custom_tool_call`` with its namespace, and
+    carried back it is the flat name the model sampled, with the input as its one argument."""
+    from rollwire.proxy.conversation import ToolCall as Call
+    from rollwire.proxy.dialects.responses import ResponsesDialect
+
+    patch = {"type": "custom", "name": "apply_patch", "format": {"type": "text"}}
+    body: Any = {"model": "m", "input": "x", "tools": [{"type": "namespace", "name": "edit", "tools": [patch]}]}
+    dialect = ResponsesDialect().for_request(body)
+    item = dialect.call_item("s", 0, Call("call_1", "edit__apply_patch", json.dumps({"input": "*** Begin Patch"})))
+    assert (item["type"], item["namespace"], item["name"], item["input"]) == (
+        "custom_tool_call", "edit", "apply_patch", "*** Begin Patch"
+    )  # fmt: skip
+    carried = ResponsesDialect().parse_request({**body, "input": [item]}).messages[0].tool_calls[0]
+    assert (carried.name, json.loads(carried.arguments)) == ("edit__apply_patch", {"input": "*** Begin Patch"})
