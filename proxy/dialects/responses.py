@@ -4,7 +4,7 @@ object and its typed stream events (with ``sequence_number``) back out of a Gene
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from rollwire.proxy.conversation import Conversation, Generation, Message, Sampling, StreamEvent, ToolCall
@@ -16,94 +16,22 @@ from rollwire.proxy.dialects.fields import (
     output_format,
     requested_model,
 )
+from rollwire.proxy.dialects.responses_items import Items
 from rollwire.proxy.dialects.responses_stream import ResponsesStream, message_item, reasoning_item
-from rollwire.proxy.dialects.responses_tools import flat_name, parse_tools
+from rollwire.proxy.dialects.responses_tools import CUSTOM_INPUT, ResponsesTools, parse_tools
 from rollwire.proxy.dialects.streaming import render, rendered, replay
 
 from rollwire.errors import InvalidRequest, RollwireError
-
-MESSAGE_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
-TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
-
-
-def _text(content: Any, where: str) -> str:
-    """A string, or the text of text parts; anything else (images, files, audio) is refused by name."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise InvalidRequest(f"{where} must be a string or a list of content parts", param=where)
-    out = []
-    for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-        if kind not in TEXT_PARTS:
-            raise InvalidRequest(f"{where}[{j}].type {kind!r} is not supported", param=f"{where}[{j}].type")
-        out.append(str(part.get("text", "")))
-    return "".join(out)
-
-
-class _Items:
-    """Folds Responses input items into chat messages: function calls join the assistant turn before them,
-    reasoning items attach to the assistant turn after them."""
-
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-        self.reasoning: str | None = None
-
-    def _assistant(self, content: str = "", calls: tuple[ToolCall, ...] = ()) -> None:
-        last = self.messages[-1] if self.messages else None
-        if calls and last is not None and last.role == "assistant" and self.reasoning is None:
-            self.messages[-1] = Message(
-                "assistant", last.content, last.reasoning, last.tool_calls + calls, None, last.name
-            )
-            return
-        self.messages.append(Message("assistant", content, self.reasoning, calls))
-        self.reasoning = None
-
-    def add(self, item: Any, where: str) -> None:
-        if not isinstance(item, dict):
-            raise InvalidRequest(f"{where} must be an object", param=where)
-        kind = item.get("type", "message")
-        if kind == "message":
-            role = item.get("role")
-            if not isinstance(role, str) or role not in MESSAGE_ROLES:
-                raise InvalidRequest(f"{where}.role must be one of {sorted(MESSAGE_ROLES)}", param=f"{where}.role")
-            text = _text(item.get("content"), f"{where}.content")
-            if role == "assistant":
-                self._assistant(text)
-            else:
-                self.messages.append(Message(MESSAGE_ROLES[role], text))
-        elif kind == "function_call":
-            name, call_id, namespace = item.get("name"), item.get("call_id"), item.get("namespace")
-            if not isinstance(name, str) or not isinstance(call_id, str):
-                raise InvalidRequest(f"{where}: a function_call needs name and call_id", param=f"{where}.call_id")
-            if namespace is not None:
-                if not isinstance(namespace, str):
-                    raise InvalidRequest(f"{where}.namespace must be a string", param=f"{where}.namespace")
-                name = flat_name(namespace, name)
-            args = item.get("arguments", "{}")
-            self._assistant(calls=(ToolCall(call_id, name, args if isinstance(args, str) else json.dumps(args)),))
-        elif kind == "function_call_output":
-            call_id = item.get("call_id")
-            if not isinstance(call_id, str):
-                raise InvalidRequest(f"{where}: a function_call_output needs call_id", param=f"{where}.call_id")
-            self.messages.append(Message("tool", _text(item.get("output"), f"{where}.output"), tool_call_id=call_id))
-        elif kind == "reasoning":
-            parts = item.get("content") or item.get("summary") or []
-            self.reasoning = _text(parts, f"{where}.content") or None
-        else:
-            raise InvalidRequest(f"{where}.type {kind!r} is not supported by this proxy", param=f"{where}.type")
 
 
 def _tool_choice(raw: Any, tools: tuple[dict[str, Any], ...]) -> str:
     mode = openai_choice_mode(raw, tools)
     if mode is not None:
         return mode
-    name = raw.get("name") if isinstance(raw, dict) and raw.get("type") == "function" else None
+    name = raw.get("name") if isinstance(raw, dict) and raw.get("type") in ("function", "custom") else None
     if not isinstance(name, str):
         raise InvalidRequest(
-            "tool_choice must be auto, none, required or {'type':'function','name':...}", param="tool_choice"
+            "tool_choice must be auto, none, required or {'type':'function'|'custom','name':...}", param="tool_choice"
         )
     return named_choice(name, tools, "tool_choice", "tool_choice names")
 
@@ -127,25 +55,36 @@ def _ids(generation: Generation) -> tuple[str, str]:
     return "resp_" + suffix, suffix
 
 
+def _custom_input(arguments: str) -> str:
+    """The freeform input of a sampled call of a custom tool: its one string argument (shown as ``input``);
+    arguments of another shape go back as the text the model wrote."""
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return arguments
+    if isinstance(parsed, dict) and len(parsed) == 1 and isinstance(parsed.get(CUSTOM_INPUT), str):
+        return str(parsed[CUSTOM_INPUT])
+    return arguments
+
+
 class ResponsesDialect:
     """The module-level instance parses requests and reads stored answers back; ``for_request`` gives the one
-    that answers a request, bound to its namespaced tools so calls of them go out with namespace + name."""
+    that answers a request, bound to its tools: calls of namespaced tools go out with namespace + name, calls
+    of freeform tools as ``custom_tool_call``, and the hosted tools left out are named on the answer."""
 
     name = "responses"
 
-    def __init__(self, namespaced: Mapping[str, tuple[str, str]] | None = None) -> None:
-        self.namespaced = dict(namespaced or {})
-        """Flat tool name -> (namespace, tool name), from the request's ``namespace`` tools."""
+    def __init__(self, tools: ResponsesTools | None = None) -> None:
+        self.tools = tools or ResponsesTools()
 
     def for_request(self, body: dict[str, Any]) -> ResponsesDialect:
         """The dialect that answers ``body`` (already checked by ``parse_request``)."""
-        namespaced = parse_tools(body.get("tools")).namespaced
-        return ResponsesDialect(namespaced) if namespaced else self
+        return ResponsesDialect(parse_tools(body))
 
     def parse_request(self, body: Any) -> Conversation:
         model = requested_model(body)
         _check_unsupported(body)
-        items = _Items()
+        items = Items()
         instructions = body.get("instructions")
         if instructions is not None:
             if not isinstance(instructions, str):
@@ -159,7 +98,7 @@ class ResponsesDialect:
                 items.add(item, f"input[{i}]")
         else:
             raise InvalidRequest("input must be a string or a non-empty list of items", param="input")
-        tools = parse_tools(body.get("tools")).functions
+        tools = parse_tools(body).functions
         sampling = Sampling(
             max_tokens=number(body, "max_output_tokens", int, 1, 1 << 30),
             temperature=number(body, "temperature", float, 0, 2),
@@ -176,6 +115,19 @@ class ResponsesDialect:
             parallel_tool_calls=body.get("parallel_tool_calls") is not False,
         )
 
+    def call_item(self, suffix: str, i: int, call: ToolCall) -> dict[str, Any]:
+        """One sampled call as an output item: ``custom_tool_call`` for a freeform tool, else ``function_call``."""
+        item: dict[str, Any]
+        if call.name in self.tools.custom:
+            item = {"type": "custom_tool_call", "id": f"ctc_{suffix}_{i}", "call_id": call.id, "name": call.name}
+            extra = {"input": _custom_input(call.arguments)}
+        else:
+            item = {"type": "function_call", "id": f"fc_{suffix}_{i}", "call_id": call.id, "name": call.name}
+            extra = {"arguments": call.arguments}
+        if call.name in self.tools.namespaced:
+            item["namespace"], item["name"] = self.tools.namespaced[call.name]
+        return {**item, **extra, "status": "completed"}
+
     def output(self, generation: Generation) -> list[dict[str, Any]]:
         """The response's output items: reasoning, the message (always, unless only tool calls), calls."""
         _, suffix = _ids(generation)
@@ -185,11 +137,7 @@ class ResponsesDialect:
             out.append(reasoning_item(suffix, message.reasoning))
         if message.content or not message.tool_calls:
             out.append(message_item(suffix, message.content))
-        for i, call in enumerate(message.tool_calls):
-            item = {"type": "function_call", "id": f"fc_{suffix}_{i}", "call_id": call.id, "name": call.name}
-            if call.name in self.namespaced:
-                item["namespace"], item["name"] = self.namespaced[call.name]
-            out.append({**item, "arguments": call.arguments, "status": "completed"})
+        out += [self.call_item(suffix, i, call) for i, call in enumerate(message.tool_calls)]
         return out
 
     def envelope(self, generation: Generation, status: str, output: list[dict[str, Any]]) -> dict[str, Any]:
@@ -218,6 +166,7 @@ class ResponsesDialect:
             "usage": self._usage(generation) if status != "in_progress" else None,
             "weight_version": generation.policy_version,
             "finish_reason": finish,
+            "left_out_tools": [dict(t) for t in self.tools.left_out],
         }
 
     def _usage(self, generation: Generation) -> dict[str, Any]:
@@ -236,7 +185,7 @@ class ResponsesDialect:
         return self.envelope(generation, self._status(generation), self.output(generation))
 
     def answer_message(self, response_body: dict[str, Any], index: int) -> Message:
-        items = _Items()
+        items = Items()
         for i, item in enumerate(response_body["output"]):
             items.add(item, f"output[{i}]")
         messages = [m for m in items.messages if m.role == "assistant"]

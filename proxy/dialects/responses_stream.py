@@ -1,7 +1,9 @@
 """The Responses API stream: the typed event sequence (response.created ... response.completed, each with a
 ``sequence_number``) the official SDK's accumulator and Codex CLI parse. Reasoning and message text stream
 into their items as they arrive; at the end every item is completed (or, if nothing streamed into it, sent
-whole) from the finished response's output, so the deltas always add up to the final items.
+whole) from the finished response's output, so the deltas always add up to the final items. Tool calls are
+sent whole at the end: ``function_call`` with ``response.function_call_arguments.delta/done``, a freeform
+``custom_tool_call`` with ``response.custom_tool_call_input.delta/done``.
 
 The terminal event is always ``response.completed`` (its ``status`` says ``incomplete`` on a length cut):
 harnesses such as Codex treat ``response.incomplete`` as a failed turn, which a short sample is not.
@@ -49,6 +51,8 @@ def _in_progress(item: dict[str, Any]) -> dict[str, Any]:
         opened.update(status="in_progress", content=[])
     elif item["type"] == "function_call":
         opened.update(status="in_progress", arguments="")
+    elif item["type"] == "custom_tool_call":
+        opened.update(status="in_progress", input="")
     elif item["type"] == "reasoning":
         opened.update(content=[])
     return opened
@@ -70,6 +74,11 @@ def _item_events(emit: _Events, index: int, item: dict[str, Any]) -> Iterator[st
         if item["arguments"]:
             yield emit("response.function_call_arguments.delta", **where, delta=item["arguments"])
         yield emit("response.function_call_arguments.done", **where, arguments=item["arguments"], name=item["name"])
+    elif item["type"] == "custom_tool_call":
+        where = {"item_id": item_id, "output_index": index}
+        if item["input"]:
+            yield emit("response.custom_tool_call_input.delta", **where, delta=item["input"])
+        yield emit("response.custom_tool_call_input.done", **where, input=item["input"])
     elif item["type"] == "reasoning":
         for c, part in enumerate(item["content"]):
             where = {"item_id": item_id, "output_index": index, "content_index": c}

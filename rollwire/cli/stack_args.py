@@ -75,12 +75,15 @@ def stack_from_args(args: argparse.Namespace, settings: Settings) -> Any:
 
 
 def with_served_model(harness: str, options: dict[str, Any], model: str) -> dict[str, Any]:
-    """Name the stack's served model to adapters that take a ``model`` option, unless the user named one."""
+    """Name the stack's served model to adapters that take a ``model`` option, unless the user named one or the
+    adapter runs its harness's own default model (``uses_default_model``: Codex's tools depend on the name)."""
     from rollwire.orchestrator.suite_run import build_adapter
 
     if not model or "model" in options:
         return options
     try:
+        if getattr(build_adapter(harness, options), "uses_default_model", False):
+            return options
         build_adapter(harness, {**options, "model": model})
     except InvalidRequest:  # a plugin adapter without a model option: it keeps its own default
         return options

@@ -101,8 +101,8 @@ def examples(info, rollout: dict, prompt: str) -> list[tuple[str, str]]:  # type
     codex_line = (
         f"ROLLWIRE_TOKEN={token} codex exec --skip-git-repo-check -c model_provider=rollwire "
         f'-c \'model_providers.rollwire={{name="rollwire", base_url="{base}", wire_api="responses", '
-        f'env_key="ROLLWIRE_TOKEN", request_max_retries=0}}\' -c \'mcp_servers.rollwire={{url="{rollout["mcp_url"]}"}}\' '
-        f"-c agents.enabled=false -c web_search=disabled -c analytics.enabled=false -m {model} '{prompt}'"
+        f'env_key="ROLLWIRE_TOKEN", request_max_retries=0}}\' -c \'mcp_servers.rollwire={{url="{rollout["mcp_url"]}", '
+        f"default_tools_approval_mode=\"approve\"}}' '{prompt}'"  # Codex's own model, tools and sandbox
     )
     claude_line = f"ANTHROPIC_BASE_URL={rollout['anthropic_base_url']} ANTHROPIC_API_KEY={token} claude -p '{prompt}'"
     return [("reference agent", agent_line), ("openai client", openai_line), ("Codex CLI", codex_line),

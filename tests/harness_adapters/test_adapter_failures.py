@@ -99,7 +99,12 @@ def test_codex_config_points_at_the_rollout() -> None:
     config = tomllib.loads(launch.files[".codex/config.toml"])
     provider = config["model_providers"][config["model_provider"]]
     assert (provider["base_url"], provider["wire_api"], provider["env_key"]) == (CTX.base_url, "responses", "ROLLWIRE_TOKEN")
-    assert config["mcp_servers"]["rollwire"]["url"] == CTX.mcp_url and config["approval_policy"] == "never"
+    assert config["mcp_servers"]["rollwire"]["url"] == CTX.mcp_url
+    # Codex's defaults: its own model, tools, sandbox and approval policy (no feature switched off)
+    assert not {"model", "sandbox_mode", "approval_policy", "web_search", "features", "agents"} & set(config)
+    chosen_launch = get_adapter("codex", model="m", sandbox="workspace-write").launch(CTX)
+    chosen = tomllib.loads(chosen_launch.files[".codex/config.toml"])
+    assert (chosen["model"], chosen["sandbox_mode"]) == ("m", "workspace-write")
     assert "mcp_servers" not in tomllib.loads(get_adapter("codex", mcp=False).launch(CTX).files[".codex/config.toml"])
     assert launch.argv[launch.argv.index("--output-last-message") + 1] == launch.final_answer_path
 

@@ -43,12 +43,7 @@ def _answered(stack: Stack, token: str, since: int) -> list[tuple[str, str, int]
 
 
 CODEX_CONFIG = """\
-model = "rollwire-policy"
 model_provider = "rollwire"
-approval_policy = "never"
-sandbox_mode = "read-only"
-check_for_update_on_startup = false
-web_search = "disabled"
 
 [model_providers.rollwire]
 name = "rollwire"
@@ -57,13 +52,8 @@ wire_api = "responses"
 env_key = "ROLLWIRE_TOKEN"
 request_max_retries = 0
 stream_max_retries = 0
-
-[analytics]
-enabled = false
-
-[agents]
-enabled = false
 """
+"""Codex at its defaults (its default model, tools, sandbox and approval policy): only where the model is."""
 
 
 @_needs("codex", "@openai/codex")

@@ -22,10 +22,12 @@ CUSTOM: Any = {
     "format": {"type": "grammar", "syntax": "lark", "definition": "x"},
 }
 NAMESPACE: Any = {"type": "namespace", "name": "multi_agent_v1", "description": "", "tools": [FN, CUSTOM]}
-RESPONSES_CASES: list[tuple[dict[str, Any], str]] = [
-    ({"input": "hi", "tools": [FN, {"type": "web_search"}]}, "tools[1].type"),
-    ({"input": "hi", "tools": [FN, CUSTOM]}, "tools[1].type"),
-    ({"input": "hi", "tools": [FN, NAMESPACE]}, "tools[1].tools[1].type"),
+USER: Any = {"role": "user", "content": "hi"}
+RESPONSES_CASES: list[tuple[dict[str, Any], str]] = [  # hosted tools (web_search, ...) are left out, not refused
+    ({"input": "hi", "tools": [FN, {"name": "untyped"}]}, "tools[1].type"),
+    ({"input": "hi", "tools": [FN, {**CUSTOM, "format": {"type": "regex"}}]}, "tools[1].format"),
+    ({"input": "hi", "tools": [FN, {**NAMESPACE, "tools": [NAMESPACE]}]}, "tools[1].tools[0].type"),
+    ({"input": [{"type": "additional_tools", "tools": [FN, FN]}, USER]}, "input[0].tools[1].name"),
     ({"input": "hi", "tools": [FN, {**NAMESPACE, "name": "", "tools": [FN]}]}, "tools[1].name"),
     (
         {"input": "hi", "tools": [{**FN, "name": "ns__f"}, {**NAMESPACE, "name": "ns", "tools": [FN]}]},
