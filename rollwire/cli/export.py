@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", default=None, help="run id whose trajectories to export")
     parser.add_argument("--input", type=Path, default=None, help="read trajectories from this JSONL file instead")
     parser.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl", help="output format")
-    parser.add_argument("--flavor", choices=["sft", "verl", "trl"], default="sft", help="row layout")
+    parser.add_argument("--flavor", choices=["sft", "verl", "trl", "rollwire"], default="sft", help="row layout")
     parser.add_argument("--min-reward", type=float, default=None, help="only rollouts with at least this reward")
     parser.add_argument("--tokenizer", default=None, help="tokenizer folder (verl decodes prompts); default tiny")
     parser.add_argument("--out", type=Path, required=True, help="output file")

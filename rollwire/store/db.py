@@ -10,8 +10,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Engine
+from sqlalchemy.schema import CreateColumn
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, SQLModel, create_engine
 
@@ -41,9 +42,25 @@ def open_engine(url: str) -> Engine:
         if url.startswith("sqlite"):
             event.listen(engine, "connect", _sqlite_pragmas)
         SQLModel.metadata.create_all(engine)
+        _add_missing_columns(engine)
     except SQLAlchemyError as exc:
         raise StoreError(f"cannot open the store at {url.split('@')[-1]}: {exc.__class__.__name__}") from exc
     return engine
+
+
+def _add_missing_columns(engine: Engine) -> None:
+    """A store written by an older rollwire gains the columns added since (each has a default), so it opens."""
+    inspector = inspect(engine)
+    for table in SQLModel.metadata.sorted_tables:
+        if not inspector.has_table(table.name):
+            continue
+        present = {c["name"] for c in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name in present:
+                continue
+            ddl = CreateColumn(column).compile(dialect=engine.dialect)
+            with engine.begin() as connection:
+                connection.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {ddl}"))
 
 
 @contextmanager

@@ -76,3 +76,17 @@ def test_stream_errors(proxy: Proxy) -> None:
     assert proxy.admin.get("/admin/v1/trajectories/stream", params={"run": "nope"}).status_code == 404
     assert proxy.admin.get("/admin/v1/trajectories/stream").status_code == 400
     assert httpx.get(f"{proxy.url}/admin/v1/trajectories/stream", params={"run": "x"}).status_code == 401
+
+
+def test_infrastructure_failures_are_not_streamed_policy_failures_are(proxy: Proxy, served_model: str) -> None:
+    run, made = _rollouts(proxy, served_model, 2)
+    lost, crashed = made
+    finish = {"status": "failed", "error": "infrastructure: pod evicted"}
+    assert proxy.admin.post(f"/admin/v1/rollouts/{lost['id']}/finish", json=finish).status_code == 200
+    finish = {"status": "failed", "error": "harness exited with status 1"}
+    assert proxy.admin.post(f"/admin/v1/rollouts/{crashed['id']}/finish", json=finish).status_code == 200
+    stream = TrajectoryStream(StreamConfig(proxy.url, "test-operator-key", run, wait_s=0))
+    got = stream.poll()
+    stream.close()
+    assert [t.rollout_id for t in got] == [crashed["id"]]  # the lost one is retried as a fresh row instead
+    assert got[0].failure_cause == "policy" and got[0].metadata["failure_cause"] == "policy"
