@@ -251,10 +251,16 @@ class Scheduler:
         return None
 
     async def _lost(self, row: Rollout, source: RolloutStatus, reason: str, **facts: Any) -> Rollout | None:
-        """Infrastructure failure: the row fails with the reason and, if attempts remain, a new attempt is queued."""
-        if not await self._finish(row, source, S.FAILED, error=f"{INFRASTRUCTURE}: {reason}", count=False, **facts):
+        """Infrastructure failure: the row fails with the reason and, if attempts remain, a new attempt is queued.
+
+        A row that will be retried is not streamed to the trainer (its retry takes its place in the group); the
+        last attempt's row is ("no retry left"), so its group still fills, and the trainer leaves it out.
+        """
+        last = row.attempt + 1 >= self._settings.max_attempts
+        error = f"{INFRASTRUCTURE}{' (no retry left)' if last else ''}: {reason}"
+        if not await self._finish(row, source, S.FAILED, error=error, count=False, **facts):
             return None
-        if row.attempt + 1 >= self._settings.max_attempts:
+        if last:
             self.progress.failed += 1
             self._on_progress(self.progress)
             return None

@@ -44,7 +44,7 @@ def finished_after(engine: Engine, run: str, after: int) -> list[str]:
         query = (
             select(Rollout)
             .where(Rollout.run_id == run, Rollout.finished_seq != None, Rollout.finished_seq > after)
-            # an infrastructure failure says nothing about the policy, and its retry is a fresh row: not streamed
+            # an infrastructure failure being retried: its retry, a fresh row of the same group, is streamed instead
             .where(or_(col(Rollout.error).is_(None), col(Rollout.error).not_like(f"{INFRASTRUCTURE}:%")))
             .order_by(Rollout.finished_seq)  # type: ignore[arg-type]
             .limit(BATCH)

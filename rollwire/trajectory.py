@@ -71,7 +71,8 @@ class Segment:
 
 
 INFRASTRUCTURE = "infrastructure"
-"""Error prefix (``"infrastructure: ..."``) of a rollout the platform failed (node lost, engine down): retried."""
+"""Error prefix (``"infrastructure: ..."``) of a rollout the platform failed (node lost, engine down): retried as
+a new row, and not streamed; the last attempt (``"infrastructure (no retry left): ..."``) is streamed."""
 SETUP = "setup"
 """Error prefix of a rollout that could not run as configured (bad image, bad command): not the policy's doing."""
 CHECKER = "checker"
@@ -90,7 +91,7 @@ def failure_cause(status: str, error: str | None) -> str | None:
         return None
     text = (error or "").strip()
     for cause in (INFRASTRUCTURE, SETUP):
-        if text.startswith(cause + ":"):
+        if text.startswith((cause + ":", cause + " (")):
             return cause
     if text.startswith("checker failed"):
         return CHECKER

@@ -79,14 +79,15 @@ def test_stream_errors(proxy: Proxy) -> None:
 
 
 def test_infrastructure_failures_are_not_streamed_policy_failures_are(proxy: Proxy, served_model: str) -> None:
-    run, made = _rollouts(proxy, served_model, 2)
-    lost, crashed = made
-    finish = {"status": "failed", "error": "infrastructure: pod evicted"}
-    assert proxy.admin.post(f"/admin/v1/rollouts/{lost['id']}/finish", json=finish).status_code == 200
-    finish = {"status": "failed", "error": "harness exited with status 1"}
-    assert proxy.admin.post(f"/admin/v1/rollouts/{crashed['id']}/finish", json=finish).status_code == 200
+    run, made = _rollouts(proxy, served_model, 3)
+    errors = ["infrastructure: pod evicted", "harness exited with status 1", "infrastructure (no retry left): node lost"]
+    for rollout, error in zip(made, errors):
+        finish = {"status": "failed", "error": error}
+        assert proxy.admin.post(f"/admin/v1/rollouts/{rollout['id']}/finish", json=finish).status_code == 200
     stream = TrajectoryStream(StreamConfig(proxy.url, "test-operator-key", run, wait_s=0))
     got = stream.poll()
     stream.close()
-    assert [t.rollout_id for t in got] == [crashed["id"]]  # the lost one is retried as a fresh row instead
-    assert got[0].failure_cause == "policy" and got[0].metadata["failure_cause"] == "policy"
+    # the retried one is replaced by its retry (a fresh row); the last attempt fills its group, cause recorded
+    assert [t.rollout_id for t in got] == [made[1]["id"], made[2]["id"]]
+    assert [t.failure_cause for t in got] == ["policy", "infrastructure"]
+    assert got[0].metadata["failure_cause"] == "policy"

@@ -50,6 +50,7 @@ def test_policy_failures_train_with_the_failure_reward_infrastructure_ones_do_no
         _rollout("crashed", None, status="failed", error="harness exited with status 1"),
         _rollout("looped", None, status="timed_out", error="deadline exceeded"),
         _rollout("lost", None, status="failed", error="infrastructure: pod evicted"),
+        _rollout("gone", None, status="failed", error="infrastructure (no retry left): node lost"),
         _rollout("bad-image", None, status="failed", error="setup: image pull failed (ErrImagePull)"),
         _rollout("checker", None, status="failed", error="checker failed: KeyError: 'x'"),
     ]
@@ -58,7 +59,7 @@ def test_policy_failures_train_with_the_failure_reward_infrastructure_ones_do_no
     expected = {"ok": 2 / 3, "crashed": -1 / 3, "looped": -1 / 3}
     assert all(math.isclose(_advantages(batch)[k], v, rel_tol=1e-6) for k, v in expected.items())
     assert set(batch.rollout_ids) == {"ok", "crashed", "looped"}
-    assert batch.stats["rollouts_unscored"] == 3.0 and batch.stats["rollouts_failed_trained"] == 2.0
+    assert batch.stats["rollouts_unscored"] == 4.0 and batch.stats["rollouts_failed_trained"] == 2.0
     assert {s.rollout_id: s.reward for s in batch.samples}["crashed"] == 0.0
 
     custom = prepare_grpo([group], GRPOConfig(failure_reward=-1.0), current_version=3)
