@@ -1,7 +1,8 @@
 """The loaded causal LM: weights, tokenizer and the two forward passes the batcher runs (prefill, decode).
 
-Logits come back as float32 on the CPU; logprobs are ``log_softmax`` of those raw logits, which is what vLLM
-reports by default (its ``raw_logprobs`` mode), so a direct forward pass of the same model reproduces them.
+Logits come back as float32 on the CPU; the sampler's logprobs are ``log_softmax`` of those logits after the
+request's temperature and nucleus (see sampling.py), so a direct forward pass of the same model, processed
+the same way, reproduces them.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """Sampling parameters and one batched sampling step: temperature, top-k, top-p, per-sequence seeds, logprobs.
 
-Logprobs are taken from the raw logits (before temperature and filtering), as vLLM reports them by default;
-each sequence with a seed draws from its own generator, so its samples do not depend on its batch mates.
+Logprobs are those of the distribution a token was drawn from: the log-softmax of the temperature-scaled,
+top-k/top-p filtered logits (vLLM's ``--logprobs-mode processed_logprobs``), so a trainer that applies the
+recorded sampling parameters recomputes them exactly; at temperature 1 without filtering, and for greedy
+rows, they are the raw logprobs (vLLM's default mode). Each sequence with a seed draws from its own
+generator, so its samples do not depend on its batch mates.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ class SamplingParams:
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    """A sampled token with its raw logprob and, when asked, the top alternatives (id, logprob), best first."""
+    """A sampled token with its (processed) logprob and, when asked, the top alternatives (id, logprob), best first."""
 
     token_id: int
     logprob: float
@@ -61,10 +64,15 @@ def _filter(logits: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor) -> t
     return torch.empty_like(logits).scatter_(1, order, sorted_logits)
 
 
+def nucleus_filter(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Top-p only (rows x vocab): the trainer applies the same rule to recompute processed logprobs."""
+    return _filter(logits, top_p, torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device))
+
+
 def sample_step(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]) -> list[Sample]:
     """Sample one token per row of ``logits`` (rows x vocab, float32 on the CPU)."""
     logits = logits.to("cpu", torch.float32)
-    raw_logprobs = logits.log_softmax(dim=-1)
+    logprobs = logits.log_softmax(dim=-1)
     tokens = logits.argmax(dim=-1)
     hot = [i for i, p in enumerate(params) if p.temperature > 0]
     if hot:
@@ -75,18 +83,20 @@ def sample_step(logits: torch.Tensor, params: list[SamplingParams], generators: 
         top_k = torch.tensor([params[i].top_k for i in hot], dtype=torch.long)
         if bool((top_p < 1).any() or (top_k > 0).any()):
             scaled = _filter(scaled, top_p, top_k)
-        probs = scaled.softmax(dim=-1)
+        processed = scaled.log_softmax(dim=-1)
+        probs = processed.exp()
         for j, i in enumerate(hot):
             tokens[i] = torch.multinomial(probs[j], 1, generator=generators[i])[0]
+        logprobs = logprobs.index_copy(0, rows, processed)
     samples: list[Sample] = []
     for i, p in enumerate(params):
         token = int(tokens[i])
         top: tuple[tuple[int, float], ...] = ()
         if p.logprobs:
-            values, ids = raw_logprobs[i].topk(p.logprobs)
+            values, ids = logprobs[i].topk(p.logprobs)
             top = tuple(zip(ids.tolist(), values.tolist(), strict=True))
-        samples.append(Sample(token, float(raw_logprobs[i, token]), top))
+        samples.append(Sample(token, float(logprobs[i, token]), top))
     return samples
 
 
-__all__ = ["Sample", "SamplingParams", "generator_for", "sample_step"]
+__all__ = ["Sample", "SamplingParams", "generator_for", "nucleus_filter", "sample_step"]

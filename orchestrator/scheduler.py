@@ -23,6 +23,7 @@ from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJ
 from rollwire.orchestrator.scoring import Scorer, ScoringInput
 from rollwire.settings import OrchestratorSettings
 from rollwire.store.schema import Rollout, RolloutStatus
+from rollwire.trajectory import INFRASTRUCTURE, SETUP
 
 logger = logging.getLogger(__name__)
 S = RolloutStatus
@@ -193,7 +194,7 @@ class Scheduler:
             except INFRA_ERRORS as exc:
                 return await self._lost(row, S.STARTING, f"could not start: {exc}")
             except RollwireError as exc:
-                await self._finish(row, S.STARTING, S.FAILED, error=f"could not start: {exc.message}")
+                await self._finish(row, S.STARTING, S.FAILED, error=f"{SETUP}: could not start: {exc.message}")
                 return None
         if status != S.RUNNING and not await self._db(self._book.move, row.id, S.STARTING, S.RUNNING):
             return None
@@ -232,7 +233,7 @@ class Scheduler:
         if ended.kind == EndKind.TIMED_OUT:
             await self._finish(row, S.RUNNING, S.TIMED_OUT, error=ended.reason or "deadline exceeded", **facts)
         elif ended.kind == EndKind.FAILED:
-            await self._finish(row, S.RUNNING, S.FAILED, error=ended.reason or "could not run", **facts)
+            await self._finish(row, S.RUNNING, S.FAILED, error=f"{SETUP}: {ended.reason or 'could not run'}", **facts)
         elif ended.exit_code != 0:
             error = f"harness exited with status {ended.exit_code}" + (f" ({ended.reason})" if ended.reason else "")
             await self._finish(row, S.RUNNING, S.FAILED, error=error, **facts)
@@ -253,10 +254,16 @@ class Scheduler:
         return None
 
     async def _lost(self, row: Rollout, source: RolloutStatus, reason: str, **facts: Any) -> Rollout | None:
-        """Infrastructure failure: the row fails with the reason and, if attempts remain, a new attempt is queued."""
-        if not await self._finish(row, source, S.FAILED, error=f"infrastructure: {reason}", count=False, **facts):
+        """Infrastructure failure: the row fails with the reason and, if attempts remain, a new attempt is queued.
+
+        A row that will be retried is not streamed to the trainer (its retry takes its place in the group); the
+        last attempt's row is ("no retry left"), so its group still fills, and the trainer leaves it out.
+        """
+        last = row.attempt + 1 >= self._settings.max_attempts
+        error = f"{INFRASTRUCTURE}{' (no retry left)' if last else ''}: {reason}"
+        if not await self._finish(row, source, S.FAILED, error=error, count=False, **facts):
             return None
-        if row.attempt + 1 >= self._settings.max_attempts:
+        if last:
             self.progress.failed += 1
             self._on_progress(self.progress)
             return None

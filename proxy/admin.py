@@ -123,6 +123,7 @@ def rollout_view(engine: Engine, rollout_id: str) -> dict[str, Any]:
             "segment_index": c.segment_index,
             "segment_break": c.segment_break,
             "finish_reason": c.finish_reason,
+            "sampling": c.sampling,
             "prompt_tokens": len(decode_ids(c.prompt_ids)),
             "completion_tokens": len(decode_ids(c.completion_ids)),
             "reused_prefix_len": c.reused_prefix_len,

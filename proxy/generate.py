@@ -50,6 +50,13 @@ class Served:
     """Set through the admin API for engines that cannot report a version (real vLLM)."""
 
 
+def sampling_record(sampling: Sampling) -> dict[str, Any]:
+    """The sampling parameters a call was sent with (unset ones omitted: the engine's defaults, T=1, top_p=1)."""
+    values = {"temperature": sampling.temperature, "top_p": sampling.top_p, "seed": sampling.seed,
+              "max_tokens": sampling.max_tokens}
+    return {k: v for k, v in values.items() if v is not None}
+
+
 def json_text(data: Any) -> str:
     """Compact JSON, as responses are sent and calls are stored (serialized once for both)."""
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
@@ -150,7 +157,12 @@ class Generator:
 
     def new_generation(self, conv: Conversation, prompt_len: int, upstream_version: int | None) -> Generation:
         """Id, time, usage and version of an answer; choices are added as they finish."""
-        version = self.served.policy_version if self.served.policy_version is not None else (upstream_version or 0)
+        # the engine's own word wins: it knows which weights sampled this answer; the published version is
+        # only for engines that report none (a publish can lag or lead the reload it describes)
+        if upstream_version is not None:
+            version = upstream_version
+        else:
+            version = self.served.policy_version if self.served.policy_version is not None else 0
         return Generation(
             id="chatcmpl-" + secrets.token_hex(12),
             created=int(time.time()),
@@ -227,6 +239,7 @@ class Generator:
                     "completion_logprobs": encode_floats(choice.logprobs),
                     "choice_index": choice.index,
                     "finish_reason": choice.finish_reason,
+                    "sampling": sampling_record(conv.sampling),
                     "policy_version": generation.policy_version,
                     "segment_index": segment,
                     "segment_break": plan.segment_break

@@ -9,13 +9,15 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from sqlalchemy.engine import Engine
-from sqlmodel import select
+from sqlalchemy import or_
+from sqlmodel import col, select
 from starlette.requests import Request
 from starlette.responses import Response
 
 from rollwire.errors import InvalidRequest, NotFound
 from rollwire.reconstruct import build_trajectory, load_calls
 from rollwire.store import Rollout, Run, session_scope
+from rollwire.trajectory import INFRASTRUCTURE
 
 MAX_WAIT_S = 60.0
 BATCH = 64
@@ -42,6 +44,8 @@ def finished_after(engine: Engine, run: str, after: int) -> list[str]:
         query = (
             select(Rollout)
             .where(Rollout.run_id == run, Rollout.finished_seq != None, Rollout.finished_seq > after)
+            # an infrastructure failure being retried: its retry, a fresh row of the same group, is streamed instead
+            .where(or_(col(Rollout.error).is_(None), col(Rollout.error).not_like(f"{INFRASTRUCTURE}:%")))
             .order_by(Rollout.finished_seq)  # type: ignore[arg-type]
             .limit(BATCH)
         )

@@ -17,7 +17,7 @@ from sqlmodel import select
 from rollwire.errors import NotFound
 from rollwire.side_calls import MAIN
 from rollwire.store import ModelCall, Rollout, decode_floats, decode_ids, session_scope
-from rollwire.trajectory import Segment, Trajectory
+from rollwire.trajectory import Segment, Trajectory, failure_cause
 
 
 @dataclass
@@ -29,6 +29,9 @@ class _Builder:
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     call_ids: list[int] = field(default_factory=list)
+    truncated: bool = False
+    temperature: list[float] = field(default_factory=list)
+    top_p: list[float] = field(default_factory=list)
 
     def extends(self, prompt: list[int]) -> bool:
         return prompt[: len(self.tokens)] == self.tokens
@@ -45,11 +48,19 @@ class _Builder:
         self.logprobs += [0.0] * len(fresh) + lps
         self.versions += [-1] * len(fresh) + [call.policy_version] * len(sampled)
         self.call_ids.append(int(call.id or 0))
+        self.truncated = call.finish_reason == "length"
+        sampling = call.sampling or {}
+        temperature = float(sampling.get("temperature", 1.0))
+        self.temperature += [1.0] * len(fresh) + [temperature if temperature > 0 else 1.0] * len(sampled)
+        self.top_p += [1.0] * len(fresh) + [float(sampling.get("top_p", 1.0)) if temperature > 0 else 1.0] * len(sampled)
 
     def segment(self) -> Segment:
+        plain = all(t == 1.0 for t in self.temperature) and all(p == 1.0 for p in self.top_p)
         return Segment(
-            self.tokens, self.mask, self.logprobs, self.versions, self.break_reason, self.call_ids, self.line
-        )
+            self.tokens, self.mask, self.logprobs, self.versions, self.break_reason, self.call_ids,
+            line=self.line, truncated=self.truncated,
+            temperature=[] if plain else self.temperature, top_p=[] if plain else self.top_p,
+        )  # fmt: skip
 
 
 def segments_from_calls(calls: Sequence[ModelCall]) -> list[Segment]:
@@ -91,6 +102,7 @@ def build_trajectory(rollout: Rollout, calls: Sequence[ModelCall]) -> Trajectory
             "final_answer": rollout.final_answer,
             "exit_code": rollout.exit_code,
             "error": rollout.error,
+            "failure_cause": failure_cause(str(getattr(rollout.status, "value", rollout.status)), rollout.error),
             **({"meta": rollout.meta} if rollout.meta else {}),
         },
     )

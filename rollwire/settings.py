@@ -147,7 +147,23 @@ class TrainerSettings(BaseModel):
         False, description="GRPO also trains on side-call segments (titles, compaction summaries); off: main line only."
     )
     kl_coef: float = Field(0.0, description="Weight of the KL to the reference (starting) model; 0 turns it off.")
-    aggregation: str = Field("token-mean", description="Loss aggregation: token-mean or sequence-mean.")
+    aggregation: str = Field(
+        "token-mean", description="Loss aggregation: token-mean, sequence-mean (per rollout) or constant (Dr.GRPO)."
+    )
+    loss_normaliser: int = Field(0, description="Tokens per rollout the constant aggregation divides by (Dr.GRPO).")
+    std_scale: str = Field("none", description="Scale GRPO advantages by the group std, the batch std, or none.")
+    baseline: str = Field("mean", description="Advantage baseline: mean (GRPO) or rloo (leave-one-out).")
+    ratio_level: str = Field("token", description="Importance ratio per token (GRPO) or per sequence (GSPO).")
+    mask_truncated: bool = Field(False, description="Leave rollouts with a length-truncated call out of the loss.")
+    entropy_coef: float = Field(0.0, description="Weight of the entropy bonus in the GRPO loss; 0 turns it off.")
+    failure_reward: float | None = Field(
+        0.0, description="Reward of rollouts the policy failed (exit, deadline, budget); unset leaves them out."
+    )
+    is_correction: str = Field(
+        "auto", description="Engine-trainer mismatch correction: none, tis, mis; auto is tis with vLLM, else none."
+    )
+    is_level: str = Field("token", description="Importance weights per token or per sequence.")
+    is_cap: float = Field(2.0, description="Upper bound of the importance weight (TIS truncates, MIS rejects above it).")
     max_steps: int = Field(0, description="Stop after this many steps in total; 0 means run until stopped.")
     stream_wait_s: float = Field(20.0, description="Long-poll wait of one trajectory-stream request.")
     exit_when_idle: bool = Field(False, description="Exit when one long-poll returns nothing (batch jobs, tests).")

@@ -26,11 +26,20 @@ class Segment:
     """ModelCall ids whose tokens this segment holds, in order."""
     line: str = "main"
     """The agent's main line, or ``side:<rule>`` for a side call (title, compaction, ...: ``side_calls``)."""
+    truncated: bool = False
+    """The segment's last call stopped at its token limit (finish reason ``length``): an overlong sample."""
+    temperature: list[float] = field(default_factory=list)
+    """Sampling temperature of each token (1.0 where loss_mask is 0); empty: all 1.0."""
+    top_p: list[float] = field(default_factory=list)
+    """Nucleus of each token's sampling (1.0: none); empty: all 1.0. The behaviour logprobs are of this
+    processed distribution (temperature-scaled, nucleus-renormalised), and so are the trainer's."""
 
     def __post_init__(self) -> None:
         n = len(self.token_ids)
         if not (len(self.loss_mask) == len(self.logprobs) == len(self.policy_versions) == n):
             raise ValueError("segment arrays must have equal lengths")
+        if len(self.temperature) not in (0, n) or len(self.top_p) not in (0, n):
+            raise ValueError("segment sampling arrays must be empty or as long as the tokens")
 
     @property
     def num_sampled(self) -> int:
@@ -45,6 +54,9 @@ class Segment:
             "break_reason": self.break_reason,
             "call_ids": self.call_ids,
             "line": self.line,
+            "truncated": self.truncated,
+            **({"temperature": self.temperature} if self.temperature else {}),
+            **({"top_p": self.top_p} if self.top_p else {}),
         }
 
     @classmethod
@@ -55,9 +67,40 @@ class Segment:
             logprobs=[float(x) for x in data["logprobs"]],
             policy_versions=list(data["policy_versions"]),
             break_reason=data.get("break_reason"),
-            call_ids=list(data.get("call_ids", [])),
+            call_ids=list(data.get("call_ids") or []),
+            truncated=bool(data.get("truncated", False)),
+            temperature=[float(x) for x in data.get("temperature") or []],
+            top_p=[float(x) for x in data.get("top_p") or []],
             line=str(data.get("line", "main")),
         )
+
+
+INFRASTRUCTURE = "infrastructure"
+"""Error prefix (``"infrastructure: ..."``) of a rollout the platform failed (node lost, engine down): retried as
+a new row, and not streamed; the last attempt (``"infrastructure (no retry left): ..."``) is streamed."""
+SETUP = "setup"
+"""Error prefix of a rollout that could not run as configured (bad image, bad command): not the policy's doing."""
+CHECKER = "checker"
+"""Error prefix of a rollout whose checker raised: its reward is unknown."""
+POLICY = "policy"
+"""A rollout the policy itself failed: the harness exited non-zero or hit its deadline or budget."""
+
+
+def failure_cause(status: str, error: str | None) -> str | None:
+    """Why a rollout failed (status failed / timed_out): policy, infrastructure, setup or checker; else None.
+
+    Only a ``policy`` failure says something about the policy (it trains, with the failure reward);
+    the others are excluded from training.
+    """
+    if status not in ("failed", "timed_out"):
+        return None
+    text = (error or "").strip()
+    for cause in (INFRASTRUCTURE, SETUP):
+        if text.startswith((cause + ":", cause + " (")):
+            return cause
+    if text.startswith("checker failed"):
+        return CHECKER
+    return POLICY
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +116,16 @@ class Trajectory:
     cursor: int = 0
     """Position in the run's stream of finished rollouts; a consumer resumes after it."""
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failure_cause(self) -> str | None:
+        """policy / infrastructure / setup / checker for a rollout that did not finish (see ``failure_cause``)."""
+        return failure_cause(self.status, self.metadata.get("error"))
+
+    @property
+    def truncated(self) -> bool:
+        """Some segment ended at the token limit (an overlong sample)."""
+        return any(s.truncated for s in self.segments)
 
     @property
     def policy_versions(self) -> set[int]:
@@ -102,8 +155,8 @@ class Trajectory:
             status=data["status"],
             segments=[Segment.from_dict(s) for s in data["segments"]],
             cursor=int(data.get("cursor", 0)),
-            metadata=dict(data.get("metadata", {})),
+            metadata=dict(data.get("metadata") or {}),
         )
 
 
-__all__ = ["Segment", "Trajectory"]
+__all__ = ["CHECKER", "INFRASTRUCTURE", "POLICY", "SETUP", "Segment", "Trajectory", "failure_cause"]

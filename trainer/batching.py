@@ -29,6 +29,9 @@ class Sample:
     advantage: float
     rollout_id: str
     reward: float
+    temperature: list[float] = field(default_factory=list)
+    """Per-token sampling temperature (empty: 1.0), see Segment.temperature."""
+    top_p: list[float] = field(default_factory=list)
 
     @property
     def num_loss_tokens(self) -> int:
@@ -53,6 +56,10 @@ class MicroBatch:
     sequence_ids: torch.Tensor
     """Index into the step's sample list for every position; -1 on padding."""
     num_tokens: int
+    temperature: torch.Tensor | None = None
+    """Sampling temperature of each target (None: all 1.0): logprobs are recomputed from logits / T."""
+    top_p: torch.Tensor | None = None
+    """Nucleus of each target's sampling (None: all 1.0)."""
 
     def to(self, device: torch.device) -> MicroBatch:
         moved: dict[str, Any] = {}
@@ -67,10 +74,12 @@ def group_key(trajectory: Trajectory) -> str:
     return trajectory.group_id or trajectory.task_id or trajectory.rollout_id
 
 
-def samples_from(trajectory: Trajectory, advantage: float, main_only: bool = False) -> list[Sample]:
+def samples_from(
+    trajectory: Trajectory, advantage: float, *, reward: float | None = None, main_only: bool = False
+) -> list[Sample]:
     """One sample per segment that holds sampled tokens; the trajectory's advantage on each. ``main_only``
     leaves out the harness's side calls (titles, compaction summaries: ``Segment.line``)."""
-    reward = float(trajectory.reward or 0.0)
+    reward = float(reward if reward is not None else trajectory.reward or 0.0)
     out = []
     for segment in trajectory.segments:
         if sum(segment.loss_mask[1:]) == 0 or (main_only and segment.line != "main"):
@@ -84,6 +93,8 @@ def samples_from(trajectory: Trajectory, advantage: float, main_only: bool = Fal
                 advantage=advantage,
                 rollout_id=trajectory.rollout_id,
                 reward=reward,
+                temperature=list(segment.temperature),
+                top_p=list(segment.top_p),
             )
         )
     return out
@@ -135,19 +146,31 @@ class GroupBuffer:
         return buffer
 
 
-def token_weights(samples: Sequence[Sample], aggregation: str) -> list[float]:
+AGGREGATIONS = ("token-mean", "sequence-mean", "constant")
+
+
+def token_weights(samples: Sequence[Sample], aggregation: str, *, normaliser: int | None = None) -> list[float]:
     """Per-sample weight of each loss token so that the summed loss is the chosen mean over the global batch.
 
-    ``token-mean``: every loss token of the batch counts the same. ``sequence-mean``: every sequence counts
-    the same, its tokens share its weight.
+    ``token-mean``: every loss token of the batch counts the same. ``sequence-mean``: every rollout counts
+    the same, however many segments it was recorded as; its loss tokens (over all its segments) share its
+    weight. ``constant`` (Dr.GRPO, Liu et al. 2025): every token weighs 1 / (rollouts x ``normaliser``),
+    a constant budget of tokens per rollout, so a long answer is not down-weighted per token.
     """
     if aggregation == "token-mean":
         total = sum(s.num_loss_tokens for s in samples)
         return [1.0 / total if total else 0.0 for _ in samples]
+    per_rollout: dict[str, int] = {}
+    for s in samples:
+        per_rollout[s.rollout_id] = per_rollout.get(s.rollout_id, 0) + s.num_loss_tokens
+    n = len(per_rollout)
     if aggregation == "sequence-mean":
-        n = len(samples)
-        return [1.0 / (s.num_loss_tokens * n) if s.num_loss_tokens else 0.0 for s in samples]
-    raise InvalidRequest(f"unknown aggregation {aggregation!r} (token-mean, sequence-mean)", param="aggregation")
+        return [1.0 / (per_rollout[s.rollout_id] * n) if s.num_loss_tokens else 0.0 for s in samples]
+    if aggregation == "constant":
+        if not normaliser or normaliser <= 0:
+            raise InvalidRequest("the constant aggregation needs a positive token normaliser", param="normaliser")
+        return [1.0 / (n * normaliser) for _ in samples]
+    raise InvalidRequest(f"unknown aggregation {aggregation!r} ({', '.join(AGGREGATIONS)})", param="aggregation")
 
 
 def pack(lengths: Sequence[int], capacity: int) -> list[list[int]]:
@@ -183,10 +206,12 @@ def pad_groups(lengths: Sequence[int], capacity: int) -> list[list[int]]:
 
 
 def _row_arrays(samples: Sequence[Sample], indices: Sequence[int], weights: Sequence[float]) -> dict[str, list[Any]]:
-    row: dict[str, list[Any]] = {k: [] for k in ("ids", "pos", "tgt", "mask", "old", "adv", "w", "seq")}
+    row: dict[str, list[Any]] = {k: [] for k in ("ids", "pos", "tgt", "mask", "old", "adv", "w", "seq", "temp", "topp")}
     for i in indices:
         s = samples[i]
         n = len(s.token_ids)
+        row["temp"] += (s.temperature[1:] if s.temperature else [1.0] * (n - 1)) + [1.0]
+        row["topp"] += (s.top_p[1:] if s.top_p else [1.0] * (n - 1)) + [1.0]
         row["ids"] += s.token_ids
         row["pos"] += list(range(n))
         row["tgt"] += s.token_ids[1:] + [0]
@@ -204,7 +229,7 @@ def collate(
     """Rows of sample indices -> one right-padded MicroBatch."""
     arrays = [_row_arrays(samples, r, weights) for r in rows]
     width = max(len(a["ids"]) for a in arrays)
-    fill = {"ids": pad_id, "tgt": 0, "mask": 0, "old": 0.0, "adv": 0.0, "w": 0.0, "seq": -1}
+    fill = {"ids": pad_id, "tgt": 0, "mask": 0, "old": 0.0, "adv": 0.0, "w": 0.0, "seq": -1, "temp": 1.0, "topp": 1.0}
     cols: dict[str, list[list[Any]]] = {k: [] for k in (*fill, "pos", "attn")}
     for a in arrays:
         extra = width - len(a["ids"])
@@ -214,6 +239,7 @@ def collate(
         cols["pos"].append(a["pos"] + list(range(extra)))
         cols["attn"].append([1] * len(a["ids"]) + [0] * extra)
     mask = torch.tensor(cols["mask"], dtype=torch.float32)
+    plain = all(s.temperature == [] and s.top_p == [] for r in rows for s in (samples[i] for i in r))
     return MicroBatch(
         input_ids=torch.tensor(cols["ids"], dtype=torch.long),
         position_ids=torch.tensor(cols["pos"], dtype=torch.long),
@@ -225,6 +251,8 @@ def collate(
         token_weights=torch.tensor(cols["w"], dtype=torch.float32) * mask,
         sequence_ids=torch.tensor(cols["seq"], dtype=torch.long),
         num_tokens=sum(len(a["ids"]) for a in arrays),
+        temperature=None if plain else torch.tensor(cols["temp"], dtype=torch.float32),
+        top_p=None if plain else torch.tensor(cols["topp"], dtype=torch.float32),
     )
 
 
@@ -260,6 +288,7 @@ def micro_batches(
 
 
 __all__ = [
+    "AGGREGATIONS",
     "GroupBuffer",
     "MicroBatch",
     "Sample",

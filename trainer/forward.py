@@ -22,18 +22,48 @@ def forward_logits(model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
     return out.logits
 
 
+def processed_logits(logits: torch.Tensor, temperature: torch.Tensor | None, top_p: torch.Tensor | None) -> torch.Tensor:
+    """The logits of the distribution each target was sampled from: divided by its temperature, then the
+    top-p nucleus kept (the engine's rule, shared), so the logprobs match the engine's processed ones."""
+    out = logits.float()
+    if temperature is not None:
+        out = out / temperature.unsqueeze(-1)
+    if top_p is not None and bool((top_p < 1).any()):
+        from rollwire.engine.sampling import nucleus_filter
+
+        vocab = out.shape[-1]
+        flat = out.reshape(-1, vocab)
+        rows = (top_p.reshape(-1) < 1).nonzero().squeeze(1)
+        kept = nucleus_filter(flat.index_select(0, rows), top_p.reshape(-1).index_select(0, rows))
+        out = flat.index_copy(0, rows, kept).reshape(out.shape)
+    return out
+
+
+LOGPROB_FLOOR = -1e4
+"""A target outside the trainer's nucleus (a rounding edge) gets this, not -inf (no NaN in the loss)."""
+
+
 def forward_logprobs(
-    model: torch.nn.Module, batch: MicroBatch, *, with_entropy: bool = False
+    model: torch.nn.Module, batch: MicroBatch, *, with_entropy: bool = False, entropy_grad: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log p(target) for every position of ``batch`` (zero where there is no target), and optionally entropy."""
+    """log p(target) for every position of ``batch`` (zero where there is no target), and optionally entropy
+    (with its gradient when ``entropy_grad``: an entropy bonus in the loss)."""
     logits = forward_logits(model, batch)
+    on = batch.loss_mask > 0
+    if batch.temperature is None and batch.top_p is None:
+        if not with_entropy:
+            return token_logprobs(logits, batch.targets) * on, None
+        every = torch.log_softmax(logits.float(), dim=-1)  # one log-softmax serves both
+    else:
+        every = torch.log_softmax(processed_logits(logits, batch.temperature, batch.top_p), dim=-1)
+    picked = every.gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1).clamp(min=LOGPROB_FLOOR)
+    logp = torch.where(on, picked, torch.zeros_like(picked))
     if not with_entropy:
-        return token_logprobs(logits, batch.targets) * (batch.loss_mask > 0), None
-    every = torch.log_softmax(logits.float(), dim=-1)  # one log-softmax serves both
-    logp = every.gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1) * (batch.loss_mask > 0)
-    with torch.no_grad():
-        entropy = -(every.exp() * every).sum(-1)
+        return logp, None
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        probs = every.exp()
+        entropy = -(probs * every.masked_fill(probs == 0, 0.0)).sum(-1)
     return logp, entropy
 
 
-__all__ = ["forward_logits", "forward_logprobs"]
+__all__ = ["LOGPROB_FLOOR", "forward_logits", "forward_logprobs", "processed_logits"]

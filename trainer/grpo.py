@@ -1,4 +1,4 @@
-"""One GRPO step: group advantages, stale-sample filter, PPO-clip on the recorded behaviour logprobs.
+"""One GRPO step: failure policy and stale-sample filter, group advantages, PPO-clip on the behaviour logprobs.
 
 Composed from advantages.py (who gets which advantage), batching.py (tensors), losses.py (the terms)
 and step.py (accumulation and clipping); this module only decides what goes into the step.
@@ -15,9 +15,9 @@ from rollwire.trainer.advantages import group_advantages
 from rollwire.trainer.batching import MicroBatch, Sample, micro_batches, samples_from, token_weights
 from rollwire.trainer.distributed import DistContext, shard
 from rollwire.trainer.forward import forward_logprobs
-from rollwire.trainer.losses import approx_kl, kl_k3, ppo_clip, weighted_sum
+from rollwire.trainer.losses import approx_kl, gspo_log_ratio, is_weights, kl_k3, ppo_clip, weighted_sum
 from rollwire.trainer.step import LossFn, StepResult, optimizer_step
-from rollwire.trajectory import Trajectory
+from rollwire.trajectory import POLICY, Trajectory
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,28 @@ class GRPOConfig:
     ratio_cap: float | None = None
     kl_coef: float = 0.0
     aggregation: str = "token-mean"
+    """token-mean, sequence-mean (each rollout counts once) or constant (Dr.GRPO; see ``loss_normaliser``)."""
+    loss_normaliser: int = 0
+    """Tokens per rollout the ``constant`` aggregation divides by (Dr.GRPO's constant, e.g. the max response length)."""
     scale_std: bool = False
+    """Shorthand for ``std_scale="group"`` (kept for older configs)."""
+    std_scale: str = "none"
+    """Divide centred rewards by the group's std, the batch's, or nothing (none, group, batch)."""
+    baseline: str = "mean"
+    """mean (GRPO) or rloo (leave-one-out mean of the other members)."""
+    ratio_level: str = "token"
+    """token (PPO/GRPO) or sequence (GSPO: one length-normalised ratio per sequence)."""
+    mask_truncated: bool = False
+    """Leave rollouts with an overlong (length-truncated) call out of the loss (DAPO's overlong filter)."""
+    entropy_coef: float = 0.0
+    """Weight of an entropy bonus (the loss subtracts entropy_coef x token entropy)."""
+    failure_reward: float | None = 0.0
+    """Reward of a rollout the policy failed (harness exit, deadline, budget); None leaves them out."""
+    is_correction: str = "none"
+    """Engine-trainer mismatch correction: none, tis (truncated IS) or mis (masked IS); see losses.is_weights."""
+    is_level: str = "token"
+    is_cap: float = 2.0
+    is_floor: float | None = None
     drop_zero_variance: bool = True
     max_policy_lag: int | None = None
     micro_batch_tokens: int = 4096
@@ -51,35 +72,80 @@ def _lag(trajectory: Trajectory, current_version: int) -> int:
     return current_version - min(versions) if versions else 0
 
 
+def training_reward(trajectory: Trajectory, failure_reward: float | None) -> float | None:
+    """The reward a rollout trains with, or None when it is left out.
+
+    A finished rollout keeps its checker's reward; one the policy failed gets ``failure_reward`` (unless
+    its row already holds a reward); infrastructure, setup and checker failures say nothing about the
+    policy and are left out (the orchestrator retries infrastructure failures as fresh rows).
+    """
+    cause = trajectory.failure_cause
+    if cause is None:
+        return trajectory.reward
+    if cause == POLICY and failure_reward is not None:
+        return trajectory.reward if trajectory.reward is not None else failure_reward
+    return None
+
+
 def prepare_grpo(groups: Sequence[Sequence[Trajectory]], config: GRPOConfig, current_version: int) -> GRPOBatch:
-    """Advantages per task group, then drop zero-variance groups (if asked) and samples staler than the lag limit."""
-    scored = [[t for t in g if t.reward is not None] for g in groups]
-    flat = [t for g in scored for t in g]
-    index = torch.tensor([gi for gi, g in enumerate(scored) for _ in g], dtype=torch.long)
-    stats: dict[str, float] = {"rollouts_unscored": float(sum(len(g) for g in groups) - len(flat))}
+    """Drop rollouts that cannot train (unscored, too stale), then advantages per group over what is left.
+
+    Filtering first keeps each group's advantages zero-mean over the rollouts that actually train.
+    """
+    rewards_of: dict[str, float] = {}
+    unscored = failed = stale = 0
+    kept: list[list[Trajectory]] = []
+    lags: list[int] = []
+    for group in groups:
+        members = []
+        for t in group:
+            reward = training_reward(t, config.failure_reward)
+            if reward is None:
+                unscored += 1
+                continue
+            lag = _lag(t, current_version)
+            lags.append(lag)  # the lag figures describe what arrived, stale or not
+            if config.max_policy_lag is not None and lag > config.max_policy_lag:
+                stale += 1
+                continue
+            failed += t.failure_cause is not None
+            rewards_of[t.rollout_id] = float(reward)
+            members.append(t)
+        kept.append(members)
+    flat = [t for g in kept for t in g]
+    stats: dict[str, float] = {
+        "rollouts_unscored": float(unscored),
+        "rollouts_stale": float(stale),
+        "rollouts_failed_trained": float(failed),
+    }
     if not flat:
         return GRPOBatch([], stats | {"groups": 0.0, "groups_zero_variance": 0.0}, [])
-    rewards = torch.tensor([float(t.reward) for t in flat])  # type: ignore[arg-type]
+    index = torch.tensor([gi for gi, g in enumerate(kept) for _ in g], dtype=torch.long)
+    rewards = torch.tensor([rewards_of[t.rollout_id] for t in flat])
     adv = group_advantages(
-        rewards, index, scale_std=config.scale_std, drop_zero_variance=config.drop_zero_variance
+        rewards,
+        index,
+        std_scale="group" if config.scale_std else config.std_scale,
+        baseline=config.baseline,
+        drop_zero_variance=config.drop_zero_variance,
     )
-    lags = [_lag(t, current_version) for t in flat]
     samples: list[Sample] = []
     trained: list[str] = []
-    stale = 0
+    truncated = 0
     for i, trajectory in enumerate(flat):
         if not bool(adv.keep[i]):
             continue
-        if config.max_policy_lag is not None and lags[i] > config.max_policy_lag:
-            stale += 1
+        if config.mask_truncated and trajectory.truncated:
+            truncated += 1
             continue
-        samples.extend(samples_from(trajectory, float(adv.advantages[i]), main_only=not config.side_calls))
+        reward = rewards_of[trajectory.rollout_id]
+        samples.extend(samples_from(trajectory, float(adv.advantages[i]), reward=reward, main_only=not config.side_calls))
         trained.append(trajectory.rollout_id)
     stats |= {
         "groups": float(adv.num_groups),
         "groups_zero_variance": float(adv.num_zero_variance),
         "rollouts": float(len(flat)),
-        "rollouts_stale": float(stale),
+        "rollouts_truncated_masked": float(truncated),
         "reward_mean": float(rewards.mean()),
         "reward_std": float(rewards.std(unbiased=False)),
         "advantage_mean": float(adv.advantages.mean()),
@@ -92,21 +158,47 @@ def prepare_grpo(groups: Sequence[Sequence[Trajectory]], config: GRPOConfig, cur
     return GRPOBatch(samples, stats, trained)
 
 
+def updates_nothing(batch: GRPOBatch, config: GRPOConfig) -> bool:
+    """No sample, or only zero advantages with no KL or entropy term: a step would change nothing it should.
+
+    (AdamW would still move the weights from its moments and weight decay, so such a step is not taken.)
+    """
+    if not batch.samples:
+        return True
+    return config.kl_coef <= 0 and config.entropy_coef == 0 and all(s.advantage == 0.0 for s in batch.samples)
+
+
 def grpo_loss(config: GRPOConfig, ref_model: torch.nn.Module | None = None) -> LossFn:
-    """The per-micro-batch loss: weighted PPO-clip (+ kl_coef * k3 KL to the reference model)."""
+    """The per-micro-batch loss: weighted PPO-clip (token or GSPO sequence ratio), times the
+    importance-sampling correction if any, + kl_coef x k3 KL to the reference, - entropy_coef x entropy.
+
+    With a correction on, the PPO ratio is taken against the trainer's own logprobs before this step's
+    update (``logp.detach()``: a grpo_step takes one optimizer step, so this is the policy at the start of
+    the step; several passes over one batch clip against the start of each pass) and the engine's behaviour
+    logprobs enter only through the truncated / masked weight pi_trainer / pi_engine (decoupled PPO, as
+    verl's rollout correction and slime's TIS do).
+    """
 
     def loss_fn(model: torch.nn.Module, batch: MicroBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        logp, entropy = forward_logprobs(model, batch, with_entropy=True)
+        logp, entropy = forward_logprobs(model, batch, with_entropy=True, entropy_grad=config.entropy_coef != 0)
         mask = batch.loss_mask
+        behaviour = batch.behaviour_logprobs
+        old = behaviour if config.is_correction == "none" else logp.detach()
+        weights = is_weights(
+            logp, behaviour, mask, batch.sequence_ids, mode=config.is_correction, level=config.is_level,
+            cap=config.is_cap, floor=config.is_floor,
+        )
+        log_ratio = gspo_log_ratio(logp, old, mask, batch.sequence_ids) if config.ratio_level == "sequence" else None
         terms = ppo_clip(
             logp,
-            batch.behaviour_logprobs,
+            old,
             batch.advantages,
             clip_low=config.clip_low,
             clip_high=config.clip_high,
             ratio_cap=config.ratio_cap,
+            log_ratio=log_ratio,
         )
-        per_token = terms.loss
+        per_token = terms.loss * weights
         stats: dict[str, float] = {}
         if ref_model is not None and config.kl_coef > 0:
             with torch.no_grad():
@@ -114,17 +206,22 @@ def grpo_loss(config: GRPOConfig, ref_model: torch.nn.Module | None = None) -> L
             kl = kl_k3(logp, ref_logp)
             per_token = per_token + config.kl_coef * kl
             stats["kl_ref_sum"] = float((kl.detach() * mask).sum())
+        if config.entropy_coef and entropy is not None:
+            per_token = per_token - config.entropy_coef * entropy
         loss = weighted_sum(per_token, batch.token_weights)
         with torch.no_grad():
-            deviation = ((terms.ratio - 1.0).abs() * mask).max() if mask.any() else torch.tensor(0.0)
+            mismatch = torch.exp(logp - behaviour)
+            deviation = ((mismatch - 1.0).abs() * mask).max() if mask.any() else torch.tensor(0.0)
             stats |= {
                 "loss": float(loss.detach()),
                 "loss_tokens": float(mask.sum()),
                 "clipped_tokens": float((terms.clipped * mask).sum()),
-                "ratio_sum": float((terms.ratio * mask).sum()),
+                "ratio_sum": float((mismatch * mask).sum()),
                 "ratio_deviation_max": float(deviation),
-                "approx_kl_sum": float((approx_kl(logp, batch.behaviour_logprobs) * mask).sum()),
-                "entropy_sum": float((entropy * mask).sum()) if entropy is not None else 0.0,
+                "is_weight_sum": float((weights * mask).sum()),
+                "is_rejected_tokens": float(((weights == 0) & (mask > 0)).sum()),
+                "approx_kl_sum": float((approx_kl(logp, behaviour) * mask).sum()),
+                "entropy_sum": float((entropy.detach() * mask).sum()) if entropy is not None else 0.0,
             }
         return loss, stats
 
@@ -144,6 +241,8 @@ def grpo_metrics(batch: GRPOBatch, result: StepResult) -> dict[str, float]:
         "ratio_deviation_max": s.get("ratio_deviation_max", 0.0),
         "approx_kl": s.get("approx_kl_sum", 0.0) / n,
         "entropy": s.get("entropy_sum", 0.0) / n,
+        "is_weight_mean": s.get("is_weight_sum", 0.0) / n,
+        "is_rejected_fraction": s.get("is_rejected_tokens", 0.0) / n,
         "grad_norm": result.grad_norm,
         "tokens_per_s": result.tokens / result.seconds if result.seconds > 0 else 0.0,
         "step_seconds": result.seconds,
@@ -165,11 +264,12 @@ def grpo_step(
 ) -> dict[str, float]:
     """Train on this rank's slice of ``batch``; weights are shared over the whole global batch.
 
-    A batch left empty by the filters (all groups zero-variance, all stale) takes no optimizer step.
+    A batch that would update nothing (left empty by the filters, or all advantages zero) takes no
+    optimizer step and says ``skipped``: the loop then costs no checkpoint, push or version for it.
     """
-    if not batch.samples:  # the same on every rank: all ranks build the same global batch
+    if updates_nothing(batch, config):  # the same on every rank: all ranks build the same global batch
         return dict(batch.stats) | {"loss": 0.0, "loss_tokens": 0.0, "skipped": 1.0}
-    weights = token_weights(batch.samples, config.aggregation)
+    weights = token_weights(batch.samples, config.aggregation, normaliser=config.loss_normaliser)
     mine = shard(list(range(len(batch.samples))), ctx)
     local = [batch.samples[i] for i in mine]
     local_w = [weights[i] for i in mine]
@@ -180,4 +280,13 @@ def grpo_step(
     return grpo_metrics(batch, result)
 
 
-__all__ = ["GRPOBatch", "GRPOConfig", "grpo_loss", "grpo_metrics", "grpo_step", "prepare_grpo"]
+__all__ = [
+    "GRPOBatch",
+    "GRPOConfig",
+    "grpo_loss",
+    "grpo_metrics",
+    "grpo_step",
+    "prepare_grpo",
+    "training_reward",
+    "updates_nothing",
+]

@@ -89,7 +89,20 @@ def open_session(cfg: TrainerSettings, base_model: Path, out_dir: Path, ctx: Dis
 
 
 def grpo_config(cfg: TrainerSettings) -> GRPOConfig:
+    correction = cfg.is_correction
+    if correction == "auto":  # measured: vLLM's logprobs drift from the trainer's; the bundled engine's do not
+        correction = "tis" if cfg.vllm_url else "none"
     return GRPOConfig(
+        std_scale=cfg.std_scale,
+        baseline=cfg.baseline,
+        loss_normaliser=cfg.loss_normaliser,
+        ratio_level=cfg.ratio_level,
+        mask_truncated=cfg.mask_truncated,
+        entropy_coef=cfg.entropy_coef,
+        failure_reward=cfg.failure_reward,
+        is_correction=correction,
+        is_level=cfg.is_level,
+        is_cap=cfg.is_cap,
         clip_low=cfg.clip_low,
         clip_high=cfg.clip_high,
         ratio_cap=cfg.ratio_cap,
@@ -204,9 +217,10 @@ def run_training(
                     continue
                 step_metrics, rollout_ids = done
                 session.state.step += 1
-                session.state.policy_version += 1
                 session.state.trained_rollouts.extend(rollout_ids)
-                checkpoint_and_push(cfg, session, out_dir, ctx, sinks, publisher)
+                if not step_metrics.get("skipped"):  # a step that updated nothing costs no checkpoint, push or version
+                    session.state.policy_version += 1
+                    checkpoint_and_push(cfg, session, out_dir, ctx, sinks, publisher)
                 record = step_metrics | {"policy_version": session.state.policy_version, "rollout_ids": rollout_ids}
                 metrics.write(session.state.step, record)
                 if on_step is not None and ctx.is_main:

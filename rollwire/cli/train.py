@@ -36,6 +36,15 @@ FLAGS: dict[str, str] = {
     "max_policy_lag": "max_policy_lag",
     "kl_coef": "kl_coef",
     "aggregation": "aggregation",
+    "loss_normaliser": "loss_normaliser",
+    "std_scale": "std_scale",
+    "baseline": "baseline",
+    "ratio_level": "ratio_level",
+    "entropy_coef": "entropy_coef",
+    "failure_reward": "failure_reward",
+    "is_correction": "is_correction",
+    "is_level": "is_level",
+    "is_cap": "is_cap",
     "max_steps": "max_steps",
     "stream_wait": "stream_wait_s",
     "engine_url": "engine_url",
@@ -51,12 +60,15 @@ FLAGS: dict[str, str] = {
 SWITCHES: dict[str, str] = {
     "scale_std": "scale_std",
     "keep_zero_variance": "keep_zero_variance",
+    "mask_truncated": "mask_truncated",
     "exit_when_idle": "exit_when_idle",
     "train_side_calls": "train_side_calls",
 }
 
-CHOICES = {"algo": ["grpo", "sft"], "aggregation": ["token-mean", "sequence-mean"], "vllm_mode": ["reload", "lora"],
-           "strategy": ["ddp", "fsdp"]}
+CHOICES = {"algo": ["grpo", "sft"], "aggregation": ["token-mean", "sequence-mean", "constant"],
+           "vllm_mode": ["reload", "lora"], "strategy": ["ddp", "fsdp"], "std_scale": ["none", "group", "batch"],
+           "baseline": ["mean", "rloo"], "ratio_level": ["token", "sequence"],
+           "is_correction": ["auto", "none", "tis", "mis"], "is_level": ["token", "sequence"]}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for dest, name in FLAGS.items():
         info = fields[name]
         kind = {float: float, int: int}.get(type(info.default), str)
-        if name in ("sft_min_reward", "ratio_cap"):
+        if name in ("sft_min_reward", "ratio_cap", "failure_reward"):
             kind = float
         if name == "max_policy_lag":
             kind = int

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Engine
+from sqlalchemy.schema import CreateColumn
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, SQLModel, create_engine
 
@@ -41,29 +42,30 @@ def open_engine(url: str) -> Engine:
         if url.startswith("sqlite"):
             event.listen(engine, "connect", _sqlite_pragmas)
         SQLModel.metadata.create_all(engine)
-        _add_new_columns(engine)
+        _add_missing_columns(engine)
     except SQLAlchemyError as exc:
         raise StoreError(f"cannot open the store at {url.split('@')[-1]}: {exc.__class__.__name__}") from exc
     return engine
 
 
-def _add_new_columns(engine: Engine) -> None:
-    """Columns added to a table after a store was created (``ModelCall.line``): a store written by an older
-    version gets them with their default, so it stays readable and writable (``create_all`` only adds tables)."""
-    found = inspect(engine)
+def _add_missing_columns(engine: Engine) -> None:
+    """A store written by an older rollwire gains the columns added since, so it stays readable and writable
+    (``create_all`` only adds tables): a nullable column as declared, a required one with its default."""
+    inspector = inspect(engine)
     for table in SQLModel.metadata.sorted_tables:
-        if not found.has_table(table.name):
+        if not inspector.has_table(table.name):
             continue
-        present = {c["name"] for c in found.get_columns(table.name)}
+        present = {c["name"] for c in inspector.get_columns(table.name)}
         for column in table.columns:
-            default = column.default.arg if column.default is not None else None
-            if column.name in present or not isinstance(default, (str, int, float)):
+            if column.name in present:
                 continue
-            kind = column.type.compile(dialect=engine.dialect)
-            literal = "'" + default.replace("'", "''") + "'" if isinstance(default, str) else repr(default)
-            added = f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind} NOT NULL DEFAULT {literal}'
-            with engine.begin() as conn:
-                conn.execute(text(added))
+            ddl = str(CreateColumn(column).compile(dialect=engine.dialect))
+            default = column.default.arg if column.default is not None else None
+            if not column.nullable and isinstance(default, (str, int, float)):
+                literal = "'" + default.replace("'", "''") + "'" if isinstance(default, str) else repr(default)
+                ddl += f" DEFAULT {literal}"
+            with engine.begin() as connection:
+                connection.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {ddl}"))
 
 
 @contextmanager

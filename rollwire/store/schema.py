@@ -78,6 +78,11 @@ class ModelCall(SQLModel, table=True):
     completion_logprobs: bytes = Field(default=b"", sa_column=Column(LargeBinary, nullable=False))
     choice_index: int = 0
     finish_reason: str | None = None
+    sampling: dict[str, Any] = Field(
+        default_factory=dict,
+        sa_column=Column(JSON, nullable=False, server_default="{}"),
+        description="sampling parameters sent to the engine (temperature, top_p, top_k, seed, max_tokens)",
+    )
     policy_version: int = 0
     segment_index: int = 0
     segment_break: str | None = Field(default=None, description="why this call started a new segment")

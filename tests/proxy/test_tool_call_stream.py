@@ -222,3 +222,16 @@ def test_an_upstream_failing_mid_stream_is_an_error_event_and_an_error_row(
     engine.dispose()
     assert [(r.status, r.finish_reason, len(decode_ids(r.completion_ids))) for r in rows] == [("error", "abort", 4)]
     assert "engine fell over" in (rows[0].error or "")
+
+
+def test_the_engine_reported_version_beats_the_published_one(
+    start_proxy: Callable[..., Proxy], scripted: tuple[str, Script]
+) -> None:
+    # the engine knows which weights sampled an answer; a published version can lag or lead its reload
+    url, script = scripted
+    script.text = "hi"
+    proxy, client, rollout = _client(start_proxy, url)
+    assert proxy.admin.post("/admin/v1/policy_version", json={"version": 3}).status_code == 200
+    client.chat.completions.create(model="m", messages=MESSAGES)
+    trajectory = proxy.admin.get(f"/admin/v1/rollouts/{rollout['id']}/trajectory").json()
+    assert set(trajectory["segments"][0]["policy_versions"]) - {-1} == {7}

@@ -76,3 +76,18 @@ def test_stream_errors(proxy: Proxy) -> None:
     assert proxy.admin.get("/admin/v1/trajectories/stream", params={"run": "nope"}).status_code == 404
     assert proxy.admin.get("/admin/v1/trajectories/stream").status_code == 400
     assert httpx.get(f"{proxy.url}/admin/v1/trajectories/stream", params={"run": "x"}).status_code == 401
+
+
+def test_infrastructure_failures_are_not_streamed_policy_failures_are(proxy: Proxy, served_model: str) -> None:
+    run, made = _rollouts(proxy, served_model, 3)
+    errors = ["infrastructure: pod evicted", "harness exited with status 1", "infrastructure (no retry left): node lost"]
+    for rollout, error in zip(made, errors):
+        finish = {"status": "failed", "error": error}
+        assert proxy.admin.post(f"/admin/v1/rollouts/{rollout['id']}/finish", json=finish).status_code == 200
+    stream = TrajectoryStream(StreamConfig(proxy.url, "test-operator-key", run, wait_s=0))
+    got = stream.poll()
+    stream.close()
+    # the retried one is replaced by its retry (a fresh row); the last attempt fills its group, cause recorded
+    assert [t.rollout_id for t in got] == [made[1]["id"], made[2]["id"]]
+    assert [t.failure_cause for t in got] == ["policy", "infrastructure"]
+    assert got[0].metadata["failure_cause"] == "policy"

@@ -48,19 +48,20 @@ def test_sft_and_trl_rows_keep_exact_ids(source: Path, tmp_path: Path, fmt: str)
     assert main([*argv, "--out", str(trl)]) == 0
     trl_rows = _read(trl, fmt)
     assert trl_rows == [
-        {"input_ids": [5, 6, 7, 8], "assistant_masks": [0, 0, 1, 1]},
-        {"input_ids": [5, 9, 10], "assistant_masks": [0, 1, 1]},
+        {"input_ids": [5, 6, 7, 8], "assistant_masks": [0, 0, 1, 1], "labels": [-100, -100, 7, 8]},
+        {"input_ids": [5, 9, 10], "assistant_masks": [0, 1, 1], "labels": [-100, 9, 10]},
     ]
 
 
-def test_verl_rows_carry_decoded_prompt_and_exact_ids(source: Path, tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_verl_rows_are_pre_tokenized_agent_loop_outputs(source: Path, tmp_path: Path) -> None:
     out = tmp_path / "verl.parquet"
     argv = ["export", "--input", str(source), "--flavor", "verl", "--format", "parquet", "--out", str(out)]
-    assert main([*argv, "--tokenizer", str(tiny_model_dir)]) == 0
+    assert main(argv) == 0
     row = pq.read_table(out).to_pylist()[0]
-    assert row["data_source"] == "rollwire/run" and row["prompt"][0]["role"] == "user"
-    assert row["extra_info"]["prompt_ids"] == [5, 6] and row["extra_info"]["response_ids"] == [7, 8]
-    assert row["reward_model"] == {"style": "rule", "ground_truth": "1.0"}
+    assert row["data_source"] == "rollwire/run" and "prompt" not in row  # no text for verl to template again
+    assert row["prompt_ids"] == [5, 6] and row["response_ids"] == [7, 8] and row["response_mask"] == [1, 1]
+    assert row["response_logprobs"] == [-0.5, -0.25] and row["reward_score"] == 1.0
+    assert row["extra_info"]["index"] == 0 and row["extra_info"]["rollout_id"] == "r1"
 
 
 def test_bad_input_is_one_readable_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -69,11 +69,13 @@ def test_grpo_drops_samples_past_the_policy_lag(tiny_model: torch.nn.Module, sam
     sample_trajectory = sampler
     group = [
         sample_trajectory(model, [3, 4], completion=GOOD, reward=1.0, version=0),
+        sample_trajectory(model, [3, 4], completion=GOOD, reward=1.0, version=5),
         sample_trajectory(model, [3, 4], completion=BAD, reward=0.0, version=5),
     ]
     batch = prepare_grpo([group], GRPOConfig(max_policy_lag=2), current_version=6)
-    assert batch.stats["rollouts_stale"] == 1 and batch.rollout_ids == [group[1].rollout_id]
+    assert batch.stats["rollouts_stale"] == 1 and batch.rollout_ids == [group[1].rollout_id, group[2].rollout_id]
     assert batch.stats["policy_lag_max"] == 6
+    assert [s.advantage for s in batch.samples] == [0.5, -0.5]  # centred without the stale member
 
 
 def test_sft_lowers_held_out_loss(tiny_model: torch.nn.Module, sampler: Callable[..., Trajectory]) -> None:

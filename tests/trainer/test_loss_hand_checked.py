@@ -65,11 +65,11 @@ def test_kl_and_sft_terms_by_hand() -> None:
 
 
 def test_token_weights_make_token_and_sequence_means() -> None:
-    def sample(n_sampled: int) -> Sample:
+    def sample(n_sampled: int, rollout: str) -> Sample:
         n = 2 + n_sampled
-        return Sample([1] * n, [0, 0] + [1] * n_sampled, [0.0] * n, [-1, -1] + [0] * n_sampled, 1.0, "r", 1.0)
+        return Sample([1] * n, [0, 0] + [1] * n_sampled, [0.0] * n, [-1, -1] + [0] * n_sampled, 1.0, rollout, 1.0)
 
-    samples = [sample(1), sample(3)]
+    samples = [sample(1, "r1"), sample(3, "r2")]  # two rollouts (sequence-mean weighs rollouts, not segments)
     tok = token_weights(samples, "token-mean")
     seq = token_weights(samples, "sequence-mean")
     assert tok == [0.25, 0.25]

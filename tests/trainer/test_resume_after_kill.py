@@ -33,8 +33,10 @@ def test_killed_trainer_resumes_without_retraining(
 ) -> None:
     proxy, url = fake_proxy
     order = ["g1", "g2", "g1", "g3", "g2", "g3", "g4", "g4"]  # g2's first half waits in the buffer across step 1
+    # each group's first member scores 1, its second 0: every step has a signal (a step without one costs no version)
     trajs = [
-        sampler(tiny_model, [7, 8, 9], completion=[20 + i, 21 + i], reward=float(i % 2), group_id=g, cursor=i + 1)
+        sampler(tiny_model, [7, 8, 9], completion=[20 + i, 21 + i], reward=float(g not in order[:i]), group_id=g,
+                cursor=i + 1)
         for i, g in enumerate(order)
     ]
     for t in trajs[:5]:  # step 1 trains g1 (after #3), step 2 g2 (after #5); g3's first half (#4) stays pending
