@@ -52,8 +52,13 @@ class Served:
 
 def sampling_record(sampling: Sampling) -> dict[str, Any]:
     """The sampling parameters a call was sent with (unset ones omitted: the engine's defaults, T=1, top_p=1)."""
-    values = {"temperature": sampling.temperature, "top_p": sampling.top_p, "seed": sampling.seed,
-              "max_tokens": sampling.max_tokens}
+    values = {
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k,
+        "seed": sampling.seed,
+        "max_tokens": sampling.max_tokens,
+    }
     return {k: v for k, v in values.items() if v is not None}
 
 
