@@ -32,7 +32,7 @@ CODEX_HOME = ".codex"
 TOKEN_ENV = "ROLLWIRE_TOKEN"
 FINAL_ANSWER = "final_answer.txt"
 SANDBOX_MODES = ("read-only", "workspace-write", "danger-full-access")
-WRAPPER = 'export TMPDIR="$ROLLWIRE_WORKSPACE/.tmp"; mkdir -p "$TMPDIR" && exec "$@"\n'
+WRAPPER = 'export TMPDIR="${ROLLWIRE_WORKSPACE:-$PWD}/.tmp"; mkdir -p "$TMPDIR" && exec "$@"\n'
 """Codex runs each shell command of its (default) sandbox through a ``codex-linux-sandbox`` link it makes under
 CODEX_HOME, and refuses to make it when CODEX_HOME lies in the system temp folder, where local workspaces
 live: every command then fails (``bwrap: execvp codex-linux-sandbox``). Its temp folder inside the

@@ -38,7 +38,6 @@ from rollwire.store.schema import ModelCall, Rollout
 MAX_MODEL_LEN = 32768
 """Above the tiny model's own 8192: Codex's instructions and tools alone are about 15k tokens."""
 DEFAULT_MAX_OUTPUT_TOKENS = 32
-SCRIPTED_POLICY = "scripted-policy"
 MINI_SWE_VENV_PYTHON = Path(__file__).resolve().parents[2] / ".venv-harness" / "mini-swe-agent" / "bin" / "python"
 """Where ``.ci/run`` installs mini-swe-agent (beside rollwire's own venv, which cannot hold it)."""
 
@@ -139,12 +138,12 @@ def scripted_policy_stack(
     the context it reports (None: none, so the proxy sends output caps as asked)."""
     from tests.proxy.engine_tap import EngineTap
 
-    app = build_teacher_app(model_dir, suites, served_name=SCRIPTED_POLICY, max_model_len=max_model_len)
+    app = build_teacher_app(model_dir, suites, served_name="scripted-policy", max_model_len=max_model_len)
     tap = EngineTap(app)
     with ServerThread(tap) as upstream:
-        stack = LocalStack(  # served_model_name: every name a harness asks for (its own default) means it
-            Settings(), upstream=upstream.url, served_model_name=SCRIPTED_POLICY,
-            db_url=f"sqlite:///{folder / 'store.db'}", state_dir=folder / "state", log_dir=folder / "logs",
+        stack = LocalStack(
+            Settings(), upstream=upstream.url, db_url=f"sqlite:///{folder / 'store.db'}",
+            state_dir=folder / "state", log_dir=folder / "logs",
         )  # fmt: skip
         with stack as info:
             yield tap, info

@@ -178,3 +178,12 @@ def test_mini_swe_agent_that_cannot_reach_its_model_fails_with_its_stderr(tmp_pa
 def test_bad_options_are_refused_by_name(name: str, options: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="sandbox|max_turns"):
         get_adapter(name, **options)
+
+
+def test_the_served_model_name_is_not_forced_on_codex() -> None:
+    """Codex's tools depend on the model name: the CLIs leave it its default model, others get the served name."""
+    from rollwire.cli.stack_args import with_served_model
+
+    assert with_served_model("codex", {}, "served") == {}
+    assert with_served_model("codex", {"model": "mine"}, "served") == {"model": "mine"}
+    assert with_served_model("reference", {}, "served") == {"model": "served"}

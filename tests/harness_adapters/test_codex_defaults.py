@@ -30,6 +30,8 @@ from rollwire.store.schema import ModelCall, Rollout
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_harness, needs_binary("codex", "@openai/codex")]
 DEADLINE_S = 180.0
+SCRIPTED_POLICY = "scripted-policy"
+"""The name scripted_policy_stack's upstream serves."""
 GATEWAY = "mcp__rollwire"
 """The namespace Codex gives the MCP server the adapter names ``rollwire``."""
 
@@ -59,9 +61,13 @@ SLUG_STEPS = [
 
 
 def _solve(model_dir: Path, folder: Path, steps: list[ToolCall], **options: Any) -> tuple[Any, Any, Rollout]:
-    with scripted_policy_stack(model_dir, folder, [_script(steps)]) as (tap, info):
-        row = run_one_task(info, "codex", folder / "ws", deadline_s=DEADLINE_S, **options)
-        return tap, info, row
+    with pytest.MonkeyPatch.context() as env:  # read by the proxy process at its start
+        # Codex asks for its own model's name (or the slug): the one served model answers to every name
+        env.setenv("ROLLWIRE_PROXY__MODEL_ALIASES", json.dumps({"*": SCRIPTED_POLICY}))
+        with scripted_policy_stack(model_dir, folder, [_script(steps)]) as (tap, info):
+            env.delenv("ROLLWIRE_PROXY__MODEL_ALIASES")
+            row = run_one_task(info, "codex", folder / "ws", deadline_s=DEADLINE_S, **options)
+            return tap, info, row
 
 
 def _assert_one_exact_segment(tap: Any, info: Any, row: Rollout, calls: list[ModelCall]) -> None:
