@@ -104,3 +104,13 @@ def test_the_root_probe_answers_200(dialect_stack: Stack, method: str) -> None:
     rollout = dialect_stack.new_rollout()
     for url in (dialect_stack.url + "/", rollout["anthropic_base_url"], rollout["anthropic_base_url"] + "/"):
         assert httpx.request(method, url, timeout=10).status_code == 200, url
+
+
+def test_top_k_acts_in_the_engine(dialect_stack: Stack) -> None:
+    """top_k 1 at temperature 1 samples what greedy decoding does: the engine applied it."""
+    client, _ = _client(dialect_stack)
+    sampled = []
+    for extra in ({"temperature": 0.0}, {"temperature": 1.0, "top_k": 1}, {"temperature": 1.0, "top_k": 1}):
+        client.messages.create(model="claude-opus-4-8", messages=HISTORY[:1], max_tokens=12, extra_body=extra)
+        sampled.append(dialect_stack.tap.calls[-1][1]["choices"][0]["token_ids"])
+    assert sampled[0] == sampled[1] == sampled[2]
