@@ -10,6 +10,7 @@ CPU build from the venv ``rollwire.vllm_runtime`` manages (installed on first us
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -98,6 +99,15 @@ class _Child:
     url: str
     process: subprocess.Popen[bytes]
     log: Path
+    group: bool = False
+    """Started as its own process group (vLLM: its API server and engine-core worker stop together)."""
+
+    def signal(self, signum: int) -> None:
+        if self.group:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signum)
+        else:
+            self.process.send_signal(signum)
 
 
 class LocalStack:
@@ -190,14 +200,17 @@ class LocalStack:
         """Stop every part (proxy first, engine last): SIGTERM, then SIGKILL after a grace period."""
         for child in reversed(self._children):
             if child.process.poll() is None:
-                child.process.send_signal(signal.SIGTERM)
+                child.signal(signal.SIGTERM)
         deadline = time.monotonic() + 10.0
         for child in reversed(self._children):
             try:
                 child.process.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                child.process.kill()
+                child.signal(signal.SIGKILL)
                 child.process.wait()
+            if child.group:  # the worker may outlive its API server by a moment
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.process.pid, signal.SIGKILL)
         self._children.clear()
 
     def add_proxy(self, name: str, upstream: str) -> str:
@@ -246,7 +259,7 @@ class LocalStack:
         host, port = url.rsplit(":", 1)
         argv = serve_command(python, model=model, host=host.split("//", 1)[1], port=int(port),
                              served_model_name=self.served_model_name or "", extra=self.engine_args)  # fmt: skip
-        self._spawn("engine", url, argv, command=argv, env=serve_env(self._child_env("engine")))
+        self._spawn("engine", url, argv, command=argv, env=serve_env(self._child_env("engine")), group=True)
 
     def _child_env(self, name: str) -> dict[str, str]:
         env = dict(os.environ)
@@ -260,8 +273,9 @@ class LocalStack:
         return env
 
     def _spawn(
-        self, name: str, url: str, argv: list[str], command: list[str] | None = None, env: dict[str, str] | None = None
-    ) -> None:
+        self, name: str, url: str, argv: list[str], command: list[str] | None = None,
+        env: dict[str, str] | None = None, group: bool = False,
+    ) -> None:  # fmt: skip
         """Start one part; ``command`` replaces the default ``rollwire <argv> --host --port`` line."""
         port = url.rsplit(":", 1)[1]
         command = command or [
@@ -278,8 +292,10 @@ class LocalStack:
         ]
         log = self.log_dir / f"{name}.log"
         with log.open("wb") as out:
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env or self._child_env(name))
-        self._children.append(_Child(name, url, process, log))
+            process = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, env=env or self._child_env(name), start_new_session=group
+            )
+        self._children.append(_Child(name, url, process, log, group))
 
     def _wait_healthy(self, child: _Child) -> None:
         limit = self.start_timeout_s
