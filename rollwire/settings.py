@@ -157,7 +157,7 @@ class TrainerSettings(BaseModel):
     mask_truncated: bool = Field(False, description="Leave rollouts with a length-truncated call out of the loss.")
     entropy_coef: float = Field(0.0, description="Weight of the entropy bonus in the GRPO loss; 0 turns it off.")
     failure_reward: float | None = Field(
-        0.0, description="Reward of rollouts the policy failed (exit, deadline, budget); unset leaves them out."
+        0.0, description="Reward of rollouts the policy failed (harness exit, deadline, budget); null leaves them out."
     )
     is_correction: str = Field(
         "auto", description="Engine-trainer mismatch correction: none, tis, mis; auto is tis with vLLM, else none."
