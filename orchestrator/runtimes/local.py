@@ -43,6 +43,7 @@ PASS_THROUGH_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SYSTEMROOT", "VIRTUAL_ENV")
 """Host variables a harness inherits; everything else comes from the adapter (no host secrets leak in)."""
 MAX_ANSWER_BYTES = 64 * 1024
 TERM_GRACE_S = 2.0
+NAMESPACE_GONE_S = 10.0
 
 
 @dataclass(slots=True)
@@ -198,6 +199,19 @@ class LocalRuntime:
 
     async def _kill_group(self, proc: _Proc) -> None:
         pgid = proc.process.pid
+        # a sandbox's pid namespace outlives bwrap's own pid by a moment: its init's end is the end of all of them
+        inner = _first_child_pidfd(pgid) if proc.release is not None and proc.process.returncode is None else None
+        try:
+            await self._signal_and_wait(proc, pgid)
+            if inner is not None:
+                with anyio.move_on_after(NAMESPACE_GONE_S):
+                    await anyio.wait_readable(inner)
+        finally:
+            if inner is not None:
+                os.close(inner)
+
+    @staticmethod
+    async def _signal_and_wait(proc: _Proc, pgid: int) -> None:
         if proc.process.returncode is None:
             _signal_group(pgid, signal.SIGTERM)
             with anyio.move_on_after(TERM_GRACE_S):
@@ -207,6 +221,15 @@ class LocalRuntime:
             await proc.process.wait()
         if isinstance(proc.process, anyio.abc.Process):
             await proc.process.aclose()
+
+
+def _first_child_pidfd(pid: int) -> int | None:
+    """A pidfd of ``pid``'s first child (bwrap's: the sandbox's pid-namespace init), readable once it is gone."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return os.pidfd_open(int(children[0])) if children else None
+    except (OSError, ValueError):
+        return None
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -46,6 +46,9 @@ ALWAYS_HIDDEN = (
 HIDDEN_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
 """Secrets outside the homes that the orchestrator's user may own (run as root, the sandbox's user is uid 0)."""
 NAMESPACES = ("--unshare-all", "--die-with-parent", "--cap-drop", "ALL")
+ROOT_RUN_UID = 1000
+"""The sandbox's uid when the orchestrator runs as root: seen as root, a harness would take root's paths (nested
+bwrap writes uid maps it may not, Claude Code refuses to skip permissions); the files stay the orchestrator's."""
 PROBE_TIMEOUT_S = 20.0
 UNAVAILABLE_HINT = "turn the sandbox off with --no-sandbox (ROLLWIRE_ORCHESTRATOR__SANDBOX=false) to run harnesses with the user's full access"
 
@@ -171,6 +174,8 @@ def bwrap_command(
         command += ["--ro-bind", str(path), inside]
         relay.append([endpoint.host, endpoint.port, inside])
     command += [*NAMESPACES, "--chdir", str(workspace)]
+    if os.geteuid() == 0:
+        command += ["--unshare-user", "--uid", str(ROOT_RUN_UID), "--gid", str(ROOT_RUN_UID)]
     spec = {
         "relay": relay,
         "limits": {"nproc": limits.processes, "data": limits.memory_bytes, "cpu": limits.cpu_s},

@@ -1,0 +1,90 @@
+"""A harness's own shell tool works inside the local runtime's sandbox: Codex's ``exec_command``, called by a
+scripted policy, runs a command in the rollout's workspace and its output goes back to the model; the command
+sees the workspace (and Codex's own config there) and nothing of the host's home.
+
+The policy is the demo's scripted teacher behind the proxy (``scripted_policy_stack``) playing a one-task suite
+whose reference solution is that one shell call; Codex runs at its adapter's defaults except its own sandbox
+(``CODEX_SANDBOX``) and without the gateway (``mcp=False``: the shell is the point).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import anyio
+import pytest
+from tests.harness_adapters.conftest import model_calls, needs_binary, scripted_policy_stack, workspace_of
+
+from rollwire.mcp_servers.tasks.schema import Criterion, Suite, Task, ToolCall
+from rollwire.orchestrator.runtimes.sandbox import probe
+from rollwire.orchestrator.suite_run import run_suite
+from rollwire.settings import OrchestratorSettings, Settings
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.needs_harness,
+    pytest.mark.skipif(probe("bwrap") is not None, reason=f"no sandbox here: {probe('bwrap')}"),
+]
+
+
+def _home_file() -> Path:
+    """A file in this user's home (the command only tries to read it); a made-up one where there is none."""
+    home = Path.home()
+    files = sorted(p for p in home.iterdir() if p.is_file()) if home.is_dir() else []
+    return files[0] if files else home / ".ssh" / "id_ed25519"
+
+
+COMMAND = (
+    'echo "$((6 * 7)) from the sandbox"; pwd; head -n 1 .codex/config.toml; '
+    f"cat {shlex.quote(str(_home_file()))} >/dev/null 2>&1 && echo home: LEAKED || echo home: hidden"
+)
+
+
+CODEX_SANDBOX = "danger-full-access"
+"""Codex's own sandbox is bubblewrap too, and bwrap cannot nest inside bwrap: the outer sandbox's /proc carries
+read-only overmounts (/proc/sys ...) that make a new proc mount in a nested pid namespace fail ("Can't mount
+proc on /newroot/proc"). Inside the rollout's sandbox Codex's is redundant, so this test turns it off; the
+command is still confined by the rollout's sandbox (the home check below)."""
+
+
+@needs_binary("codex", "@openai/codex")
+def test_codex_shell_tool_runs_inside_the_workspace(tiny_model_dir: Path, tmp_path: Path) -> None:
+    task = Task(
+        id="shell-in-sandbox",
+        instruction="Run one shell command and report what it printed.",
+        servers=["workspace"],
+        checker=[Criterion(kind="answer_contains", args={"value": "done"})],
+        reference_solution=[ToolCall(server="shell", tool="exec_command", arguments={"cmd": COMMAND})],
+        reference_answer="done",
+    )
+    suite = Suite(name="sandbox-shell", tasks=[task])
+    suite_file = tmp_path / "sandbox-shell.json"
+    suite_file.write_text(suite.model_dump_json())
+    workspaces = tmp_path / "ws"
+    settings = Settings(orchestrator=OrchestratorSettings(workspace_root=str(workspaces), keep_workspaces=True))
+    with scripted_policy_stack(tiny_model_dir, tmp_path, [suite]) as (_tap, info):
+        result = anyio.run(
+            lambda: run_suite(
+                info, suite=str(suite_file), harness="codex", task_ids=[task.id], deadline_s=120,
+                harness_options={"model": info.model, "mcp": False, "sandbox": CODEX_SANDBOX}, settings=settings,
+            )
+        )  # fmt: skip
+        (row,) = result.rollouts
+        calls = model_calls(info, row.id)
+    assert row.status == "finished" and row.exit_code == 0, (row.error, row.log_tail)
+    assert len(calls) >= 2, row.log_tail
+    first = json.loads(calls[0].response_json)["output"]
+    assert [i["name"] for i in first if i["type"] == "function_call"] == ["exec_command"]
+    outputs = [
+        str(item.get("output"))
+        for item in json.loads(calls[1].request_json)["input"]
+        if item.get("type") == "function_call_output"
+    ]
+    assert len(outputs) == 1, outputs
+    (output,) = outputs
+    workspace = workspace_of(workspaces, row.id)
+    assert "42 from the sandbox" in output, output
+    assert str(workspace) in output and "model = " in output, output  # its cwd is the workspace, which it can read
+    assert "home: hidden" in output, output
