@@ -61,7 +61,9 @@ def _add_missing_columns(engine: Engine) -> None:
                 continue
             ddl = str(CreateColumn(column).compile(dialect=engine.dialect))
             default = column.default.arg if column.default is not None else None
-            if not column.nullable and isinstance(default, (str, int, float)):
+            if not column.nullable:
+                if not isinstance(default, (str, int, float)):
+                    continue  # a required column with no constant default is no later addition
                 literal = "'" + default.replace("'", "''") + "'" if isinstance(default, str) else repr(default)
                 ddl += f" DEFAULT {literal}"
             with engine.begin() as connection:
