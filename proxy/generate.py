@@ -38,7 +38,7 @@ class Served:
 
     name: str | None = None
     max_model_len: int | None = None
-    """From the model card (vLLM and the bundled engine report it); bounds an unset max_tokens."""
+    """From the model card (vLLM and the bundled engine report it); bounds every output cap (``limits``)."""
     policy_version: int | None = None
     """Set through the admin API for engines that cannot report a version (real vLLM)."""
 
