@@ -7,8 +7,8 @@ the workspace. The MCP server is the rollout's gateway URL, given in a JSON file
 ``--strict-mcp-config`` so no other MCP configuration is read.
 
 Everything else is Claude Code's default: its model name, its whole system prompt and built-in tools, its
-thinking mode, its output cap (64000; the proxy clamps it to what the context leaves), its betas and its
-side calls. The one thing print mode cannot keep is the permission prompt: at its defaults ``claude -p``
+thinking mode, its output cap (64000 under its own model names, 32000 under others; the proxy clamps it to
+what the context leaves), its betas and its side calls. The one thing print mode cannot keep is the permission prompt: at its defaults ``claude -p``
 denies every tool call that would ask (Write and Edit, Bash commands that are not read-only, any MCP tool,
 reads outside the working folder) and hands the model "Claude requested permissions to ..., but you haven't
 granted it yet". So the adapter answers the prompts up front, as an unattended run must: edits in the

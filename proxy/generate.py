@@ -40,7 +40,7 @@ class Served:
 
     name: str | None = None
     max_model_len: int | None = None
-    """From the model card (vLLM and the bundled engine report it); bounds an unset max_tokens."""
+    """From the model card (vLLM and the bundled engine report it); bounds every output cap (``limits``)."""
     models: int = 0
     """How many models the upstream lists; with one, any requested name is answered by it."""
     structured_outputs: bool = True
