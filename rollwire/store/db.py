@@ -12,11 +12,12 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import SQLAlchemyError
-from sqlmodel import Session, SQLModel, create_engine
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlmodel import Session, create_engine
 
 from rollwire.errors import StoreError
 from rollwire.store import schema  # noqa: F401  (registers the tables)
+from rollwire.store.versions import prepare
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -28,8 +29,13 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def redact(url: str) -> str:
+    """The URL without its credentials, for messages."""
+    return url.split("@")[-1]
+
+
 def open_engine(url: str) -> Engine:
-    """Create the SQLAlchemy engine for ``url`` and make sure the tables exist."""
+    """Create the SQLAlchemy engine for ``url``; create, check or migrate its schema (see ``versions``)."""
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
@@ -40,10 +46,27 @@ def open_engine(url: str) -> Engine:
         engine = create_engine(url, **kwargs)
         if url.startswith("sqlite"):
             event.listen(engine, "connect", _sqlite_pragmas)
-        SQLModel.metadata.create_all(engine)
+        _prepare(engine, redact(url))
     except SQLAlchemyError as exc:
-        raise StoreError(f"cannot open the store at {url.split('@')[-1]}: {exc.__class__.__name__}") from exc
+        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise StoreError(f"cannot open the store at {redact(url)}: {exc.__class__.__name__}: {detail}") from exc
+    except ModuleNotFoundError as exc:
+        hint = " (for Postgres: pip install 'rollwire[postgres]')" if "psycopg" in str(exc) else ""
+        raise StoreError(f"no database driver for {url.split(':', 1)[0]}: {exc}{hint}") from exc
     return engine
+
+
+def _prepare(engine: Engine, where: str) -> None:
+    """Schema work in one transaction. SQLite runs DDL outside it, so two processes creating one new file at
+    once may clash: the loser sees the winner's tables on its next try."""
+    for attempt in range(3):
+        try:
+            with engine.begin() as conn:
+                prepare(conn, where)
+            return
+        except (IntegrityError, OperationalError):
+            if engine.dialect.name != "sqlite" or attempt == 2:
+                raise
 
 
 @contextmanager
@@ -60,4 +83,4 @@ def session_scope(engine: Engine) -> Iterator[Session]:
         session.close()
 
 
-__all__ = ["open_engine", "session_scope"]
+__all__ = ["open_engine", "redact", "session_scope"]
