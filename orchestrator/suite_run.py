@@ -159,7 +159,7 @@ async def run_suite(
     )
     picked = select_tasks(suite, split, task_ids)
     adapter = build_adapter(harness, harness_options)
-    from rollwire.mcp_servers.tasks.scorer import SuiteScorer
+    from rollwire.orchestrator.suite_scorer import SuiteScorer
 
     scorer = SuiteScorer(suite, Path(stack.state_root))
     book = RolloutBook(await anyio.to_thread.run_sync(open_engine, stack.db_url))
