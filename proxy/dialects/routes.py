@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from rollwire.errors import RollwireError, Unauthorized
+from rollwire.errors import RollwireError, Unauthorized, UpstreamTimeout
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +69,10 @@ async def answer_response(
                 _, body = await state.generator.generate(caller, conv, dialect, request)
                 return Response(body, media_type="application/json")
             events = await open_live(state.generator, caller, conv, dialect, request)
+        except UpstreamTimeout as exc:
+            if "call_deadline_s" not in caller.budgets:
+                raise
+            raise await state.budgets.refuse(caller, "deadline", dialect.name, exc) from None
         finally:
             DEADLINE.reset(deadline)
         streaming = True

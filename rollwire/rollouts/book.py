@@ -123,6 +123,8 @@ class RolloutBook:
         """Pending rows (attempt 0, no usable token until claimed); returns their ids."""
         ids: list[str] = []
         with session_scope(self._engine) as session:
+            run = session.get(Run, run_id)
+            defaults = dict(((run.config if run else {}) or {}).get("budgets") or {})
             for item in planned:
                 rollout_id = new_rollout_id()
                 session.add(
@@ -134,7 +136,7 @@ class RolloutBook:
                         group_id=item.group_id,
                         sample_index=item.sample_index,
                         meta=dict(item.meta),
-                        budgets=dict(item.budgets),
+                        budgets={**defaults, **dict(item.budgets)},
                     )
                 )
                 ids.append(rollout_id)
