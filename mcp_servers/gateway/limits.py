@@ -37,9 +37,14 @@ def cap_result(result: dict[str, Any], limit: int) -> Capped:
     if size <= limit:
         return Capped(result, size, False)
     text = "\n".join(str(b.get("text", "")) for b in result.get("content", []) if isinstance(b, dict))
-    kept = text.encode()[: max(limit - 200, 0)].decode(errors="ignore")
+    structured = result.get("structuredContent")
+    text_result = isinstance(structured, dict) and set(structured) == {"result"}  # a tool returning text
+    room = max(limit - 200, 0) // (2 if text_result else 1)  # the text goes twice: as content and as its schema's shape
+    kept = text.encode()[:room].decode(errors="ignore")
     note = f"\n[truncated by the gateway: the result was {size} bytes; at most {limit} are kept]"
-    capped = {"content": [{"type": "text", "text": kept + note}], "isError": bool(result.get("isError"))}
+    capped: dict[str, Any] = {"content": [{"type": "text", "text": kept + note}], "isError": bool(result.get("isError"))}
+    if text_result:
+        capped["structuredContent"] = {"result": kept + note}
     return Capped(capped, size, True)
 
 

@@ -56,7 +56,9 @@ class GatewayStack:
     env: EnvServers
     app: Starlette
 
-    def add_rollout(self, rollout_id: str, task: str | None = None, servers: list[str] | None = None) -> str:
+    def add_rollout(
+        self, rollout_id: str, task: str | None = None, servers: list[str] | None = None, budgets: dict[str, int] | None = None
+    ) -> str:
         """A rollout row (in a run) whose token opens ``/r/<token>/mcp``; ``task`` is suite:task_id."""
         token = f"tok-{rollout_id}-{secrets.token_hex(4)}"
         suite, _, task_id = (task or "").partition(":")
@@ -75,6 +77,7 @@ class GatewayStack:
                     task_id=task_id or None,
                     meta=meta,
                     status=RolloutStatus.RUNNING,  # a rollout whose token is handed out is running
+                    budgets=dict(budgets or {}),
                 )
             )
         return token
