@@ -233,6 +233,8 @@ class LocalStack:
         env.setdefault("PYTHONUNBUFFERED", "1")
         if name in ("env", "gateway"):
             env["ROLLWIRE_MCP__ENV_SECRET"] = env["ROLLWIRE_MCP__GATEWAY__ENV_SECRET"] = self.env_secret
+        if name == "env" and self.settings.mcp.suites:  # suite files (besides the shipped ones) tasks may seed from
+            env["ROLLWIRE_MCP__SUITES"] = json.dumps([str(Path(s).resolve()) for s in self.settings.mcp.suites])
         if name.startswith("proxy"):
             if "ROLLWIRE_PROXY__MODEL_ALIASES" not in env and self.served_model_name:
                 # One served model: every requested name (a harness's own default, "default") means it.

@@ -68,7 +68,10 @@ def loaded_task(ref: str) -> Task:
     process (``load_suite``, e.g. the env servers' ``--suite``), never an arbitrary file."""
     suite_name = ref.partition(":")[0]
     if not _NAME.match(suite_name) and str(Path(suite_name).resolve()) not in _LOADED:
-        raise InvalidRequest(f"task reference {ref[:200]!r} names a suite this server has not loaded")
+        raise InvalidRequest(
+            f"task reference {ref[:200]!r} names a suite this server has not loaded "
+            "(start the env servers with ROLLWIRE_MCP__SUITES='[\"/abs/path/suite.json\"]')"
+        )
     return resolve_task(ref)
 
 
