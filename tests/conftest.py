@@ -46,10 +46,12 @@ POSTGRES_ENV = "ROLLWIRE_TEST_POSTGRES_URL"
 
 
 def postgres_server_url() -> str:
-    """The test server's URL; CI (``CI=true``) fails without it, elsewhere the Postgres variants skip."""
+    """The test server's URL; CI (``ROLLWIRE_REQUIRE_POSTGRES=1`` or ``CI=true``) fails without it, elsewhere the
+    Postgres variants skip."""
     url = os.environ.get(POSTGRES_ENV, "")
     if not url:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        required = os.environ.get("ROLLWIRE_REQUIRE_POSTGRES") or os.environ.get("CI", "").lower() in ("1", "true", "yes")
+        if required:
             pytest.fail(f"{POSTGRES_ENV} is not set: CI must run the store tests against PostgreSQL")
         pytest.skip(f"no PostgreSQL to test against: set {POSTGRES_ENV} (.ci/postgres starts one)")
     return url
