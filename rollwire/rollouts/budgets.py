@@ -30,6 +30,8 @@ LIMITS: dict[str, type] = {
     "tool_calls": int,
 }
 """Budget name -> its type; an absent budget is unlimited (tool calls fall back to the gateway's setting)."""
+KEEP = 65_536
+"""Rollouts whose usage one process keeps in memory."""
 
 
 def parse_budgets(raw: Any) -> dict[str, int | float]:
@@ -105,7 +107,15 @@ class Budgets:
                 if found is None:
                     found = await anyio.to_thread.run_sync(_load_usage, self._engine, rollout_id)
                     self._usage[rollout_id] = found
+            self._locks.pop(rollout_id, None)
+            self._prune()
         return found
+
+    def _prune(self) -> None:
+        """Forget the oldest idle rollouts past ``KEEP`` (they are re-read from the store if they come back)."""
+        for rollout_id in list(self._usage)[: max(len(self._usage) - KEEP, 0)]:
+            if self._usage[rollout_id].in_flight == 0:
+                del self._usage[rollout_id]
 
     async def refuse(self, who: Identity, kind: str, target: str, error: RollwireError) -> RollwireError:
         """Record why a call was refused; returns the error to raise (a store failure is the caller's 500)."""
