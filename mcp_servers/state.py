@@ -21,8 +21,11 @@ ROLLOUT_HEADER = "x-rollwire-rollout"
 """Header carrying the rollout id from the gateway to our servers."""
 TASK_HEADER = "x-rollwire-task"
 """Header carrying ``suite:task_id`` so a server can seed a rollout's state on first use."""
+SECRET_HEADER = "x-rollwire-env-secret"
+"""Header carrying the secret shared by the gateway and the env servers; a call without it is refused."""
 
-_ROLLOUT_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+_ROLLOUT_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
+"""A rollout id is one plain folder name: no separators, never '.' or '..' (nor any leading dot)."""
 _MARKER = ".created"
 
 
@@ -43,8 +46,10 @@ class StateStore:
 
     def folder(self, rollout_id: str) -> Path:
         """The folder of ``rollout_id`` (it may not exist yet)."""
-        if not _ROLLOUT_RE.match(rollout_id or ""):
-            raise InvalidRequest("rollout id must be 1-128 characters of letters, digits, '.', '_' or '-'")
+        if not _ROLLOUT_RE.match(rollout_id or "") or ".." in rollout_id:
+            raise InvalidRequest(
+                "rollout id must be 1-128 characters of letters, digits, '.', '_' or '-', not starting with '.'"
+            )
         return self.root / rollout_id
 
     def ensure(self, rollout_id: str, task_ref: str | None, server: str, seed: Seeder) -> Path:
@@ -99,4 +104,4 @@ def write_json(path: Path, value: Any) -> None:
     tmp.replace(path)
 
 
-__all__ = ["ROLLOUT_HEADER", "TASK_HEADER", "Seeder", "StateStore", "read_json", "write_json"]
+__all__ = ["ROLLOUT_HEADER", "SECRET_HEADER", "TASK_HEADER", "Seeder", "StateStore", "read_json", "write_json"]

@@ -171,13 +171,15 @@ async def run_suite(
     )
     picked = select_tasks(suite, split, task_ids)
     adapter = build_adapter(harness, harness_options)
-    from rollwire.mcp_servers.tasks.scorer import SuiteScorer
+    from rollwire.orchestrator.suite_scorer import SuiteScorer
 
     scorer = SuiteScorer(suite, Path(stack.state_root))
     book = RolloutBook(await anyio.to_thread.run_sync(open_engine, stack.db_url))
     run_id = run_id or f"run-{secrets.token_hex(6)}"
     tasks = await anyio.to_thread.run_sync(_resume_tasks, book, run_id, suite, harness, picked)
     config: dict[str, object] = {**(run_meta or {}), "suite": suite_ref(suite), "split": split, "runtime": runtime}
+    if scorer.suite.budgets:  # every rollout of the run gets the suite's budgets (stored on its row)
+        config["budgets"] = dict(scorer.suite.budgets)
     plan = RunPlan(run_id, tasks, group_size, harness, run_name, policy_version, config)
     endpoints = Endpoints(orch.proxy_url or stack.proxy_url, orch.gateway_url or stack.gateway_url)
     env = dict(os.environ if host_env is None else host_env)

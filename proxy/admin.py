@@ -3,25 +3,19 @@ traces, and the policy version for engines that cannot report one. Store work ru
 
 from __future__ import annotations
 
-import secrets
-import threading
 from typing import Any
 
 import anyio.to_thread
-from rollwire.proxy.auth import hash_token, new_token
-from sqlalchemy import func
 from sqlalchemy.engine import Engine
-from sqlmodel import select
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from rollwire.errors import Conflict, InvalidRequest, NotFound
+from rollwire.errors import InvalidRequest, NotFound
 from rollwire.reconstruct import load_calls, reconstruct
 from rollwire.side_calls import rules_from
-from rollwire.store import Rollout, RolloutStatus, Run, decode_ids, now_ns, session_scope
-
-_finish_lock = threading.Lock()
-"""finished_seq is max + 1; one writer at a time in this process (the unique index guards others)."""
+from rollwire.rollouts import RolloutBook, parse_status
+from rollwire.rollouts.budgets import parse_budgets
+from rollwire.store import Rollout, Run, decode_ids, session_scope
 
 
 def _state(request: Request) -> Any:
@@ -29,17 +23,13 @@ def _state(request: Request) -> Any:
 
 
 def create_run(engine: Engine, body: dict[str, Any]) -> Run:
-    run = Run(
-        id=str(body.get("id") or "run-" + secrets.token_hex(6)),
-        name=str(body.get("name", "")),
-        kind=str(body.get("kind", "adhoc")),
-        config=dict(body.get("config") or {}),
-    )
-    with session_scope(engine) as session:
-        if session.get(Run, run.id) is not None:
-            raise Conflict(f"run {run.id!r} exists")
-        session.add(run)
-    return run
+    config = dict(body.get("config") or {})
+    if "budgets" in body:
+        config["budgets"] = parse_budgets(body["budgets"])
+    elif "budgets" in config:
+        config["budgets"] = parse_budgets(config["budgets"])
+    name, kind = str(body.get("name", "")), str(body.get("kind", "adhoc"))
+    return RolloutBook(engine).create_run(str(body.get("id") or "") or None, name, kind, config)
 
 
 def rollout_links(base: str, token: str, gateway: str = "") -> dict[str, str]:
@@ -52,64 +42,55 @@ def rollout_links(base: str, token: str, gateway: str = "") -> dict[str, str]:
 def create_rollouts(
     engine: Engine, run_id: str, body: dict[str, Any], base: str, gateway: str = ""
 ) -> list[dict[str, Any]]:
+    """Running rollouts with their tokens; ``budgets`` override the run's (see ``rollwire.rollouts.budgets``)."""
     count = body.get("count", 1)
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 10_000:
         raise InvalidRequest("count must be an integer in [1, 10000]", param="count")
-    out = []
+    for name in ("sample_index_start", "attempt"):
+        value = body.get(name, 0)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidRequest(f"{name} must be an integer", param=name)
     meta = body.get("meta") or {}
     if not isinstance(meta, dict):
         raise InvalidRequest("meta must be an object", param="meta")
     if "side_call_rules" in meta:
         rules_from(meta["side_call_rules"], "meta.side_call_rules")
-    with session_scope(engine) as session:
-        if session.get(Run, run_id) is None:
-            raise NotFound(f"no run {run_id!r}")
-        for i in range(count):
-            token = new_token()
-            rollout = Rollout(
-                id="ro-" + secrets.token_hex(8),
-                run_id=run_id,
-                token_hash=hash_token(token),
-                task_id=body.get("task_id"),
-                group_id=body.get("group_id"),
-                sample_index=int(body.get("sample_index_start", 0)) + i,
-                attempt=int(body.get("attempt", 0)),
-                meta=dict(meta),
-            )
-            session.add(rollout)
-            out.append({"id": rollout.id, "token": token, **rollout_links(base, token, gateway)})
-    return out
+    budgets = parse_budgets(body.get("budgets") or {})
+    made = RolloutBook(engine).create(run_id, count, body, budgets)
+    return [{"id": row.id, "token": token, **rollout_links(base, token, gateway)} for row, token in made]
+
+
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "reward_breakdown": (dict,),
+    "final_answer": (str,),
+    "exit_code": (int,),
+    "log_tail": (str,),
+    "error": (str,),
+}
+
+
+def _check_types(fields: dict[str, Any]) -> None:
+    for name, value in fields.items():
+        kinds = _FIELD_TYPES.get(name)
+        if kinds and value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
+            raise InvalidRequest(f"{name} must be {' or '.join(k.__name__ for k in kinds)} or null", param=name)
 
 
 def set_status(engine: Engine, rollout_id: str, body: dict[str, Any]) -> Rollout:
-    """Move a rollout to a status; a final one gets the next stream cursor, once."""
-    try:
-        status = RolloutStatus(body.get("status", "finished"))
-    except ValueError:
-        raise InvalidRequest(f"unknown status {body.get('status')!r}", param="status") from None
+    """Move a rollout to a status the transition table allows from its current one; a final one gets the next
+    stream cursor, once, and its token stops working."""
+    status = parse_status(body.get("status", "finished"))
     reward = body.get("reward")
     if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
         raise InvalidRequest("reward must be a number or null", param="reward")
-    with _finish_lock, session_scope(engine) as session:
-        rollout = session.get(Rollout, rollout_id)
-        if rollout is None:
-            raise NotFound(f"no rollout {rollout_id!r}")
-        if RolloutStatus(rollout.status).is_final:
-            raise Conflict(f"rollout {rollout_id} is already {rollout.status}")
-        rollout.status = status
-        for name in ("reward_breakdown", "final_answer", "exit_code", "log_tail", "error"):
-            if name in body:
-                setattr(rollout, name, body[name] if name != "reward_breakdown" else dict(body[name] or {}))
-        if reward is not None:
-            rollout.reward = float(reward)
-        if status == RolloutStatus.RUNNING and rollout.started_ns is None:
-            rollout.started_ns = now_ns()
-        if status.is_final:
-            top = session.exec(select(func.max(Rollout.finished_seq))).one()
-            rollout.finished_seq = int(top or 0) + 1
-            rollout.finished_ns = now_ns()
-        session.add(rollout)
-    return rollout
+    fields: dict[str, Any] = {}
+    for name in ("reward_breakdown", "final_answer", "exit_code", "log_tail", "error"):
+        if name in body:
+            fields[name] = body[name] if name != "reward_breakdown" else dict(body[name] or {})
+    if reward is not None:
+        fields["reward"] = float(reward)
+    _check_types(fields)
+    return RolloutBook(engine).set_status(rollout_id, status, **fields)
 
 
 def rollout_view(engine: Engine, rollout_id: str) -> dict[str, Any]:
@@ -171,6 +152,13 @@ async def finish_route(request: Request) -> Response:
 
 async def status_route(request: Request) -> Response:
     return await finish_route(request)
+
+
+async def revoke_route(request: Request) -> Response:
+    """The rollout's token stops working now (its state is kept)."""
+    rollout_id = request.path_params["id"]
+    await anyio.to_thread.run_sync(RolloutBook(_state(request).engine).revoke, rollout_id)
+    return JSONResponse({"id": rollout_id, "revoked": True})
 
 
 async def rollout_route(request: Request) -> Response:

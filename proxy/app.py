@@ -35,6 +35,7 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from rollwire.errors import InvalidRequest, RollwireError
 from rollwire.request_body import read_json_body, read_json_text
+from rollwire.rollouts.budgets import Budgets
 from rollwire.settings import ProxySettings
 from rollwire.store import open_engine
 
@@ -50,6 +51,8 @@ class ProxyState:
         self.engine = engine
         self.generator = generator
         self.auth = auth
+        self.budgets = Budgets(engine, "proxy")
+        generator.recorder.listeners.append(self.budgets.recorded)
         self._finished = anyio.Event()
 
     async def read_json(self, request: Request) -> Any:
@@ -126,6 +129,7 @@ def _routes() -> list[BaseRoute]:
         Route(f"{a}/runs/{{run}}/rollouts", _admin(admin.rollouts_route), methods=["POST"]),
         Route(f"{a}/rollouts/{{id}}/finish", _admin(admin.finish_route), methods=["POST"]),
         Route(f"{a}/rollouts/{{id}}/status", _admin(admin.status_route), methods=["POST"]),
+        Route(f"{a}/rollouts/{{id}}/revoke", _admin(admin.revoke_route), methods=["POST"]),
         Route(f"{a}/rollouts/{{id}}", _admin(admin.rollout_route), methods=["GET"]),
         Route(f"{a}/rollouts/{{id}}/trajectory", _admin(admin.trajectory_route), methods=["GET"]),
         Route(f"{a}/policy_version", _admin(admin.policy_version_route), methods=["POST"]),

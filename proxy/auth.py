@@ -1,46 +1,18 @@
-"""Who is calling: a rollout's secret token (path segment, Bearer or x-api-key) -> its rollout, and the
-operator key for admin routes. Tokens are looked up by sha256 (the store never holds them) and cached."""
+"""Who is calling: a rollout's secret token (path segment, Bearer or x-api-key) -> its active rollout (looked
+up and cached by ``rollwire.rollouts``), and the operator key for admin routes."""
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import secrets
-from dataclasses import dataclass
-from typing import Any
 
-import anyio.to_thread
 from sqlalchemy.engine import Engine
-from sqlmodel import select
 from starlette.requests import Request
 
-from rollwire.errors import InvalidRequest, Unauthorized
-from rollwire.side_calls import DEFAULT_RULES, SideCallRule, rules_from
-from rollwire.store import Rollout, session_scope
+from rollwire.errors import Unauthorized
+from rollwire.rollouts import Identity, TokenIndex, hash_token
 
-
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def new_token() -> str:
-    return "rw-" + secrets.token_urlsafe(24)
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    rollout_id: str
-    run_id: str
-    side_call_rules: tuple[SideCallRule, ...] = DEFAULT_RULES
-    """How this rollout's calls are told apart as main line or side calls (its meta can replace the defaults)."""
-
-
-def _rules(meta: dict[str, Any]) -> tuple[SideCallRule, ...]:
-    """The rollout's own rules (checked when it was created), else the defaults."""
-    try:
-        return rules_from(meta["side_call_rules"]) if "side_call_rules" in meta else DEFAULT_RULES
-    except InvalidRequest:
-        return DEFAULT_RULES
+Caller = Identity
+"""The calling rollout (its id, run, task, budgets)."""
 
 
 def request_token(request: Request) -> str | None:
@@ -56,28 +28,12 @@ def request_token(request: Request) -> str | None:
 
 class TokenAuth:
     def __init__(self, engine: Engine, operator_key: str) -> None:
-        self._engine = engine
-        self._cache: dict[str, Caller] = {}
+        self.tokens = TokenIndex(engine)
         self.operator_key = operator_key
 
-    def _lookup(self, digest: str) -> Caller | None:
-        with session_scope(self._engine) as session:
-            row = session.exec(select(Rollout).where(Rollout.token_hash == digest)).first()
-            return Caller(row.id, row.run_id, _rules(row.meta or {})) if row else None
-
     async def caller(self, request: Request) -> Caller:
-        token = request_token(request)
-        if not token:
-            raise Unauthorized("missing rollout token: use /r/<token>/v1 or an Authorization: Bearer header")
-        digest = hash_token(token)
-        cached = self._cache.get(digest)
-        if cached is not None:
-            return cached
-        found = await anyio.to_thread.run_sync(self._lookup, digest)
-        if found is None:
-            raise Unauthorized("unknown rollout token")
-        self._cache[digest] = found
-        return found
+        """The request's rollout: 401 for a missing or unknown token, 403 once the rollout has ended."""
+        return await self.tokens.resolve(request_token(request))
 
     def check_operator(self, request: Request) -> None:
         header = request.headers.get("authorization", "")
@@ -86,4 +42,4 @@ class TokenAuth:
             raise Unauthorized("admin routes need Authorization: Bearer <operator key>")
 
 
-__all__ = ["Caller", "TokenAuth", "hash_token", "new_token", "request_token"]
+__all__ = ["Caller", "TokenAuth", "hash_token", "request_token"]

@@ -25,7 +25,7 @@ from rollwire.proxy.upstream_http import Pool
 
 from rollwire.errors import InvalidRequest, NotFound, UpstreamError
 from rollwire.settings import ProxySettings
-from rollwire.side_calls import MAIN
+from rollwire.side_calls import MAIN, rules_of
 from rollwire.store import encode_floats, encode_ids, now_ns
 
 INLINE_PLAN_CHARS = 2048
@@ -206,7 +206,7 @@ class Generator:
         stop_ids = sorted(self.renderer.end_ids)
         sampling, cap = self._sampling(conv.sampling, len(plan.prompt_ids))
         body = completion_body(served, plan.prompt_ids, sampling, stop_ids)
-        return Prepared(started, prefill, plan, body, call_line(conv, priors, caller.side_call_rules), cap)
+        return Prepared(started, prefill, plan, body, call_line(conv, priors, rules_of(caller.meta)), cap)
 
     async def record(
         self,

@@ -17,6 +17,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import select
 
 from rollwire.errors import InvalidRequest
+from rollwire.rollouts import guard_active
 from rollwire.store import ModelCall, decode_ids, session_scope
 from rollwire.store.writer import RowWriter
 
@@ -75,7 +76,9 @@ class Recorder:
         self.dialects = dialects
         self._cached = cached
         self._priors: OrderedDict[str, list[PriorCall]] = OrderedDict()
-        self.writer = RowWriter(engine, ModelCall.__table__)  # type: ignore[attr-defined]
+        self.writer = RowWriter(engine, ModelCall.__table__, guard=guard_active)  # type: ignore[attr-defined]
+        self.listeners: list[Callable[[str, list[dict[str, Any]]], None]] = []
+        """Called with (rollout id, rows) once rows are committed (budget counting)."""
 
     async def priors(self, rollout_id: str) -> list[PriorCall]:
         found = self._priors.get(rollout_id)
@@ -92,6 +95,8 @@ class Recorder:
         priors learn ``learnt`` (one per row, None for a row that cannot be continued), which the caller built
         from the request and answer it already holds, so nothing is re-serialized or re-parsed here."""
         ids = await self.writer.insert(rows)
+        for listener in self.listeners if rows else ():
+            listener(rows[0]["rollout_id"], rows)
         self._remember(rows, learnt, ids)
         return ids
 

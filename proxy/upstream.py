@@ -18,7 +18,7 @@ from rollwire.errors import InvalidRequest, NotFound, RollwireError, UpstreamErr
 def make_client(upstream: str, timeout_s: float) -> Pool:
     """One keep-alive pool for the proxy's lifetime, with explicit timeouts; a bad URL is refused here."""
     try:
-        return Pool(upstream, Timeouts(connect=10.0, read=timeout_s))
+        return Pool(upstream, Timeouts(connect=10.0, read=timeout_s, total=timeout_s))
     except ValueError as exc:
         raise InvalidRequest(str(exc), param="upstream") from None
 

@@ -9,6 +9,7 @@ requests with a JSON body, answers with Content-Length, chunked or close-delimit
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -27,6 +28,25 @@ class Timeouts:
     connect: float
     read: float
     """Longest wait for any single read (as httpx's read timeout)."""
+    total: float | None = None
+    """Longest time one exchange may take from sending to its last byte (a slow trickle cannot stretch it)."""
+
+
+DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("rollwire_upstream_deadline", default=None)
+"""A caller's own deadline (event-loop time) for the exchanges it starts, tighter than ``Timeouts.total``."""
+
+
+def _deadline(timeouts: Timeouts) -> float | None:
+    loop_now = asyncio.get_running_loop().time()
+    own = DEADLINE.get()
+    total = loop_now + timeouts.total if timeouts.total else None
+    return min(d for d in (own, total) if d is not None) if own is not None or total is not None else None
+
+
+def _timeout(read: float, deadline: float | None) -> asyncio.Timeout:
+    """The read timeout, cut to the exchange's deadline."""
+    at = asyncio.get_running_loop().time() + read
+    return asyncio.timeout_at(at if deadline is None else min(at, deadline))
 
 
 class _Connection:
@@ -44,8 +64,11 @@ class _Connection:
 class Response:
     """Status, headers (lower-case names) and a body read once: ``read()`` or ``iter_lines()``; then ``close()``."""
 
-    def __init__(self, pool: Pool, conn: _Connection, status: int, headers: dict[str, str]) -> None:
+    def __init__(
+        self, pool: Pool, conn: _Connection, status: int, headers: dict[str, str], deadline: float | None = None
+    ) -> None:
         self._pool = pool
+        self.deadline = deadline
         self._conn: _Connection | None = conn
         self.status_code = status
         self.headers = headers
@@ -57,7 +80,7 @@ class Response:
         reader, read = conn.reader, self._pool.timeouts.read
         if self.headers.get("transfer-encoding", "").lower() == "chunked":
             while True:
-                async with asyncio.timeout(read):
+                async with _timeout(read, self.deadline):
                     size = int((await reader.readline()).split(b";", 1)[0].strip() or b"x", 16)
                     if size == 0:
                         await reader.readline()  # the (empty) trailer
@@ -65,10 +88,14 @@ class Response:
                     data = await reader.readexactly(size + 2)
                 yield data[:-2]
         elif "content-length" in self.headers:
-            async with asyncio.timeout(read):
+            async with _timeout(read, self.deadline):
                 yield await reader.readexactly(int(self.headers["content-length"]))
         else:  # delimited by the connection's end
-            while data := await asyncio.wait_for(reader.read(65536), read):
+            while True:
+                async with _timeout(read, self.deadline):
+                    data = await reader.read(65536)
+                if not data:
+                    break
                 yield data
             self.headers["connection"] = "close"
         self._done = True
@@ -139,9 +166,9 @@ class Pool:
             lines += ["content-type: application/json", f"content-length: {len(body)}"]
         return ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b"")
 
-    async def _send(self, conn: _Connection, request: bytes) -> Response:
+    async def _send(self, conn: _Connection, request: bytes, deadline: float | None) -> Response:
         conn.writer.write(request)
-        async with asyncio.timeout(self.timeouts.read):
+        async with _timeout(self.timeouts.read, deadline):
             status_line = await conn.reader.readline()
             if not status_line:
                 raise UpstreamClosed("the upstream closed the connection")
@@ -152,26 +179,27 @@ class Pool:
             while (line := await conn.reader.readline()) not in (b"\r\n", b"\n", b""):
                 name, _, value = line.decode("latin-1").partition(":")
                 headers[name.strip().lower()] = value.strip()
-        return Response(self, conn, int(parts[1]), headers)
+        return Response(self, conn, int(parts[1]), headers, deadline)
 
     async def request(self, method: str, path: str, body: bytes | None = None) -> Response:
         """Send one request and read the status and headers; the caller reads the body and closes the response.
         A kept-alive connection the upstream closed meanwhile is retried once on a fresh one (it never read
         the request)."""
         request = self._request(method, path, body)
+        deadline = _deadline(self.timeouts)
         while self._idle:
             conn = self._idle.pop()
             if not conn.usable():
                 conn.close()
                 continue
             try:
-                return await self._send(conn, request)
+                return await self._send(conn, request, deadline)
             except (UpstreamClosed, ConnectionError):
                 conn.close()
                 break
         conn = await self._connect()
         try:
-            return await self._send(conn, request)
+            return await self._send(conn, request, deadline)
         except BaseException:
             conn.close()
             raise
@@ -180,4 +208,4 @@ class Pool:
 TRANSPORT_ERRORS = (OSError, EOFError, UpstreamClosed)
 """What a failed exchange raises besides TimeoutError (refused, reset, cut short, not HTTP)."""
 
-__all__ = ["TRANSPORT_ERRORS", "Pool", "Response", "Timeouts", "UpstreamClosed"]
+__all__ = ["DEADLINE", "TRANSPORT_ERRORS", "Pool", "Response", "Timeouts", "UpstreamClosed"]

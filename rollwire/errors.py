@@ -3,9 +3,11 @@
     RollwireError                 500  internal_error
     ├── InvalidRequest            400  invalid_request_error   (param names the field)
     ├── Unauthorized              401  authentication_error
+    ├── Forbidden                 403  permission_error        (a token whose rollout ended, a spent budget)
     ├── NotFound                  404  not_found_error
     ├── Conflict                  409  conflict_error
     ├── PayloadTooLarge           413  request_too_large
+    ├── TooManyRequests           429  rate_limit_error        (too many requests at once on one token)
     ├── StoreError                500  store_error
     ├── UpstreamError             502  upstream_error
     └── UpstreamTimeout           504  upstream_timeout
@@ -38,6 +40,11 @@ class Unauthorized(RollwireError):
     code = "authentication_error"
 
 
+class Forbidden(RollwireError):
+    status_code = 403
+    code = "permission_error"
+
+
 class NotFound(RollwireError):
     status_code = 404
     code = "not_found_error"
@@ -51,6 +58,11 @@ class Conflict(RollwireError):
 class PayloadTooLarge(RollwireError):
     status_code = 413
     code = "request_too_large"
+
+
+class TooManyRequests(RollwireError):
+    status_code = 429
+    code = "rate_limit_error"
 
 
 class StoreError(RollwireError):
@@ -70,11 +82,13 @@ class UpstreamTimeout(RollwireError):
 
 __all__ = [
     "Conflict",
+    "Forbidden",
     "InvalidRequest",
     "NotFound",
     "PayloadTooLarge",
     "RollwireError",
     "StoreError",
+    "TooManyRequests",
     "Unauthorized",
     "UpstreamError",
     "UpstreamTimeout",

@@ -187,8 +187,19 @@ class GatewaySettings(BaseModel):
     port: int = Field(8300, description="Port of the MCP gateway.")
     env_url: str = Field("http://127.0.0.1:8200", description="Base URL of our env servers (hosted under /<name>/mcp).")
     upstreams_file: str = Field("", description="JSON file of extra upstream MCP servers {name: {command|url,...}}.")
-    max_tool_calls: int = Field(200, description="Tool calls one rollout may make; later calls get a tool error.")
+    max_tool_calls: int = Field(
+        200, description="Tool calls one rollout may make unless its budgets say otherwise; later calls get a tool error."
+    )
+    max_result_bytes: int = Field(
+        256 * 1024, description="Tool results above this many bytes are cut (and recorded as truncated)."
+    )
+    env_secret: str = Field(
+        "", description="Shared secret the gateway sends to the env servers (they accept no call without it)."
+    )
     call_timeout_s: float = Field(60.0, description="Longest wait for one upstream tool call.")
+    connect_timeout_s: float = Field(
+        30.0, description="Longest wait for an upstream MCP server to start and list its tools (a cold stdio server)."
+    )
     allowed_tools: list[str] = Field(default_factory=list, description="If set, only these (namespaced) tools are served.")
     idle_close_s: float = Field(900.0, description="Upstream connections of a rollout idle this long are closed.")
     allowed_hosts: list[str] = Field(
@@ -202,11 +213,20 @@ class McpSettings(BaseModel):
     state_dir: str = Field("", description="Folder of per-rollout env state; empty means <home>/mcp_state.")
     state_ttl_s: float = Field(6 * 3600.0, description="A rollout's env state is removed this long after its last use.")
     max_payload_bytes: int = Field(1_000_000, description="Tool arguments and files above this size are refused.")
+    env_secret: str = Field(
+        "", description="Shared secret every HTTP call to the env servers must carry (set by the gateway); required."
+    )
+    workspace_quota_bytes: int = Field(20_000_000, description="Most bytes of files one rollout's workspace may hold.")
+    sqldb_max_bytes: int = Field(50_000_000, description="Largest one rollout's sqldb database may grow.")
+    sqldb_max_result_bytes: int = Field(1_000_000, description="Query results above this many bytes are cut.")
     allowed_hosts: list[str] = Field(
         default_factory=lambda: ["127.0.0.1:*", "localhost:*"], description="Host headers accepted ('*' turns the check off)."
     )
     stdio_rollout: str = Field("local", description="Rollout id a stdio server process serves.")
     stdio_task: str = Field("", description="Task (suite:task_id) whose initial state seeds the stdio rollout.")
+    suites: list[str] = Field(
+        default_factory=list, description="Suite JSON files (besides the shipped ones) whose tasks may seed rollouts."
+    )
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
 
 

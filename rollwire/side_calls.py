@@ -14,6 +14,7 @@ first matching rule names the side call; no match means the main line.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,4 +120,16 @@ def rules_from(raw: Any, where: str = "side_call_rules") -> tuple[SideCallRule, 
     return tuple(out)
 
 
-__all__ = ["DEFAULT_RULES", "MAIN", "CallFeatures", "SideCallRule", "classify", "rules_from"]
+
+
+def rules_of(meta: Mapping[str, Any]) -> tuple[SideCallRule, ...]:
+    """A rollout's rules: its ``meta.side_call_rules`` (checked when the rollout was created), else the defaults."""
+    if "side_call_rules" not in meta:
+        return DEFAULT_RULES
+    try:
+        return rules_from(meta["side_call_rules"])
+    except InvalidRequest:
+        return DEFAULT_RULES
+
+
+__all__ = ["DEFAULT_RULES", "MAIN", "CallFeatures", "SideCallRule", "classify", "rules_from", "rules_of"]

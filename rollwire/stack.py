@@ -152,6 +152,8 @@ class LocalStack:
         self.proxy_env = dict(proxy_env or {})
         self.start_timeout_s = start_timeout_s
         self.operator_key = settings.proxy.operator_key or secrets.token_urlsafe(24)
+        self.env_secret = settings.mcp.env_secret or secrets.token_urlsafe(24)
+        """Shared by the env servers and the gateway only (through their environment, never argv)."""
         self._children: list[_Child] = []
         self.info: StackInfo | None = None
 
@@ -265,6 +267,10 @@ class LocalStack:
         env = dict(os.environ)
         env["ROLLWIRE_HOME"] = str(self.settings.home)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        if name in ("env", "gateway"):
+            env["ROLLWIRE_MCP__ENV_SECRET"] = env["ROLLWIRE_MCP__GATEWAY__ENV_SECRET"] = self.env_secret
+        if name == "env" and self.settings.mcp.suites:  # suite files (besides the shipped ones) tasks may seed from
+            env["ROLLWIRE_MCP__SUITES"] = json.dumps([str(Path(s).resolve()) for s in self.settings.mcp.suites])
         if name.startswith("proxy"):
             if "ROLLWIRE_PROXY__MODEL_ALIASES" not in env and self.served_model_name:
                 # One served model: every requested name (a harness's own default, "default") means it.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +84,50 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
         params = item.callspec.params.values() if hasattr(item, "callspec") else ()
         if "vllm_url" in getattr(item, "fixturenames", ()) or "vllm" in params:
             item.add_marker(pytest.mark.timeout(START_TIMEOUT_S + 300))
+
+
+POSTGRES_ENV = "ROLLWIRE_TEST_POSTGRES_URL"
+"""A PostgreSQL server URL (``postgresql+psycopg://user@host:port/db``) the store tests may create databases on."""
+
+
+def postgres_server_url() -> str:
+    """The test server's URL; CI (``ROLLWIRE_REQUIRE_POSTGRES=1`` or ``CI=true``) fails without it, elsewhere the
+    Postgres variants skip."""
+    url = os.environ.get(POSTGRES_ENV, "")
+    if not url:
+        required = os.environ.get("ROLLWIRE_REQUIRE_POSTGRES") or os.environ.get("CI", "").lower() in ("1", "true", "yes")
+        if required:
+            pytest.fail(f"{POSTGRES_ENV} is not set: CI must run the store tests against PostgreSQL")
+        pytest.skip(f"no PostgreSQL to test against: set {POSTGRES_ENV} (.ci/postgres starts one)")
+    return url
+
+
+@pytest.fixture()
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty database on the test PostgreSQL server for one test; dropped afterwards."""
+    import uuid
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.exc import SQLAlchemyError
+
+    server = postgres_server_url()
+    name = f"rw_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except SQLAlchemyError as exc:
+        admin.dispose()
+        pytest.fail(f"PostgreSQL at {server.split('@')[-1]} is not usable: {exc.__class__.__name__}: {exc}")
+    yield server.rsplit("/", 1)[0] + "/" + name
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The same test against a SQLite file and a real PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    return str(request.getfixturevalue("postgres_url"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -10,13 +11,16 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
+from rollwire.mcp_servers.state import SECRET_HEADER
 from rollwire.mcp_servers.envs import calendar, mail, sqldb, workspace
 from rollwire.mcp_servers.envs.rollout import EnvRuntime
 from rollwire.mcp_servers.state import StateStore
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rollwire.errors import InvalidRequest
 from rollwire.settings import McpSettings
@@ -29,7 +33,15 @@ def runtime(settings: McpSettings, home: Path, task_initial: Callable[[str], dic
     """The shared runtime (state store, limits) for env servers from settings."""
     root = Path(settings.state_dir) if settings.state_dir else home / "mcp_state"
     store = StateStore(root, ttl_s=settings.state_ttl_s, task_initial=task_initial)
-    return EnvRuntime(store, settings.stdio_rollout, settings.stdio_task or None, settings.max_payload_bytes)
+    return EnvRuntime(
+        store,
+        settings.stdio_rollout,
+        settings.stdio_task or None,
+        settings.max_payload_bytes,
+        settings.workspace_quota_bytes,
+        settings.sqldb_max_bytes,
+        settings.sqldb_max_result_bytes,
+    )
 
 
 def build_server(name: str, env: EnvRuntime) -> MCPServer:
@@ -47,8 +59,27 @@ def security(allowed_hosts: list[str]) -> TransportSecuritySettings:
     return TransportSecuritySettings(allowed_hosts=list(allowed_hosts), allowed_origins=origins)
 
 
-def build_app(names: list[str], env: EnvRuntime, allowed_hosts: list[str], max_body: int) -> Starlette:
-    """One app serving each named env server at ``/<name>/mcp``, and ``GET /health``."""
+class _GatewayOnly:
+    """Refuses (401) every request but ``/health`` that does not carry the secret shared with the gateway: the
+    rollout and task headers are trusted only from it."""
+
+    def __init__(self, app: ASGIApp, secret: str) -> None:
+        self.app, self.secret = app, secret.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("path") != "/health":
+            given = dict(scope.get("headers") or []).get(SECRET_HEADER.encode(), b"")
+            if not hmac.compare_digest(given, self.secret):
+                body = {"error": {"type": "authentication_error", "message": "env servers accept calls only from the gateway"}}
+                await JSONResponse(body, status_code=401)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def build_app(names: list[str], env: EnvRuntime, allowed_hosts: list[str], max_body: int, *, secret: str) -> Starlette:
+    """One app serving each named env server at ``/<name>/mcp``, and ``GET /health``; calls need ``secret``."""
+    if len(secret) < 16:
+        raise InvalidRequest("the env servers need a shared secret of at least 16 characters (ROLLWIRE_MCP__ENV_SECRET)")
     servers = {name: build_server(name, env) for name in names}
     routes: list[Route | Mount] = []
     for name, server in servers.items():
@@ -67,7 +98,11 @@ def build_app(names: list[str], env: EnvRuntime, allowed_hosts: list[str], max_b
                 await stack.enter_async_context(server.session_manager.run())
             yield
 
-    return Starlette(routes=[Route("/health", health), *routes], lifespan=lifespan)
+    return Starlette(
+        routes=[Route("/health", health), *routes],
+        lifespan=lifespan,
+        middleware=[Middleware(_GatewayOnly, secret=secret)],
+    )
 
 
 __all__ = ["SERVERS", "build_app", "build_server", "runtime", "security"]

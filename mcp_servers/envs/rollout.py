@@ -19,12 +19,15 @@ from rollwire.errors import RollwireError
 
 @dataclass
 class EnvRuntime:
-    """What every env server needs: the state store, the stdio rollout, and the payload limit."""
+    """What every env server needs: the state store, the stdio rollout, and the per-rollout size limits."""
 
     store: StateStore
     default_rollout: str = "local"
     default_task: str | None = None
     max_payload_bytes: int = 1_000_000
+    workspace_quota_bytes: int = 20_000_000
+    sqldb_max_bytes: int = 50_000_000
+    sqldb_max_result_bytes: int = 1_000_000
 
     def folder(self, ctx: Context[Any, Any], server: str, seed: Seeder) -> Path:
         """The calling rollout's folder for ``server``, seeded on first use; a ToolError on a bad identity."""

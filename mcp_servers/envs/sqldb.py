@@ -1,7 +1,9 @@
 """The sqldb server: one SQLite database per rollout, seeded from the task, that SQL cannot escape.
 
 An authorizer refuses ATTACH/DETACH, every PRAGMA but a few read-only ones, and load_extension; VACUUM
-(incl. VACUUM INTO a file) is refused; a progress handler stops runaway queries.
+(incl. VACUUM INTO a file) is refused; a progress handler stops runaway queries. Sizes are bounded per
+rollout: the database file (``max_page_count``), any one string or blob (``SQLITE_LIMIT_LENGTH``), and the
+bytes of rows one query returns (cut, and marked truncated).
 """
 
 from __future__ import annotations
@@ -46,9 +48,12 @@ def _authorizer(action: int, arg1: str | None, arg2: str | None, _db: str | None
     return sqlite3.SQLITE_OK
 
 
-def connect(path: Path) -> sqlite3.Connection:
+def connect(path: Path, max_bytes: int = 50_000_000, max_value_bytes: int = 1_000_000) -> sqlite3.Connection:
     """A guarded connection to one rollout's database."""
     conn = sqlite3.connect(path, timeout=5)
+    page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    conn.execute(f"PRAGMA max_page_count = {max(max_bytes // page_size, 16)}")  # before the authorizer refuses it
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max(max_value_bytes, 1024))
     if hasattr(conn, "enable_load_extension"):  # absent where Python was built without extension loading
         conn.enable_load_extension(False)
     conn.set_authorizer(_authorizer)
@@ -67,20 +72,35 @@ class _StepLimit:
         return 1 if self.left < 0 else 0
 
 
-def run_sql(path: Path, sql: str, params: list[Any] | None = None) -> dict[str, Any]:
-    """Execute one statement; rows (capped) for queries, the change count for writes."""
+def _size(value: Any) -> int:
+    return len(value) if isinstance(value, (str, bytes)) else 8
+
+
+def run_sql(
+    path: Path, sql: str, params: list[Any] | None = None, max_bytes: int = 50_000_000, max_result_bytes: int = 1_000_000
+) -> dict[str, Any]:
+    """Execute one statement; rows (at most MAX_ROWS and ``max_result_bytes``) for queries, the change count for writes."""
     if _REFUSED_SQL.match(sql):
         raise ToolError("VACUUM, ATTACH and DETACH are not allowed")
-    conn = connect(path)
+    conn = connect(path, max_bytes, max_result_bytes)
     try:
         cur = conn.execute(sql, params or [])
         if cur.description is None:
             conn.commit()
             return {"changes": cur.rowcount}
         columns = [d[0] for d in cur.description]
-        rows = cur.fetchmany(MAX_ROWS + 1)
-        return {"columns": columns, "rows": [list(r) for r in rows[:MAX_ROWS]], "truncated": len(rows) > MAX_ROWS}
+        rows: list[list[Any]] = []
+        size, truncated = 0, False
+        for row in iter(cur.fetchone, None):
+            size += sum(_size(v) for v in row)
+            if len(rows) == MAX_ROWS or size > max_result_bytes:
+                truncated = True
+                break
+            rows.append([v.hex() if isinstance(v, bytes) else v for v in row])
+        return {"columns": columns, "rows": rows, "truncated": truncated}
     except sqlite3.DatabaseError as exc:
+        if "full" in str(exc):
+            raise ToolError(f"SQL error: {exc} (this rollout's database may hold at most {max_bytes} bytes)") from None
         raise ToolError(f"SQL error: {exc}") from None
     except (sqlite3.ProgrammingError, sqlite3.Warning) as exc:
         raise ToolError(f"SQL error: {exc}") from None
@@ -99,7 +119,7 @@ def build(env: EnvRuntime) -> MCPServer:
     def query(ctx: Context[Any, Any], sql: str, params: list[Any] | None = None) -> str:
         """Run one SQL statement (SELECT, INSERT, UPDATE, DELETE, CREATE ...); returns JSON rows or the change count."""
         env.check_size("sql", sql)
-        return json.dumps(run_sql(db_of(ctx), sql, params))
+        return json.dumps(run_sql(db_of(ctx), sql, params, env.sqldb_max_bytes, env.sqldb_max_result_bytes))
 
     @mcp.tool()
     def list_tables(ctx: Context[Any, Any]) -> str:

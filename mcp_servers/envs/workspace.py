@@ -36,6 +36,11 @@ def resolve(root: Path, rel: str) -> Path:
     return target
 
 
+def used_bytes(root: Path) -> int:
+    """Bytes of the files in a workspace (what its quota counts)."""
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
 def build(env: EnvRuntime) -> MCPServer:
     """The workspace MCP server."""
     mcp = MCPServer(NAME, instructions="Files of your workspace. Paths are relative to the workspace root.")
@@ -68,9 +73,16 @@ def build(env: EnvRuntime) -> MCPServer:
     def write_file(ctx: Context[Any, Any], path: str, content: str) -> str:
         """Create or replace a text file of the workspace (parent folders are created)."""
         env.check_size("content", content)
-        target = resolve(root_of(ctx), path)
+        root = root_of(ctx)
+        target = resolve(root, path)
         if target.is_dir():
             raise ToolError(f"{path!r} is a folder")
+        size = len(content.encode())
+        used = used_bytes(root) - (target.stat().st_size if target.is_file() else 0)
+        if used + size > env.workspace_quota_bytes:
+            raise ToolError(
+                f"the workspace quota is {env.workspace_quota_bytes} bytes; {used} are used and this file needs {size}"
+            )
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
         return f"wrote {len(content.encode())} bytes to {path}"
@@ -87,4 +99,4 @@ def build(env: EnvRuntime) -> MCPServer:
     return mcp
 
 
-__all__ = ["NAME", "build", "resolve", "seed"]
+__all__ = ["NAME", "build", "resolve", "seed", "used_bytes"]

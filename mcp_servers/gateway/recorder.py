@@ -10,7 +10,8 @@ from typing import Any
 import anyio.to_thread
 from sqlalchemy.engine import Engine
 
-from rollwire.errors import StoreError
+from rollwire.errors import Forbidden, StoreError
+from rollwire.rollouts import guard_active
 from rollwire.store import ToolEvent, session_scope
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,8 @@ class ToolCallRecord:
     error: str | None
     started_ns: int
     ended_ns: int
+    result_bytes: int = 0
+    truncated: bool = False
 
 
 class ToolRecorder:
@@ -35,6 +38,7 @@ class ToolRecorder:
 
     def _write(self, record: ToolCallRecord) -> None:
         with session_scope(self._engine) as session:
+            guard_active(session.connection(), record.rollout_id)
             session.add(
                 ToolEvent(
                     rollout_id=record.rollout_id,
@@ -44,18 +48,24 @@ class ToolRecorder:
                     result_json=json.dumps(record.result, default=str),
                     is_error=record.is_error,
                     error=record.error,
+                    result_bytes=record.result_bytes,
+                    truncated=record.truncated,
                     latency_ms=(record.ended_ns - record.started_ns) / 1e6,
                     started_ns=record.started_ns,
                     ended_ns=record.ended_ns,
                 )
             )
 
-    async def record(self, record: ToolCallRecord) -> None:
-        """Store the call; a store failure is logged, and the model still gets its result."""
+    async def record(self, record: ToolCallRecord) -> str | None:
+        """Store the call; a store failure is logged, and the model still gets its result. Returns why nothing
+        was recorded when the rollout no longer takes records (it ended during the call), else None."""
         try:
             await anyio.to_thread.run_sync(self._write, record)
+        except Forbidden as exc:
+            return exc.message
         except StoreError as exc:
             log.error("tool event not recorded for %s/%s: %s", record.server, record.tool, exc.message)
+        return None
 
 
 __all__ = ["ToolCallRecord", "ToolRecorder"]

@@ -1,9 +1,10 @@
-"""The gateway app: MCP streamable HTTP at ``/r/{token}/mcp``; each request is authenticated by its rollout token,
-sees the tools of its task's servers (namespaced on clashes), is limited, and has every call recorded."""
+"""The gateway app: MCP streamable HTTP at ``/r/{token}/mcp``; each request is authenticated by its rollout token
+(``rollwire.rollouts``: 401 unknown, 403 once the rollout ended), sees the tools of its task's servers
+(namespaced on clashes), is held to the rollout's budgets, and has every call recorded (a refused one as a
+``Refusal``, a result over the cap cut and marked truncated)."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,21 +17,22 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from rollwire.mcp_servers.envs.app import SERVERS, security
-from rollwire.mcp_servers.gateway.limits import LimitExceeded, RolloutLimits
+from rollwire.mcp_servers.gateway.limits import RolloutLimits, cap_result
 from rollwire.mcp_servers.gateway.recorder import ToolCallRecord, ToolRecorder
 from rollwire.mcp_servers.gateway.upstreams import UpstreamPool, UpstreamSpec
 from rollwire.mcp_servers.tasks.loader import resolve_task
 from sqlalchemy.engine import Engine
-from sqlmodel import select
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from rollwire.errors import NotFound, RollwireError, Unauthorized
+from rollwire.errors import RollwireError, Unauthorized
+from rollwire.rollouts import Identity, TokenIndex
+from rollwire.rollouts.budgets import Budgets
 from rollwire.settings import GatewaySettings
-from rollwire.store import Rollout, now_ns, session_scope
+from rollwire.store import RolloutStatus, now_ns
 
 log = logging.getLogger(__name__)
 SCOPE_KEY = "rollwire.rollout"
@@ -44,6 +46,7 @@ class RolloutInfo:
     servers: tuple[str, ...]
     tools: frozenset[str] | None = None
     """The task's own tool allow-list (exposed names); None shows every tool of its servers."""
+    identity: Identity | None = None
 
 
 @dataclass
@@ -63,40 +66,42 @@ class Gateway:
         self.settings = settings
         self._engine = engine
         env_url = settings.env_url.rstrip("/")
-        self.specs = {n: UpstreamSpec(n, url=f"{env_url}/{n}/mcp", forward_identity=True) for n in SERVERS}
+        self.specs = {
+            n: UpstreamSpec(n, url=f"{env_url}/{n}/mcp", forward_identity=True, secret=settings.env_secret)
+            for n in SERVERS
+        }
         self.specs.update(extra)
         self.limits = RolloutLimits(settings)
         self.recorder = ToolRecorder(engine)
+        self.tokens = TokenIndex(engine)
+        self.budgets = Budgets(engine, "gateway")
         self.pool: UpstreamPool | None = None
         self._infos: dict[str, RolloutInfo] = {}
 
-    def _lookup(self, digest: str) -> RolloutInfo | None:
-        with session_scope(self._engine) as session:
-            row = session.exec(select(Rollout).where(Rollout.token_hash == digest)).first()
-            if row is None:
-                return None
-            suite = (row.meta or {}).get("suite")
-            ref = f"{suite}:{row.task_id}" if suite and row.task_id else None
-            servers: list[str] = []
-            tools: frozenset[str] | None = None
-            if ref:
-                try:
-                    task = resolve_task(ref)
-                    servers, tools = list(task.servers), frozenset(task.tools) if task.tools is not None else None
-                except NotFound:
-                    log.warning("rollout %s names an unknown task", row.id)
-            servers += [s for s in (row.meta or {}).get("mcp_servers", []) if s not in servers]
-            return RolloutInfo(row.id, ref, tuple(servers), tools)
+    def _info(self, identity: Identity) -> RolloutInfo:
+        """The task's servers and tools (read once per rollout: a task does not change)."""
+        suite = identity.meta.get("suite")
+        ref = f"{suite}:{identity.task_id}" if suite and identity.task_id else None
+        servers: list[str] = []
+        tools: frozenset[str] | None = None
+        if ref:
+            try:
+                task = resolve_task(ref)
+                servers, tools = list(task.servers), frozenset(task.tools) if task.tools is not None else None
+            except RollwireError:
+                log.warning("rollout %s names an unknown task", identity.rollout_id)
+                ref = None
+        servers += [s for s in identity.meta.get("mcp_servers", []) if s not in servers]
+        return RolloutInfo(identity.rollout_id, ref, tuple(servers), tools)
 
     async def rollout_for(self, token: str) -> RolloutInfo:
-        digest = hashlib.sha256(token.encode()).hexdigest()
-        info = self._infos.get(digest)
+        """The token's rollout: 401 unknown, 403 once it ended (``rollwire.rollouts``)."""
+        identity = await self.tokens.resolve(token)
+        info = self._infos.get(identity.rollout_id)
         if info is None:
-            info = await anyio.to_thread.run_sync(self._lookup, digest)
-            if info is None:
-                raise Unauthorized("unknown rollout token")
-            self._infos[digest] = info
-        return info
+            info = await anyio.to_thread.run_sync(self._info, identity)
+            self._infos[identity.rollout_id] = info
+        return RolloutInfo(info.rollout_id, info.task_ref, info.servers, info.tools, identity)
 
     def _pool(self) -> UpstreamPool:
         if self.pool is None:
@@ -129,32 +134,33 @@ class Gateway:
         return result
 
     async def call(self, info: RolloutInfo, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        """One limited, recorded call; every failure is a tool error the model can read."""
+        """One budgeted, recorded call; every failure is a tool error the model can read. A refused call is
+        recorded as a Refusal (why), not as a ToolEvent."""
         started = now_ns()
-        server, tool = "", name
-        try:
-            self.limits.admit(info.rollout_id, name)
-            target = (await self.tool_map(info)).targets.get(name)
-            if target is None:
-                raise LimitExceeded(f"unknown tool {name!r}")
-            server, tool = target
-            result = await self._forward(info, server, tool, arguments)
-        except LimitExceeded as exc:
-            result = _error(str(exc))
+        who = info.identity or Identity(info.rollout_id, "", RolloutStatus.RUNNING)
+        target = (await self.tool_map(info)).targets.get(name)
+        if not self.limits.allows_tool(name):
+            return _error(await self.budgets.refuse_tool(who, "tool_not_allowed", name, f"tool {name!r} is not allowed for this rollout"))
+        if target is None:
+            return _error(await self.budgets.refuse_tool(who, "unknown_tool", name, f"unknown tool {name!r}"))
+        refused = await self.budgets.tool_call(who, name, self.settings.max_tool_calls)
+        if refused is not None:
+            return _error(refused)
+        server, tool = target
+        result = await self._forward(info, server, tool, arguments)
+        dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+        capped = cap_result(dumped, self.settings.max_result_bytes)
+        if capped.truncated:
+            result = types.CallToolResult.model_validate(capped.result)
         error = "".join(getattr(b, "text", "") for b in result.content) if result.is_error else None
-        await self.recorder.record(
+        recorded = await self.recorder.record(
             ToolCallRecord(
-                info.rollout_id,
-                server,
-                tool,
-                arguments,
-                result.model_dump(mode="json", by_alias=True, exclude_none=True),
-                bool(result.is_error),
-                error,
-                started,
-                now_ns(),
+                info.rollout_id, server, tool, arguments, capped.result, bool(result.is_error), error, started, now_ns(),
+                capped.size, capped.truncated,
             )
-        )
+        )  # fmt: skip
+        if recorded is not None:  # the rollout ended during the call: nothing was recorded
+            return _error(recorded)
         return result
 
     async def _forward(
@@ -228,7 +234,7 @@ def build_gateway_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tg, manager.run():
-            gateway.pool = UpstreamPool(tg, settings.call_timeout_s, settings.idle_close_s)
+            gateway.pool = UpstreamPool(tg, settings.connect_timeout_s, settings.idle_close_s)
             app.state.gateway = gateway
             try:
                 yield

@@ -17,7 +17,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from rollwire.mcp_servers.state import ROLLOUT_HEADER, TASK_HEADER
+from rollwire.mcp_servers.state import ROLLOUT_HEADER, SECRET_HEADER, TASK_HEADER
 
 from rollwire.errors import InvalidRequest, UpstreamError
 
@@ -34,6 +34,8 @@ class UpstreamSpec:
     args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     forward_identity: bool = False
+    secret: str = ""
+    """Sent to our env servers (with the identity) so they know the call comes from the gateway."""
 
     @classmethod
     def from_dict(cls, name: str, raw: dict[str, Any]) -> UpstreamSpec:
@@ -84,6 +86,8 @@ def _client(spec: UpstreamSpec, rollout_id: str, task_ref: str | None) -> tuple[
     headers = (
         {ROLLOUT_HEADER: rollout_id, **({TASK_HEADER: task_ref} if task_ref else {})} if spec.forward_identity else {}
     )
+    if spec.secret:
+        headers[SECRET_HEADER] = spec.secret
     http = create_mcp_http_client(headers=headers)
     return Client(streamable_http_client(spec.url, http_client=http)), http
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,9 @@ from rollwire.mcp_servers.tasks.schema import Suite, Task
 from rollwire.errors import InvalidRequest, NotFound
 
 SUITES_DIR = Path(__file__).parent / "suites"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+_LOADED: set[str] = set()
+"""Suite files (resolved paths) this process has loaded: the only files a task reference may name."""
 
 
 def suite_names() -> list[str]:
@@ -24,8 +28,13 @@ def load_suite(name_or_path: str) -> Suite:
     """A suite by shipped name or by a JSON file path; clear errors for unknown names and malformed files."""
     path = Path(name_or_path)
     if not path.suffix:
+        if not _NAME.match(name_or_path):
+            raise InvalidRequest(f"suite name {name_or_path!r} must be letters, digits, '_' or '-'")
         path = SUITES_DIR / f"{name_or_path}.json"
-    return _load(str(path.resolve()))
+    resolved = str(path.resolve())
+    suite = _load(resolved)
+    _LOADED.add(resolved)
+    return suite
 
 
 @lru_cache(maxsize=32)
@@ -54,9 +63,21 @@ def resolve_task(ref: str) -> Task:
         raise NotFound(f"suite {suite_name!r} has no task {task_id!r}") from None
 
 
+def loaded_task(ref: str) -> Task:
+    """A task reference from outside (a header, a row): its suite must be shipped or already loaded by this
+    process (``load_suite``, e.g. the env servers' ``--suite``), never an arbitrary file."""
+    suite_name = ref.partition(":")[0]
+    if not _NAME.match(suite_name) and str(Path(suite_name).resolve()) not in _LOADED:
+        raise InvalidRequest(
+            f"task reference {ref[:200]!r} names a suite this server has not loaded "
+            "(start the env servers with ROLLWIRE_MCP__SUITES='[\"/abs/path/suite.json\"]')"
+        )
+    return resolve_task(ref)
+
+
 def task_initial(ref: str) -> dict[str, Any]:
-    """The initial state of a referenced task (what env servers seed a rollout from)."""
-    return resolve_task(ref).initial_state
+    """The initial state of a referenced task (what env servers seed a rollout from); loaded suites only."""
+    return loaded_task(ref).initial_state
 
 
-__all__ = ["SUITES_DIR", "load_suite", "resolve_task", "suite_names", "task_initial"]
+__all__ = ["SUITES_DIR", "load_suite", "loaded_task", "resolve_task", "suite_names", "task_initial"]

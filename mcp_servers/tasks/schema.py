@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
+
+from rollwire.errors import InvalidRequest
+from rollwire.rollouts.budgets import parse_budgets
 
 
 class Criterion(BaseModel):
@@ -43,6 +46,17 @@ class Task(BaseModel):
 class Suite(BaseModel):
     name: str
     description: str = ""
+    budgets: dict[str, Any] = Field(
+        default_factory=dict, description="Per-rollout budgets of a run of this suite (see rollwire.rollouts.budgets)."
+    )
+
+    @field_validator("budgets")
+    @classmethod
+    def _known_budgets(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return parse_budgets(value)
+        except InvalidRequest as exc:
+            raise ValueError(exc.message) from None
     tasks: list[Task]
 
     def task(self, task_id: str) -> Task:

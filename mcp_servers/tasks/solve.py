@@ -13,15 +13,16 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from rollwire.mcp_servers.state import ROLLOUT_HEADER, TASK_HEADER
+from rollwire.mcp_servers.state import ROLLOUT_HEADER, SECRET_HEADER, TASK_HEADER
 from rollwire.mcp_servers.tasks.schema import ToolCall
 
 
 def env_client(
-    url: str, rollout_id: str, task_ref: str | None = None, headers: dict[str, str] | None = None
+    url: str, rollout_id: str, task_ref: str | None = None, headers: dict[str, str] | None = None, secret: str = ""
 ) -> tuple[Client, httpx2.AsyncClient]:
-    """An official MCP client for one server URL that identifies itself as ``rollout_id`` (and its task)."""
-    sent = {ROLLOUT_HEADER: rollout_id, **(headers or {})}
+    """An official MCP client for one server URL that identifies itself as ``rollout_id`` (and its task), with
+    the env servers' shared ``secret`` (they serve only the gateway and whoever holds it)."""
+    sent = {ROLLOUT_HEADER: rollout_id, **({SECRET_HEADER: secret} if secret else {}), **(headers or {})}
     if task_ref:
         sent[TASK_HEADER] = task_ref
     http = create_mcp_http_client(headers=sent)
@@ -29,7 +30,7 @@ def env_client(
 
 
 async def play(
-    calls: list[ToolCall], url_of: Callable[[str], str], rollout_id: str, task_ref: str | None = None
+    calls: list[ToolCall], url_of: Callable[[str], str], rollout_id: str, task_ref: str | None = None, secret: str = ""
 ) -> list[dict[str, Any]]:
     """Run ``calls`` in order (one client per server); returns each call's text and is_error."""
     results: list[dict[str, Any]] = []
@@ -37,7 +38,7 @@ async def play(
         clients: dict[str, Client] = {}
         for call in calls:
             if call.server not in clients:
-                client, http = env_client(url_of(call.server), rollout_id, task_ref)
+                client, http = env_client(url_of(call.server), rollout_id, task_ref, secret=secret)
                 await stack.enter_async_context(http)
                 clients[call.server] = await stack.enter_async_context(client)
             result = await clients[call.server].call_tool(call.tool, call.arguments)

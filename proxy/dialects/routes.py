@@ -4,7 +4,7 @@ errors rendered in each dialect's own shape (Anthropic clients cannot read OpenA
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -16,11 +16,12 @@ from rollwire.proxy.dialects.responses_history import expand_previous
 from rollwire.proxy.generate import RequestBody, json_text
 from rollwire.proxy.live import generate_whole, open_live
 from rollwire.proxy.sse import SSE_HEADERS
+from rollwire.proxy.upstream_http import DEADLINE
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from rollwire.errors import RollwireError, Unauthorized
+from rollwire.errors import RollwireError, Unauthorized, UpstreamTimeout
 
 logger = logging.getLogger(__name__)
 
@@ -59,13 +60,43 @@ async def answer_response(
     state: Any, caller: Any, conv: Conversation, dialect: Any, raw: dict[str, Any], text: str | None, http: Request
 ) -> Response:
     """The shared generation path's answer: a JSON body, or the dialect's events streamed as tokens arrive.
-    ``text`` is the request body as sent (None when ``raw`` differs from it): stored as is."""
+    ``text`` is the request body as sent (None when ``raw`` differs from it): stored as is. The rollout's
+    budgets admit the call (or refuse it with a recorded reason) and bound its sampled tokens and total time."""
     request = RequestBody(raw, text if text is not None else json_text(raw))
-    if not conv.stream:
-        body = await generate_whole(state.generator, caller, conv, dialect, request, lambda: _client_left(http))
-        return Response(body or b"", status_code=200 if body is not None else 499, media_type="application/json")
-    events = await open_live(state.generator, caller, conv, dialect, request)
-    return StreamingResponse(dialect.stream(events, conv), media_type="text/event-stream", headers=SSE_HEADERS)
+    ticket = await state.budgets.model_call(caller, dialect.name)
+    streaming = False
+    try:
+        left = state.budgets.tokens_left(caller, ticket.use)
+        if left is not None and (conv.sampling.max_tokens is None or conv.sampling.max_tokens > left):
+            conv = replace(conv, sampling=replace(conv.sampling, max_tokens=left))
+        deadline = DEADLINE.set(state.budgets.deadline(caller, None))
+        try:
+            if not conv.stream:
+                body = await generate_whole(state.generator, caller, conv, dialect, request, lambda: _client_left(http))
+                return Response(body or b"", status_code=200 if body is not None else 499, media_type="application/json")
+            events = await open_live(state.generator, caller, conv, dialect, request)
+        except UpstreamTimeout as exc:
+            if "call_deadline_s" not in caller.budgets:
+                raise
+            raise await state.budgets.refuse(caller, "deadline", dialect.name, exc) from None
+        finally:
+            DEADLINE.reset(deadline)
+        streaming = True
+        return StreamingResponse(
+            dialect.stream(_held(events, ticket), conv), media_type="text/event-stream", headers=SSE_HEADERS
+        )
+    finally:
+        if not streaming:
+            ticket.release()
+
+
+async def _held(events: AsyncIterator[Any], ticket: Any) -> AsyncIterator[Any]:
+    """The stream's events; the budget's in-flight slot is given back when the stream ends (or is dropped)."""
+    try:
+        async for event in events:
+            yield event
+    finally:
+        ticket.release()
 
 
 def _generate_route(dialect: Any) -> Handler:

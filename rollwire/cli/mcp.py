@@ -54,9 +54,11 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from rollwire.mcp_servers.envs.app import SERVERS, build_app, build_server, runtime
-    from rollwire.mcp_servers.tasks.loader import task_initial
+    from rollwire.mcp_servers.tasks.loader import load_suite, task_initial
 
     mcp = _pick(settings.mcp, args, ("host", "port", "state_dir", "stdio_rollout", "stdio_task"))
+    for suite in mcp.suites:  # task references may name these files (and the shipped suites), nothing else
+        load_suite(suite)
     names = list(SERVERS) if args.name == "all" else [args.name]
     env = runtime(mcp, settings.home, task_initial)
     if args.transport == "stdio":
@@ -65,7 +67,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         anyio.run(build_server(names[0], env).run_stdio_async)
         return 0
     _check_port(mcp.port)
-    app = build_app(names, env, mcp.allowed_hosts, mcp.max_payload_bytes + 64_000)
+    app = build_app(names, env, mcp.allowed_hosts, mcp.max_payload_bytes + 64_000, secret=mcp.env_secret)
     base = f"http://{mcp.host}:{mcp.port}"
     print(f"env servers: {', '.join(f'{base}/{n}/mcp' for n in names)}  state: {env.store.root}", file=sys.stderr)
     uvicorn.run(app, host=mcp.host, port=mcp.port, log_level="warning")
@@ -83,6 +85,11 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
         settings.mcp.gateway, args, ("host", "port", "env_url", "upstreams_file", "max_tool_calls", "call_timeout_s")
     )
     _check_port(gw.port)
+    if len(gw.env_secret) < 16:
+        raise InvalidRequest(
+            "the gateway needs the env servers' shared secret (16+ characters): set ROLLWIRE_MCP__GATEWAY__ENV_SECRET "
+            "to the env servers' ROLLWIRE_MCP__ENV_SECRET"
+        )
     extra = load_upstreams(gw.upstreams_file)
     app = build_gateway_app(gw, open_engine(args.db or settings.store_url()), extra)
     print(

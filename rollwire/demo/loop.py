@@ -140,8 +140,12 @@ class Demo:
 
     def run(self) -> DemoResult:
         started = time.monotonic()
+        settings = self.settings
+        if Path(self.config.suite).suffix:  # a suite file: the env servers may seed its tasks
+            mcp = settings.mcp.model_copy(update={"suites": [*settings.mcp.suites, self.config.suite]})
+            settings = settings.model_copy(update={"mcp": mcp})
         stack = LocalStack(
-            self.settings,
+            settings,
             upstream=self.config.upstream,
             model=self.config.model,
             db_url=f"sqlite:///{self.out_dir / 'store.db'}",

@@ -10,14 +10,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, inspect, text
+from sqlalchemy import event
 from sqlalchemy.engine import Engine
-from sqlalchemy.schema import CreateColumn
-from sqlalchemy.exc import SQLAlchemyError
-from sqlmodel import Session, SQLModel, create_engine
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlmodel import Session, create_engine
 
 from rollwire.errors import StoreError
 from rollwire.store import schema  # noqa: F401  (registers the tables)
+from rollwire.store.versions import prepare
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -29,8 +29,13 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def redact(url: str) -> str:
+    """The URL without its credentials, for messages."""
+    return url.split("@")[-1]
+
+
 def open_engine(url: str) -> Engine:
-    """Create the SQLAlchemy engine for ``url`` and make sure the tables exist."""
+    """Create the SQLAlchemy engine for ``url``; create, check or migrate its schema (see ``versions``)."""
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
@@ -41,33 +46,27 @@ def open_engine(url: str) -> Engine:
         engine = create_engine(url, **kwargs)
         if url.startswith("sqlite"):
             event.listen(engine, "connect", _sqlite_pragmas)
-        SQLModel.metadata.create_all(engine)
-        _add_missing_columns(engine)
+        _prepare(engine, redact(url))
     except SQLAlchemyError as exc:
-        raise StoreError(f"cannot open the store at {url.split('@')[-1]}: {exc.__class__.__name__}") from exc
+        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise StoreError(f"cannot open the store at {redact(url)}: {exc.__class__.__name__}: {detail}") from exc
+    except ModuleNotFoundError as exc:
+        hint = " (for Postgres: pip install 'rollwire[postgres]')" if "psycopg" in str(exc) else ""
+        raise StoreError(f"no database driver for {url.split(':', 1)[0]}: {exc}{hint}") from exc
     return engine
 
 
-def _add_missing_columns(engine: Engine) -> None:
-    """A store written by an older rollwire gains the columns added since, so it stays readable and writable
-    (``create_all`` only adds tables): a nullable column as declared, a required one with its default."""
-    inspector = inspect(engine)
-    for table in SQLModel.metadata.sorted_tables:
-        if not inspector.has_table(table.name):
-            continue
-        present = {c["name"] for c in inspector.get_columns(table.name)}
-        for column in table.columns:
-            if column.name in present:
-                continue
-            ddl = str(CreateColumn(column).compile(dialect=engine.dialect))
-            default = column.default.arg if column.default is not None else None
-            if not column.nullable:
-                if not isinstance(default, (str, int, float)):
-                    continue  # a required column with no constant default is no later addition
-                literal = "'" + default.replace("'", "''") + "'" if isinstance(default, str) else repr(default)
-                ddl += f" DEFAULT {literal}"
-            with engine.begin() as connection:
-                connection.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {ddl}"))
+def _prepare(engine: Engine, where: str) -> None:
+    """Schema work in one transaction. SQLite runs DDL outside it, so two processes creating one new file at
+    once may clash: the loser sees the winner's tables on its next try."""
+    for attempt in range(3):
+        try:
+            with engine.begin() as conn:
+                prepare(conn, where)
+            return
+        except (IntegrityError, OperationalError):
+            if engine.dialect.name != "sqlite" or attempt == 2:
+                raise
 
 
 @contextmanager
@@ -84,4 +83,4 @@ def session_scope(engine: Engine) -> Iterator[Session]:
         session.close()
 
 
-__all__ = ["open_engine", "session_scope"]
+__all__ = ["open_engine", "redact", "session_scope"]

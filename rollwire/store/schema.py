@@ -11,8 +11,13 @@ import time
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, Column, LargeBinary
+from sqlalchemy import JSON, BigInteger, Column, Enum, Integer, LargeBinary
 from sqlmodel import Field, SQLModel
+
+BIG = BigInteger()
+"""Every ``*_ns`` time and the stream cursor: nanoseconds since the epoch overflow Postgres' 32-bit ``integer``."""
+ROW_ID = BigInteger().with_variant(Integer(), "sqlite")
+"""Row ids: 64-bit on Postgres; SQLite's autoincrementing key must be spelled INTEGER (64-bit there anyway)."""
 
 
 def now_ns() -> int:
@@ -27,10 +32,15 @@ class RolloutStatus(StrEnum):
     FINISHED = "finished"
     FAILED = "failed"
     TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
 
     @property
     def is_final(self) -> bool:
-        return self in (RolloutStatus.FINISHED, RolloutStatus.FAILED, RolloutStatus.TIMED_OUT)
+        return self in (RolloutStatus.FINISHED, RolloutStatus.FAILED, RolloutStatus.TIMED_OUT, RolloutStatus.CANCELLED)
+
+
+STATUS_TYPE = Enum(RolloutStatus, native_enum=False, length=16)
+"""Stored as the member name in a plain VARCHAR on every database (no Postgres ENUM type to migrate)."""
 
 
 class Run(SQLModel, table=True):
@@ -38,7 +48,7 @@ class Run(SQLModel, table=True):
     name: str = ""
     kind: str = Field(default="adhoc", description="adhoc, rollouts, teacher, eval, ...")
     config: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
-    created_ns: int = Field(default_factory=now_ns)
+    created_ns: int = Field(default_factory=now_ns, sa_type=BIG)
 
 
 class Rollout(SQLModel, table=True):
@@ -49,7 +59,7 @@ class Rollout(SQLModel, table=True):
     group_id: str | None = Field(default=None, index=True)
     sample_index: int = 0
     attempt: int = 0
-    status: RolloutStatus = Field(default=RolloutStatus.PENDING, index=True)
+    status: RolloutStatus = Field(default=RolloutStatus.PENDING, index=True, sa_type=STATUS_TYPE)
     reward: float | None = None
     reward_breakdown: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     final_answer: str | None = None
@@ -57,16 +67,23 @@ class Rollout(SQLModel, table=True):
     log_tail: str | None = None
     error: str | None = None
     meta: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
-    created_ns: int = Field(default_factory=now_ns)
-    started_ns: int | None = None
-    finished_ns: int | None = None
+    budgets: dict[str, Any] = Field(
+        default_factory=dict, sa_column=Column(JSON, nullable=False), description="per-rollout limits (see budgets)"
+    )
+    created_ns: int = Field(default_factory=now_ns, sa_type=BIG)
+    started_ns: int | None = Field(default=None, sa_type=BIG)
+    finished_ns: int | None = Field(default=None, sa_type=BIG)
     finished_seq: int | None = Field(
-        default=None, index=True, unique=True, description="stream cursor, assigned when the rollout becomes final"
+        default=None,
+        index=True,
+        unique=True,
+        sa_type=BIG,
+        description="stream cursor, assigned when the rollout becomes final",
     )
 
 
 class ModelCall(SQLModel, table=True):
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=ROW_ID)
     rollout_id: str = Field(foreign_key="rollout.id", index=True)
     dialect: str = "chat"
     requested_model: str = ""
@@ -97,12 +114,12 @@ class ModelCall(SQLModel, table=True):
     status: str = Field(default="complete", description="complete, partial (client left) or error")
     error: str | None = None
     latency_ms: float = 0.0
-    started_ns: int = Field(default_factory=now_ns, index=True)
-    ended_ns: int = Field(default_factory=now_ns)
+    started_ns: int = Field(default_factory=now_ns, index=True, sa_type=BIG)
+    ended_ns: int = Field(default_factory=now_ns, sa_type=BIG)
 
 
 class ToolEvent(SQLModel, table=True):
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=ROW_ID)
     rollout_id: str = Field(foreign_key="rollout.id", index=True)
     server: str = ""
     tool: str = ""
@@ -110,9 +127,31 @@ class ToolEvent(SQLModel, table=True):
     result_json: str = ""
     is_error: bool = False
     error: str | None = None
+    result_bytes: int = Field(default=0, sa_type=BIG, description="size of the upstream's result before any cap")
+    truncated: bool = Field(default=False, description="the stored and returned result was cut to the gateway's cap")
     latency_ms: float = 0.0
-    started_ns: int = Field(default_factory=now_ns, index=True)
-    ended_ns: int = Field(default_factory=now_ns)
+    started_ns: int = Field(default_factory=now_ns, index=True, sa_type=BIG)
+    ended_ns: int = Field(default_factory=now_ns, sa_type=BIG)
 
 
-__all__ = ["ModelCall", "Rollout", "RolloutStatus", "Run", "ToolEvent", "now_ns"]
+class Refusal(SQLModel, table=True):
+    """A call the proxy or gateway refused for a rollout (budget spent, token ended): why, never a ToolEvent."""
+
+    id: int | None = Field(default=None, primary_key=True, sa_type=ROW_ID)
+    rollout_id: str = Field(foreign_key="rollout.id", index=True)
+    source: str = Field(default="proxy", description="proxy or gateway")
+    kind: str = Field(default="", description="model_calls, sampled_tokens, concurrent_requests, deadline, tool_calls")
+    target: str = Field(default="", description="the refused tool's name, or the dialect of a refused model call")
+    reason: str = ""
+    created_ns: int = Field(default_factory=now_ns, index=True, sa_type=BIG)
+
+
+class SchemaVersion(SQLModel, table=True):
+    """One row: the schema version this store was created (or migrated) to."""
+
+    __tablename__ = "rollwire_schema"
+    id: int = Field(default=1, primary_key=True)
+    version: int = Field(default=0)
+
+
+__all__ = ["ModelCall", "Refusal", "Rollout", "RolloutStatus", "Run", "SchemaVersion", "ToolEvent", "now_ns"]

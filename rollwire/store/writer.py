@@ -9,6 +9,9 @@ event loop commits itself, on a connection that never waits for the database loc
 the lock (the MCP gateway writes to the same file), or a threaded commit is already running, the rows go to
 the writer thread instead, whose batches share one commit among all callers waiting. Other databases (a
 network round trip) always use the thread. Each caller gets its ids only once its rows are committed.
+
+A ``guard`` runs in each caller's transaction before its rows go in (the rollout still takes records: see
+``rollwire.rollouts.guard_active``); what it raises fails only that caller, and nothing of it is written.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import asyncio
 import contextlib
 import queue
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +28,10 @@ from sqlalchemy import Table, insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
-from rollwire.errors import StoreError
+from rollwire.errors import RollwireError, StoreError
+
+Guard = Callable[[Connection, str], None]
+"""(connection in the insert's transaction, rollout id of the rows) -> raises to refuse them."""
 
 MAX_BATCH = 256
 """Most callers' rows that share one commit."""
@@ -56,8 +62,9 @@ def _settle(job: _Job, ids: list[int] | None, error: BaseException | None) -> No
 class RowWriter:
     """``await writer.insert(rows)`` -> the new primary keys, committed. ``close()`` drains and stops the thread."""
 
-    def __init__(self, engine: Engine, table: Table, inline: bool | None = None) -> None:
+    def __init__(self, engine: Engine, table: Table, inline: bool | None = None, guard: Guard | None = None) -> None:
         self._engine = engine
+        self._guard = guard
         self._statement = insert(table).returning(table.c.id)
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -99,7 +106,7 @@ class RowWriter:
         try:
             connection = self._loop_connection or self._open_loop_connection()
             with connection.begin():
-                return [int(connection.execute(self._statement, row).scalar_one()) for row in rows]
+                return self._insert_rows(connection, rows)
         except SQLAlchemyError as exc:
             self._loop_connection = self._drop_loop_connection()
             detail = exc.orig if hasattr(exc, "orig") else exc
@@ -173,14 +180,21 @@ class RowWriter:
             except Exception as exc:  # noqa: BLE001  (the caller is told; the writer keeps serving the rest)
                 connection = self._reset(connection)
                 detail = exc.orig if hasattr(exc, "orig") else exc
-                _settle(job, None, StoreError(f"store write failed: {exc.__class__.__name__}: {detail}"))
+                refused = exc if isinstance(exc, RollwireError) else None  # the guard's own error, as raised
+                _settle(job, None, refused or StoreError(f"store write failed: {exc.__class__.__name__}: {detail}"))
             else:
                 _settle(job, job_ids, None)
         return connection
 
     def _insert_all(self, connection: Connection, batch: list[_Job]) -> list[list[int]]:
         with connection.begin():
-            return [[int(connection.execute(self._statement, row).scalar_one()) for row in job.rows] for job in batch]
+            return [self._insert_rows(connection, job.rows) for job in batch]
+
+    def _insert_rows(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+        if self._guard is not None:
+            for rollout_id in dict.fromkeys(str(row["rollout_id"]) for row in rows):
+                self._guard(connection, rollout_id)
+        return [int(connection.execute(self._statement, row).scalar_one()) for row in rows]
 
     @staticmethod
     def _reset(connection: Connection | None) -> Connection | None:

@@ -20,8 +20,12 @@ from starlette.applications import Starlette
 
 from rollwire.serving import ServerThread
 from rollwire.settings import GatewaySettings, McpSettings
-from rollwire.store import Rollout, Run, ToolEvent, session_scope
+from rollwire.store import Refusal, Rollout, RolloutStatus, Run, ToolEvent, session_scope
 from rollwire.store.db import open_engine
+
+
+ENV_SECRET = "mcp-tests-env-secret"
+"""What the gateway under test and the env servers share (the env servers refuse calls without it)."""
 
 
 @dataclass
@@ -41,7 +45,7 @@ def env_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvServers
     home = tmp_path_factory.mktemp("mcp-home")
     settings = McpSettings(max_payload_bytes=20_000)
     env = runtime(settings, home, task_initial)
-    with ServerThread(build_app(list(SERVERS), env, settings.allowed_hosts, 1_000_000)) as server:
+    with ServerThread(build_app(list(SERVERS), env, settings.allowed_hosts, 1_000_000, secret=ENV_SECRET)) as server:
         yield EnvServers(server.url, env)
 
 
@@ -52,7 +56,9 @@ class GatewayStack:
     env: EnvServers
     app: Starlette
 
-    def add_rollout(self, rollout_id: str, task: str | None = None, servers: list[str] | None = None) -> str:
+    def add_rollout(
+        self, rollout_id: str, task: str | None = None, servers: list[str] | None = None, budgets: dict[str, int] | None = None
+    ) -> str:
         """A rollout row (in a run) whose token opens ``/r/<token>/mcp``; ``task`` is suite:task_id."""
         token = f"tok-{rollout_id}-{secrets.token_hex(4)}"
         suite, _, task_id = (task or "").partition(":")
@@ -70,12 +76,19 @@ class GatewayStack:
                     token_hash=hashlib.sha256(token.encode()).hexdigest(),
                     task_id=task_id or None,
                     meta=meta,
+                    status=RolloutStatus.RUNNING,  # a rollout whose token is handed out is running
+                    budgets=dict(budgets or {}),
                 )
             )
         return token
 
     def mcp_url(self, token: str) -> str:
         return f"{self.url}/r/{token}/mcp"
+
+    def refusals(self, rollout_id: str) -> list[Refusal]:
+        with session_scope(self.engine) as session:
+            query = select(Refusal).where(Refusal.rollout_id == rollout_id).order_by(Refusal.id)  # type: ignore[arg-type]
+            return list(session.exec(query))
 
     def events(self, rollout_id: str) -> list[ToolEvent]:
         with session_scope(self.engine) as session:
@@ -88,7 +101,7 @@ class GatewayStack:
 def gateway_stack(
     env: EnvServers, store_url: str, extra: dict[str, UpstreamSpec] | None = None, **overrides: object
 ) -> tuple[ServerThread, GatewayStack]:
-    settings = GatewaySettings(env_url=env.url, **overrides)  # type: ignore[arg-type]
+    settings = GatewaySettings(env_url=env.url, env_secret=ENV_SECRET, **overrides)  # type: ignore[arg-type]
     engine = open_engine(store_url)
     app = build_gateway_app(settings, engine, extra)
     server = ServerThread(app)

@@ -16,7 +16,7 @@ import anyio
 import httpx
 from mcp import Client
 
-from rollwire.store import Rollout, Run, session_scope
+from rollwire.store import Rollout, RolloutStatus, Run, session_scope
 from rollwire.store.db import open_engine
 
 
@@ -28,7 +28,12 @@ def _free_port() -> int:
 
 @contextmanager
 def _serving(args: list[str], port: int, home: Path) -> Iterator[str]:
-    env = {"ROLLWIRE_HOME": str(home), "PATH": "/usr/bin:/bin"}
+    env = {
+        "ROLLWIRE_HOME": str(home),
+        "PATH": "/usr/bin:/bin",
+        "ROLLWIRE_MCP__ENV_SECRET": "cli-test-env-secret",
+        "ROLLWIRE_MCP__GATEWAY__ENV_SECRET": "cli-test-env-secret",
+    }
     proc = subprocess.Popen(
         [sys.executable, "-m", "rollwire.cli", "mcp", *args, "--port", str(port)], env=env, stderr=subprocess.PIPE
     )
@@ -62,6 +67,7 @@ def test_serve_and_gateway_processes(tmp_path: Path) -> None:
                 token_hash=hashlib.sha256(b"cli-token").hexdigest(),
                 task_id="write-fox",
                 meta={"suite": "tiny"},
+                status=RolloutStatus.RUNNING,
             )
         )
     env_port, gw_port = _free_port(), _free_port()

@@ -9,11 +9,11 @@ import anyio
 from rollwire.mcp_servers.tasks.schema import ToolCall
 from rollwire.mcp_servers.tasks.solve import play
 
-from tests.mcp_servers.conftest import EnvServers
+from tests.mcp_servers.conftest import ENV_SECRET, EnvServers
 
 
 def _run(env: EnvServers, rollout: str, server: str, tool: str, **arguments: object) -> dict[str, object]:
-    return anyio.run(play, [ToolCall(server=server, tool=tool, arguments=arguments)], env.server_url, rollout)[0]
+    return anyio.run(play, [ToolCall(server=server, tool=tool, arguments=arguments)], env.server_url, rollout, None, ENV_SECRET)[0]
 
 
 def _refused(result: dict[str, object], needle: str) -> None:

@@ -1,5 +1,6 @@
 """Must-show 5 at the gateway: limits exceeded, tools outside the allow-list, bad arguments, a call timeout, and a
-server that dies mid-call all come back as clear tool errors, are recorded, and the gateway keeps serving."""
+server that dies mid-call all come back as clear tool errors, are recorded (a refused call as a Refusal, not a
+ToolEvent), and the gateway keeps serving."""
 
 from __future__ import annotations
 
@@ -55,9 +56,13 @@ def test_failures_are_tool_errors_and_others_keep_working(env_servers: EnvServer
 
         anyio.run(scenario)
         events = stack.events("victim")
-        assert [e.tool for e in events] == ["echo", "crash", "echo", "hang", "write_file", "list_files", "echo", "echo"]
-        assert [e.is_error for e in events] == [False, True, False, True, True, True, False, True]
+        assert [e.tool for e in events] == ["echo", "crash", "echo", "hang", "write_file", "echo"]
+        assert [e.is_error for e in events] == [False, True, False, True, True, False]
         assert all(e.error for e in events if e.is_error)
+        # refused calls are refusals with their reason, not tool events
+        refusals = stack.refusals("victim")
+        assert [(r.kind, r.target) for r in refusals] == [("tool_not_allowed", "list_files"), ("tool_calls", "echo")]
+        assert all(r.source == "gateway" and r.reason for r in refusals)
         assert [e.tool for e in stack.events("other")] == ["write_file", "read_file"]
 
 

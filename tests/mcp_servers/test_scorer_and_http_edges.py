@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import anyio
 import httpx
-from rollwire.mcp_servers.tasks.scorer import SuiteScorer
+from rollwire.orchestrator.suite_scorer import SuiteScorer
+from rollwire.mcp_servers.state import SECRET_HEADER
 from rollwire.mcp_servers.tasks.solve import play
 from rollwire.orchestrator.scoring import Scorer, ScoringInput
 
-from tests.mcp_servers.conftest import EnvServers, gateway_stack
+from tests.mcp_servers.conftest import ENV_SECRET, EnvServers, gateway_stack
 
 
 def _item(rollout: str, task: str, answer: str | None) -> ScoringInput:
@@ -20,7 +21,7 @@ def test_suite_scorer(env_servers: EnvServers) -> None:
     scorer = SuiteScorer("ops", env_servers.env.store.root)
     assert isinstance(scorer, Scorer)
     task = scorer.suite.task("customer-total-0")
-    anyio.run(play, task.reference_solution, env_servers.server_url, "scored", "ops:customer-total-0")
+    anyio.run(play, task.reference_solution, env_servers.server_url, "scored", "ops:customer-total-0", ENV_SECRET)
     full = anyio.run(scorer.score, _item("scored", "customer-total-0", task.reference_answer))
     assert full.reward == 1.0
     partial = anyio.run(scorer.score, _item("scored", "customer-total-0", "no idea"))
@@ -34,12 +35,13 @@ def test_health_hosts_and_body_limit(env_servers: EnvServers, store_url: str) ->
         "servers": ["workspace", "sqldb", "calendar", "mail"],
     }
     ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
-    evil = httpx.post(env_servers.server_url("workspace"), json=ping, headers={"Host": "evil.example"})
+    secret = {SECRET_HEADER: ENV_SECRET}
+    evil = httpx.post(env_servers.server_url("workspace"), json=ping, headers={"Host": "evil.example", **secret})
     assert evil.status_code == 421
     big = httpx.post(
         env_servers.server_url("workspace"),
         content=b"x" * 1_100_000,
-        headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream"},
+        headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream", **secret},
     )
     assert big.status_code == 413
     server, stack = gateway_stack(env_servers, store_url)

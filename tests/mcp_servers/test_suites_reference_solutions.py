@@ -10,7 +10,7 @@ from rollwire.mcp_servers.tasks.loader import load_suite, suite_names
 from rollwire.mcp_servers.tasks.schema import ToolCall
 from rollwire.mcp_servers.tasks.solve import play
 
-from tests.mcp_servers.conftest import EnvServers
+from tests.mcp_servers.conftest import ENV_SECRET, EnvServers
 
 
 def test_three_suites_ship_with_enough_tasks() -> None:
@@ -37,7 +37,7 @@ def test_reference_solution_scores_one_and_wrong_scores_less(suite: str, env_ser
         task = load_suite(suite).task(task_id)
         ref = f"{suite}:{task_id}"
         good, bad = f"good-{suite}-{task_id}", f"bad-{suite}-{task_id}"
-        results = anyio.run(play, task.reference_solution, env_servers.server_url, good, ref)
+        results = anyio.run(play, task.reference_solution, env_servers.server_url, good, ref, ENV_SECRET)
         assert not any(r["is_error"] for r in results), results
         result = score(task, env_servers.folder(good), task.reference_answer)
         assert result.reward == 1.0, (task_id, result.breakdown)
@@ -45,7 +45,7 @@ def test_reference_solution_scores_one_and_wrong_scores_less(suite: str, env_ser
         wrong = task.reference_solution[:-1] or [
             ToolCall(server="workspace", tool="write_file", arguments={"path": "answer.txt", "content": "nope"})
         ]
-        anyio.run(play, wrong, env_servers.server_url, bad, ref)
+        anyio.run(play, wrong, env_servers.server_url, bad, ref, ENV_SECRET)
         wrong_result = score(task, env_servers.folder(bad), "I do not know")
         assert wrong_result.reward < 1.0, (task_id, wrong_result.breakdown)
         assert set(wrong_result.breakdown) == set(result.breakdown)

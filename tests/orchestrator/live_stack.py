@@ -19,6 +19,7 @@ from rollwire.settings import EngineSettings, GatewaySettings, McpSettings, Prox
 from rollwire.store.db import open_engine
 
 OPERATOR_KEY = "orchestrator-test-key"
+ENV_SECRET = "orchestrator-test-env-secret"
 
 
 @contextmanager
@@ -37,8 +38,8 @@ def live_stack(
     env = runtime(mcp, folder, task_initial)
     with ExitStack() as stack:
         engine = stack.enter_context(ServerThread(create_engine(EngineSettings(model=str(tiny_model_dir), device="cpu"), folder)))
-        envs = stack.enter_context(ServerThread(build_app(list(SERVERS), env, mcp.allowed_hosts, 1_000_000)))
-        gateway = stack.enter_context(ServerThread(build_gateway_app(GatewaySettings(env_url=envs.url), open_engine(db_url))))
+        envs = stack.enter_context(ServerThread(build_app(list(SERVERS), env, mcp.allowed_hosts, 1_000_000, secret=ENV_SECRET)))
+        gateway = stack.enter_context(ServerThread(build_gateway_app(GatewaySettings(env_url=envs.url, env_secret=ENV_SECRET), open_engine(db_url))))
         model = str(httpx.get(f"{engine.url}/v1/models", timeout=30).json()["data"][0]["id"])
         settings = ProxySettings(
             upstream=engine.url, model=str(tiny_model_dir), gateway_url=gateway.url, model_aliases={"*": model}

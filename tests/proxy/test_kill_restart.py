@@ -57,9 +57,9 @@ def _start(engine_url: str, db: str, model: Path, port: int) -> tuple[subprocess
 
 
 def test_sigkill_loses_no_answered_call(
-    engine_url: str, served_model: str, tiny_model_dir: Path, tmp_path: Path
+    engine_url: str, served_model: str, tiny_model_dir: Path, any_store_url: str
 ) -> None:
-    db = f"sqlite:///{tmp_path / 'store.db'}"
+    db = any_store_url
     port = _port()
     proc, base = _start(engine_url, db, tiny_model_dir, port)
     messages = [{"role": "user", "content": "count"}]
@@ -94,10 +94,12 @@ def test_sigkill_loses_no_answered_call(
     from rollwire.proxy.auth import hash_token
     from sqlmodel import Session, select
 
-    from rollwire.store import Rollout
+    from rollwire.store import ModelCall, Rollout
 
     with Session(engine) as session:
         rollout = session.exec(select(Rollout).where(Rollout.token_hash == hash_token(rollout_id.group(1)))).one()
+        stored = session.exec(select(ModelCall).where(ModelCall.rollout_id == rollout.id)).all()
+    assert len(stored) == N + 1 and len({c.started_ns for c in stored}) == N + 1  # none lost, none twice
     trajectory = reconstruct(engine, rollout.id)
     assert sum(len(s.call_ids) for s in trajectory.segments) == N + 1
     assert len(trajectory.segments) == 1  # the restarted proxy spliced onto the calls it read back

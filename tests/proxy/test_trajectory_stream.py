@@ -7,9 +7,19 @@ import threading
 
 import httpx
 
+from collections.abc import Callable
+
+import pytest
+
 from rollwire.trajectory import Trajectory
 from tests.proxy.conftest import Proxy
 from trainer.stream import StreamConfig, TrajectoryStream
+
+
+@pytest.fixture()
+def proxy(start_proxy: Callable[..., Proxy], engine_url: str, any_store_url: str) -> Proxy:
+    """The proxy on SQLite and on PostgreSQL."""
+    return start_proxy(engine_url, any_store_url)
 
 
 def _rollouts(proxy: Proxy, served: str, count: int) -> tuple[str, list[dict[str, str]]]:

@@ -1,4 +1,7 @@
-"""Adapt a suite's checkers to the orchestrator's Scorer protocol: score an ended rollout from its env state."""
+"""Adapt a suite's checkers to the orchestrator's Scorer protocol: score an ended rollout from its env state.
+
+It lives with the orchestrator (which depends on the task suites), not with the suites: the suites know nothing
+of the orchestrator, so the two packages do not import each other."""
 
 from __future__ import annotations
 

@@ -1,0 +1,122 @@
+"""Rollout tokens: minted once, stored only as their sha256, looked up (and cached) by every service that a
+harness calls with one. A token works while its rollout is starting or running; when the rollout ends or the
+token is revoked, this process's caches drop it at once and other processes' within ``ttl_s`` (the store's
+write guard, ``guard``, keeps anything from being recorded in between)."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio.to_thread
+from sqlalchemy.engine import Engine
+from sqlmodel import select
+
+from rollwire.errors import Forbidden, Unauthorized
+from rollwire.rollouts.states import TOKEN_WORKS
+from rollwire.store.db import session_scope
+from rollwire.store.schema import Rollout, RolloutStatus
+
+PREFIX = "rw-"
+
+
+def hash_token(token: str) -> str:
+    """The stored form of a token (the store never holds a token itself)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def mint() -> tuple[str, str]:
+    """A fresh token and its hash."""
+    token = PREFIX + secrets.token_urlsafe(24)
+    return token, hash_token(token)
+
+
+def unusable_hash() -> str:
+    """A ``token_hash`` no token hashes to (pending and revoked rows): not hex, so never a sha256 digest."""
+    return "none:" + secrets.token_hex(16)
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who is calling: the rollout a token belongs to, with what its callers need to serve it."""
+
+    rollout_id: str
+    run_id: str
+    status: RolloutStatus
+    task_id: str | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    budgets: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, row: Rollout) -> Identity:
+        return cls(row.id, row.run_id, RolloutStatus(row.status), row.task_id, dict(row.meta or {}), dict(row.budgets or {}))
+
+
+def check_active(identity: Identity) -> Identity:
+    """The identity, or Forbidden (403) naming why its token no longer works."""
+    if identity.status not in TOKEN_WORKS:
+        raise Forbidden(
+            f"rollout {identity.rollout_id} is {identity.status.value}: its token no longer works "
+            "(nothing from this request is recorded)"
+        )
+    return identity
+
+
+_INDEXES: weakref.WeakSet[TokenIndex] = weakref.WeakSet()
+_INDEXES_LOCK = threading.Lock()
+
+
+def forget(rollout_id: str) -> None:
+    """Drop ``rollout_id`` from every token cache of this process (its state changed or its token was revoked)."""
+    with _INDEXES_LOCK:
+        indexes = list(_INDEXES)
+    for index in indexes:
+        index.forget(rollout_id)
+
+
+class TokenIndex:
+    """token -> Identity, cached for ``ttl_s``; Unauthorized for an unknown token, Forbidden for an ended rollout."""
+
+    def __init__(self, engine: Engine, ttl_s: float = 1.0) -> None:
+        self._engine = engine
+        self._ttl_s = ttl_s
+        self._cache: dict[str, tuple[float, Identity]] = {}
+        with _INDEXES_LOCK:
+            _INDEXES.add(self)
+
+    def lookup(self, token: str) -> Identity | None:
+        """The token's rollout from the store (no cache; call off the event loop)."""
+        with session_scope(self._engine) as session:
+            row = session.exec(select(Rollout).where(Rollout.token_hash == hash_token(token))).first()
+            return Identity.of(row) if row is not None else None
+
+    async def resolve(self, token: str | None) -> Identity:
+        """The active rollout of ``token``: cached, else looked up off the event loop."""
+        if not token:
+            raise Unauthorized("missing rollout token: use /r/<token>/... or an Authorization: Bearer header")
+        digest = hash_token(token)
+        hit = self._cache.get(digest)
+        if hit is not None and time.monotonic() - hit[0] < self._ttl_s:
+            return check_active(hit[1])
+        found = await anyio.to_thread.run_sync(self.lookup, token)
+        if found is None:
+            self._cache.pop(digest, None)
+            raise Unauthorized("unknown rollout token")
+        self._cache[digest] = (time.monotonic(), found)
+        if len(self._cache) > 65536:
+            self._cache.pop(next(iter(self._cache)))
+        return check_active(found)
+
+    def forget(self, rollout_id: str) -> None:
+        for digest, (_at, identity) in list(self._cache.items()):
+            if identity.rollout_id == rollout_id:
+                self._cache.pop(digest, None)
+
+
+__all__ = ["PREFIX", "Identity", "TokenIndex", "check_active", "forget", "hash_token", "mint", "unusable_hash"]

@@ -1,0 +1,99 @@
+"""The store's schema version: created and stamped on an empty database, migrated forward in place, refused when
+it is newer than this code or cannot be migrated.
+
+A kept version table (``rollwire_schema``) and a short list of migration functions, not alembic: the tables are
+declared once (``schema``) and created from those declarations, every database rollwire supports is reached
+through SQLAlchemy already, and a migration here is a few ``ALTER TABLE`` lines run in the same transaction
+that checks the version. Two processes opening one fresh database at once are serialized (a Postgres advisory
+lock; SQLite's write lock), so the schema is created once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import inspect, select, text
+from sqlalchemy.engine import Connection
+from sqlmodel import SQLModel
+
+from rollwire.errors import StoreError
+from rollwire.store.schema import SchemaVersion
+
+SCHEMA_VERSION = 1
+"""Bump with a new entry in ``MIGRATIONS`` whenever a table or column changes."""
+TABLES = {"run", "rollout", "modelcall", "toolevent"}
+"""Tables of every schema version: their presence without a version row means a store from before versions."""
+_LOCK_KEY = 0x726F6C6C77  # 'rollw': the advisory lock that serializes schema work on Postgres
+
+
+def _add_column(conn: Connection, table: str, column: str, ddl: str) -> None:
+    """Add ``column`` where the table exists without it (a missing table is created whole afterwards)."""
+    found = inspect(conn)
+    if found.has_table(table) and column not in {c["name"] for c in found.get_columns(table)}:
+        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {ddl}"))
+
+
+def _v0_to_v1(conn: Connection) -> None:
+    """From the unversioned schema: budgets, result size/truncation, refusals; a call's sampling parameters, line
+    (main or side call) and output caps; 64-bit times; status as text."""
+    postgres = conn.dialect.name == "postgresql"
+    _add_column(conn, "modelcall", "sampling", "JSON NOT NULL DEFAULT '{}'")
+    _add_column(conn, "modelcall", "line", "VARCHAR NOT NULL DEFAULT 'main'")
+    _add_column(conn, "modelcall", "max_tokens_requested", "INTEGER")
+    _add_column(conn, "modelcall", "max_tokens_granted", "INTEGER")
+    _add_column(conn, "rollout", "budgets", "JSON NOT NULL DEFAULT '{}'")
+    _add_column(conn, "toolevent", "result_bytes", "BIGINT NOT NULL DEFAULT 0")
+    _add_column(conn, "toolevent", "truncated", "BOOLEAN NOT NULL DEFAULT " + ("false" if postgres else "0"))
+    if postgres:  # SQLite's INTEGER is 64-bit and its enum a VARCHAR already
+        for table, columns in {
+            "run": ["created_ns"],
+            "rollout": ["created_ns", "started_ns", "finished_ns", "finished_seq"],
+            "modelcall": ["id", "started_ns", "ended_ns"],
+            "toolevent": ["id", "started_ns", "ended_ns"],
+        }.items():
+            for column in columns:
+                if inspect(conn).has_table(table):
+                    conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE BIGINT"))
+        if inspect(conn).has_table("rollout"):
+            conn.execute(text("ALTER TABLE rollout ALTER COLUMN status TYPE VARCHAR(16) USING status::text"))
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {0: _v0_to_v1}
+"""version -> the function that moves a store from it to version + 1."""
+
+
+def stored_version(conn: Connection) -> int | None:
+    """The store's version: None for an empty database, 0 for rollwire tables without a version row."""
+    names = set(inspect(conn).get_table_names())
+    if SchemaVersion.__tablename__ in names:
+        found = conn.execute(select(SchemaVersion.version)).scalar()  # type: ignore[call-overload]
+        return int(found) if found is not None else 0
+    return 0 if names & TABLES else None
+
+
+def prepare(conn: Connection, where: str) -> None:
+    """Create, check or migrate the schema inside the caller's transaction; StoreError when it cannot be used."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+    version = stored_version(conn)
+    if version is None:
+        SQLModel.metadata.create_all(conn)
+        conn.execute(SchemaVersion.__table__.insert().values(id=1, version=SCHEMA_VERSION))  # type: ignore[attr-defined]
+        return
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"the store at {where} has schema version {version}, newer than this rollwire's {SCHEMA_VERSION}: "
+            "upgrade rollwire, or point --db at another store"
+        )
+    if version == SCHEMA_VERSION:
+        return
+    for step in range(version, SCHEMA_VERSION):
+        if step not in MIGRATIONS:
+            raise StoreError(f"the store at {where} has schema version {version}, which cannot be migrated")
+        MIGRATIONS[step](conn)
+    SQLModel.metadata.create_all(conn)  # tables a migration introduced
+    conn.execute(SchemaVersion.__table__.delete())  # type: ignore[attr-defined]
+    conn.execute(SchemaVersion.__table__.insert().values(id=1, version=SCHEMA_VERSION))  # type: ignore[attr-defined]
+
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "prepare", "stored_version"]

@@ -1,0 +1,87 @@
+"""The package layers hold: the core (store, rollouts, settings, errors, trajectory, ...) imports nothing above
+it; the components (engine, proxy, MCP servers, orchestrator, trainer, harness adapters) import nothing of the
+application layer (CLI, demo, local stack); and no two packages import each other, directly or round a cycle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDERS = {
+    "rollwire": "rollwire",
+    "engine": "rollwire.engine",
+    "proxy": "rollwire.proxy",
+    "mcp_servers": "rollwire.mcp_servers",
+    "orchestrator": "rollwire.orchestrator",
+    "trainer": "rollwire.trainer",
+    "harness_adapters": "rollwire.harness_adapters",
+}
+COMPONENTS = {name for name in FOLDERS.values() if name != "rollwire"}
+APPLICATION = ("rollwire.cli", "rollwire.demo", "rollwire.stack")
+
+
+def _unit(module: str) -> str:
+    """The package a module belongs to for layering: a component, an application module, or the core."""
+    for app in APPLICATION:
+        if module == app or module.startswith(app + "."):
+            return app
+    for component in COMPONENTS:
+        if module == component or module.startswith(component + "."):
+            return component
+    return "core"
+
+
+def _imports() -> dict[str, set[tuple[str, str]]]:
+    """unit -> {(importing file, imported module)} for every rollwire import in the source (incl. lazy ones)."""
+    found: dict[str, set[tuple[str, str]]] = {}
+    for folder, package in FOLDERS.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            rel = path.relative_to(ROOT / folder).with_suffix("")
+            module = ".".join([package, *rel.parts]).removesuffix(".__init__")
+            if folder == "rollwire" and _unit(module) in COMPONENTS:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names = [node.module]
+                for name in names:
+                    if name.startswith("rollwire"):
+                        found.setdefault(_unit(module), set()).add((str(path.relative_to(ROOT)), name))
+    return found
+
+
+def test_the_core_imports_nothing_above_it() -> None:
+    above = sorted((where, name) for where, name in _imports().get("core", set()) if _unit(name) != "core")
+    assert above == []
+
+
+def test_components_do_not_import_the_application_layer() -> None:
+    wrong = sorted(
+        (where, name)
+        for unit, pairs in _imports().items()
+        if unit in COMPONENTS
+        for where, name in pairs
+        if _unit(name) in APPLICATION
+    )
+    assert wrong == []
+
+
+def test_no_import_cycle_between_packages() -> None:
+    graph: dict[str, set[str]] = {}
+    for unit, pairs in _imports().items():
+        graph.setdefault(unit, set()).update(_unit(name) for _, name in pairs if _unit(name) != unit)
+
+    def cycle_from(start: str) -> list[str] | None:
+        stack = [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph.get(node, ()):
+                if nxt == start:
+                    return [*path, nxt]
+                if nxt not in path:
+                    stack.append((nxt, [*path, nxt]))
+        return None
+
+    cycles = [c for c in (cycle_from(unit) for unit in graph) if c]
+    assert cycles == []
