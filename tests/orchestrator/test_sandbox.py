@@ -265,9 +265,8 @@ def test_rollouts_cli_refuses_in_one_line_without_a_sandbox(tmp_path: Path) -> N
     env = {**os.environ, "ROLLWIRE_ORCHESTRATOR__BWRAP_PATH": str(tmp_path / "no-bwrap")}
     args = ["--suite", "tiny", "--tasks", "write-cat", "--proxy-url", "http://127.0.0.1:9", "--gateway-url",
             "http://127.0.0.1:9", "--db", f"sqlite:///{tmp_path / 'store.db'}", "--state-dir", str(tmp_path / "state")]  # fmt: skip
-    done = subprocess.run(
-        [sys.executable, "-m", "rollwire.cli", "rollouts", *args], capture_output=True, text=True, timeout=120, env=env, check=False
-    )
+    command = [sys.executable, "-m", "rollwire.cli", "rollouts", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, check=False)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("rollwire rollouts: cannot sandbox rollouts: bubblewrap") and "--no-sandbox" in last
