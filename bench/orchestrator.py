@@ -10,7 +10,9 @@ the reference agent imports (the CLI parser, openai, mcp) and writes its answer;
 (the orchestrator's children, the fork server's included), so the pool's one-off start-up is counted.
 Sandboxed, each rollout also gets its bwrap namespaces, mounts, rlimits and the proxy/gateway relay (two
 loopback endpoints; nothing listens behind them, as the harness calls neither); the sandboxed warm pool keeps
-``warm_spares`` sandboxes ready ahead. ``--local-rollouts 0`` skips the local table.
+``warm_spares`` sandboxes ready ahead. A sandbox's CPU shows as ``-``: bwrap's monitor exits on its init's
+report without reaping it, so the sandbox's CPU never reaches this process's children's rusage.
+``--local-rollouts 0`` skips the local table.
 """
 
 from __future__ import annotations
@@ -130,8 +132,9 @@ def local_table(rollouts: int, concurrency: int) -> list[str]:
     ]
     for (pool, sandbox), (rate, cpu) in rates.items():
         mode, plain = "warm pool" if pool else "subprocess", rates[pool, False][0]
+        cpu_text = "-" if sandbox else f"{cpu:.3f}"
         lines.append(
-            f"{mode:>14} {'on' if sandbox else 'off':>8} {rollouts:>9} {rate:>11.2f} {cpu:>14.3f}"
+            f"{mode:>14} {'on' if sandbox else 'off':>8} {rollouts:>9} {rate:>11.2f} {cpu_text:>14}"
             f" {rate / base:>13.2f}x {rate / plain:>14.2f}x"
         )
     if why_not is not None:

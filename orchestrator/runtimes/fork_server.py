@@ -7,7 +7,9 @@ SIGCHLD wake-up pipe. It speaks JSON lines with the orchestrator (``warm_pool.Wa
 
 - it says ``{"ready": true, "unsafe": null | reason, "skipped": [...]}`` once the preloads are imported;
 - each request ``{"id", "argv", "env", "cwd", "log"}`` is answered ``{"id", "pid"}`` (or ``{"id", "error"}``);
-- each child's end is reported ``{"pid", "code"}`` (``code`` as ``subprocess`` reports it: ``-N`` for signal N).
+- each child's end is reported ``{"pid", "code"}`` (``code`` as ``subprocess`` reports it: ``-N`` for signal N);
+- in a sandbox (``--sandboxed``), ``{"id", "reset": true}`` ends what the last rollout left, answered
+  ``{"id", "reset": ok}``; the server is then not dumpable (a rollout cannot ptrace it), its children are.
 
 A child becomes what ``python -m MODULE ARGS`` would be: its own session (the runtime kills the group),
 cwd, ``os.environ`` replaced by the request's env, stdin from /dev/null, stdout/stderr to the log file, the
@@ -28,12 +30,18 @@ import json
 import os
 import runpy
 import selectors
+import shutil
 import signal
 import sys
 import tempfile
 import threading
+import time
 import traceback
+from pathlib import Path
 from typing import Any
+
+SANDBOXED_FLAG = "--sandboxed"
+"""Given by ``sandbox_pool``: the server runs alone in a rollout sandbox and may ``reset`` it between rollouts."""
 
 
 def _send(fd: int, message: dict[str, Any]) -> None:
@@ -57,6 +65,12 @@ def preload(entries: list[str]) -> list[str]:
     return skipped
 
 
+def _set_dumpable(flag: bool) -> None:
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(4, int(flag), 0, 0, 0)  # PR_SET_DUMPABLE
+
+
 def _exit_status(exc: SystemExit) -> int:
     """What the interpreter would exit with for ``sys.exit(code)``."""
     if exc.code is None:
@@ -76,6 +90,8 @@ def _reopen_std_streams() -> None:
 def run_child(request: dict[str, Any]) -> int:
     """In the forked child: become the requested ``python -m MODULE`` process and run it; returns its exit status."""
     signal.set_wakeup_fd(-1)
+    if request.get("dumpable"):
+        _set_dumpable(True)
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -121,8 +137,8 @@ def run_child(request: dict[str, Any]) -> int:
 
 
 class Server:
-    def __init__(self, control_in: int, control_out: int) -> None:
-        self.control_in, self.control_out = control_in, control_out
+    def __init__(self, control_in: int, control_out: int, sandboxed: bool = False) -> None:
+        self.control_in, self.control_out, self.sandboxed = control_in, control_out, sandboxed
         self.buffer = b""
 
     def spawn(self, request: dict[str, Any]) -> None:
@@ -134,12 +150,35 @@ class Server:
         if pid == 0:
             code = 1
             try:
-                code = run_child(request)
+                code = run_child({**request, "dumpable": self.sandboxed})
             except BaseException:  # noqa: BLE001 - never return into the server loop from a child
                 traceback.print_exc()
             finally:
                 os._exit(code & 0xFF)  # as the OS truncates sys.exit(N)
         _send(self.control_out, {"id": request.get("id"), "pid": pid})
+
+    def reset(self, request: dict[str, Any]) -> None:
+        """Between two rollouts in one sandbox (``sandbox_pool``): end every process the last one left, empty
+        /dev/shm. Only inside a bwrap pid namespace, where /proc lists the sandbox's processes and no others."""
+        init = Path("/proc/1/cmdline").read_bytes().split(b"\0")[0]
+        if not self.sandboxed or os.path.basename(init) != b"bwrap":
+            _send(self.control_out, {"id": request.get("id"), "error": "reset outside a sandbox"})
+            return
+        keep = {1, os.getpid(), os.getppid()}
+        for _ in range(100):  # a process may fork while the last sweep runs: sweep until none is left
+            others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in keep]
+            if not others:
+                break
+            for pid in others:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            self.reap()
+            time.sleep(0.01)
+        for entry in Path("/dev/shm").glob("*"):
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+        _send(self.control_out, {"id": request.get("id"), "reset": not others})
 
     def reap(self) -> None:
         while True:
@@ -158,6 +197,9 @@ class Server:
             if line.strip():
                 try:
                     request = json.loads(line)
+                    if request.get("reset"):
+                        self.reset(request)
+                        continue
                     argv = request["argv"]
                     if len(argv) < 3 or argv[1] != "-m":
                         raise ValueError("argv must be PYTHON -m MODULE [ARGS...]")
@@ -195,6 +237,8 @@ class Server:
 def main(argv: list[str] | None = None) -> int:
     """``python -m rollwire.orchestrator.runtimes.fork_server [PRELOAD ...]``; JSON lines on stdin/stdout."""
     entries = list(sys.argv[1:] if argv is None else argv)
+    sandboxed = SANDBOXED_FLAG in entries
+    entries = [entry for entry in entries if entry != SANDBOXED_FLAG]
     control_in, control_out = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
@@ -205,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     unsafe = f"{threads - 1} thread(s) running after the preloads; forking would be unsafe" if threads > 1 else None
     _send(control_out, {"ready": True, "unsafe": unsafe, "skipped": skipped})
     if unsafe is None:
-        Server(control_in, control_out).serve()
+        if sandboxed:
+            _set_dumpable(False)
+        Server(control_in, control_out, sandboxed).serve()
     return 0
 
 

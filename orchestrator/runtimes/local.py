@@ -52,6 +52,7 @@ class _Proc:
     folder: Path
     answer_path: Path
     release: Callable[[], Awaitable[None]] | None = None
+    recyclable: bool = False
 
 
 class LocalRuntime:
@@ -124,7 +125,7 @@ class LocalRuntime:
             started = await self._sandbox.cold(job, env_for(workspace), folder, self._open)
         if started is not None:
             process = started.process
-            self._procs[job.rollout_id] = _Proc(process, folder, answer_path, started.release)
+            self._procs[job.rollout_id] = _Proc(process, folder, answer_path, started.release, started.recyclable)
         else:
             process = await self._spawn(list(job.launch.argv), env_for(workspace), workspace, folder / "output.log")
             self._procs[job.rollout_id] = _Proc(process, folder, answer_path)
@@ -198,6 +199,8 @@ class LocalRuntime:
         return None
 
     async def _kill_group(self, proc: _Proc) -> None:
+        if proc.recyclable and proc.process.returncode is not None:
+            return  # its sandbox outlives it, to be reset and reused: release() ends what it left
         pgid = proc.process.pid
         # a sandbox's pid namespace outlives bwrap's own pid by a moment: its init's end is the end of all of them
         inner = _first_child_pidfd(pgid) if proc.release is not None and proc.process.returncode is None else None

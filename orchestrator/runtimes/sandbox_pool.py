@@ -1,4 +1,4 @@
-"""The warm pool under the sandbox: sandboxes made ahead, each a fork server with warm imports, one per rollout.
+"""The warm pool under the sandbox: sandboxes made ahead, each a fork server with warm imports, one rollout at a time.
 
 A sandbox cannot be entered by a process forked outside it, and a process exec'd into bwrap has lost its
 warm imports; so the pool itself runs inside: a *slot* is one rollout-shaped folder (workspace, tmp, net),
@@ -6,7 +6,10 @@ its endpoint relay, and a fork server (``warm_pool.WarmPool`` with a bwrap ``wra
 preloads inside that slot's own sandbox. A pooled launch takes a ready slot, which becomes the rollout's
 folder (renamed to ``rollwire-<rollout id>``: the sandbox's mounts follow the folders, so inside it the
 workspace keeps the slot's path), and the fork server forks the harness there. ``spares`` slots are kept
-ready in the background, so the sandbox and the imports are paid for before the rollout starts.
+ready in the background, so the sandbox and the imports are paid for before the rollout starts. A slot whose
+rollout exited by itself is recycled: its fork server kills every process left in its pid namespace, the host
+empties its workspace and tmp, and the next rollout forks from the same warm server (one import per slot,
+not per rollout); a timed-out, lost or kept (``keep_workspaces``) rollout's slot is discarded.
 """
 
 from __future__ import annotations
@@ -102,7 +105,12 @@ class SandboxPool:
         log.touch()
         sockets = {endpoint: folder / "net" / f"{i}.sock" for i, endpoint in enumerate(endpoints)}
         relay = EndpointRelay()
-        await relay.open(self._group, sockets)
+        try:
+            await relay.open(self._group, sockets)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(lambda: shutil.rmtree(folder, ignore_errors=True))
+            raise
 
         def wrap(command: list[str]) -> list[str]:
             return sandbox.bwrap_command(
@@ -123,14 +131,60 @@ class SandboxPool:
             raise
         return slot
 
+    async def recycle(self, slot: Slot, folder: Path) -> None:
+        """A slot whose rollout ended: its server ends what the rollout left, the host empties its folders (the
+        mounts stay), and it is ready for the next rollout with the same endpoints; else it is discarded."""
+        slot.folder = folder
+        if self._unavailable is not None or not await slot.pool.reset():
+            logger.debug("sandbox slot not reset; discarded")
+            await self._discard(slot)
+            return
+        fresh = self._root / f"rollwire-slot-{secrets.token_hex(8)}"
+        keep = [slot.inside / "workspace", slot.inside / "output.log"]  # their mount points in the sandbox's /tmp
+        try:
+            await anyio.to_thread.run_sync(_empty_folder, folder, keep, fresh)
+        except OSError as exc:
+            logger.debug("could not recycle a sandbox slot: %s", exc)
+            await self._discard(slot)
+            return
+        slot.folder = fresh
+        if self._unavailable is not None:  # closed meanwhile
+            await self._discard(slot)
+        else:  # new slots are made only while fewer than ``spares`` are ready: slots in use come back here
+            self._ready.append(slot)
+
     async def _discard(self, slot: Slot) -> None:
-        await slot.close()
-        await anyio.to_thread.run_sync(lambda: shutil.rmtree(slot.folder, ignore_errors=True))
+        with anyio.CancelScope(shield=True):  # also while the runtime closes: no slot folder is left behind
+            await slot.close()
+            await anyio.to_thread.run_sync(lambda: shutil.rmtree(slot.folder, ignore_errors=True))
 
     async def aclose(self) -> None:
         self._unavailable = self._unavailable or "the pool is closed"
         while self._ready:
             await self._discard(self._ready.pop())
+
+
+def _empty_folder(folder: Path, keep_inside: list[Path], rename_to: Path) -> None:
+    """Empty a slot's workspace, tmp and log in place, then rename the folder. Mount points stay: removing a
+    folder that is a mount point in the sandbox would detach the sandbox's mount of the workspace."""
+    for entry in (folder / "workspace").iterdir():
+        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    keep = [folder / "tmp" / path.relative_to("/tmp") for path in keep_inside if path.is_relative_to("/tmp")]
+    _empty_except(folder / "tmp", keep)
+    (folder / "output.log").write_bytes(b"")
+    folder.rename(rename_to)
+
+
+def _empty_except(root: Path, keep: list[Path]) -> None:
+    for entry in root.iterdir():
+        if entry in keep:
+            continue
+        if any(path.is_relative_to(entry) for path in keep):
+            _empty_except(entry, keep)
+        elif entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 __all__ = ["SandboxPool", "Slot"]

@@ -34,6 +34,8 @@ class Sandboxed:
     release: Callable[[], Awaitable[None]]
     workspace_inside: Path
     """The workspace's path as the harness sees it (a pooled slot keeps the name it was made with)."""
+    recyclable: bool = False
+    """A pooled slot: once its harness exited by itself, ``release`` recycles the sandbox (do not kill it)."""
 
 
 class SandboxLauncher:
@@ -94,7 +96,15 @@ class SandboxLauncher:
             if isinstance(exc, PoolUnavailable):
                 return None
             raise
-        return Sandboxed(child, slot.close, inside)
+        pool = self._pool
+
+        async def release() -> None:
+            if child.returncode is None or child.lost or self._settings.keep_workspaces:
+                await slot.close()  # killed, lost, or its workspace is kept: the sandbox goes with it
+            else:
+                await pool.recycle(slot, folder)
+
+        return Sandboxed(child, release, inside, recyclable=True)
 
     async def cold(self, job: RolloutJob, env: dict[str, str], folder: Path, open_process: Opener) -> Sandboxed:
         """bwrap around ``sandbox_init`` around the launch; the job's endpoints relayed through unix sockets."""

@@ -104,6 +104,17 @@ class WarmPool:
         async with self._lock:
             await self._ensure_server()
 
+    async def reset(self) -> bool:
+        """A sandboxed server ends what its last rollout left (``fork_server.Server.reset``); False if it cannot."""
+        async with self._lock:
+            if self._unavailable is not None or self._process is None:
+                return False
+            try:
+                reply = await self._request({"id": "reset", "reset": True})
+            except PoolUnavailable:
+                return False
+        return reply.get("reset") is True
+
     async def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path) -> PooledProcess:
         """Fork one rollout; raises PoolUnavailable when the pool cannot (the caller falls back)."""
         async with self._lock:  # one request in flight: replies come back in order
@@ -123,7 +134,7 @@ class WarmPool:
         if self._process is not None:
             return
         try:
-            command = [sys.executable, "-m", SERVER_MODULE, *self._preload]
+            command = [sys.executable, "-m", SERVER_MODULE, *self._preload, *(["--sandboxed"] if self._wrap else [])]
             self._process = await anyio.open_process(
                 self._wrap(command) if self._wrap else command,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, cwd=self._cwd, env=self._env,

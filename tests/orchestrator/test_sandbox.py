@@ -14,6 +14,7 @@ import ast
 import json
 import os
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -216,3 +217,56 @@ async def test_no_sandbox_here_refuses_with_one_line_unless_turned_off(book, tmp
         await run_with(runtime, book, plan("unsandboxed", 1, 1), unsandboxed, ScriptAdapter("print('ran as is')"))
     (row,) = book.rollouts("unsandboxed")
     assert row.status == "finished" and "ran as is" in (row.log_tail or "")
+
+
+LEAVE_TRACES = r"""
+import os, pathlib, subprocess, sys
+sample = int(os.environ["ROLLWIRE_SAMPLE"])
+where = os.getcwd()
+seen = {
+    "files": [p for p in ("left.txt", "/tmp/left.txt", "/dev/shm/left") if os.path.exists(p)],
+    "processes": [p for p in os.listdir("/proc") if p.isdigit() and b"left-behind" in open(f"/proc/{p}/cmdline", "rb").read()],
+}
+for path in ("left.txt", "/tmp/left.txt", "/dev/shm/left"):
+    pathlib.Path(path).write_text("trace")
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "left-behind"], start_new_session=True)
+pathlib.Path("final_answer.txt").write_text(repr((sample, where, seen)))
+"""
+
+
+@needs_sandbox
+@pytest.mark.asyncio
+async def test_a_recycled_sandbox_keeps_nothing_of_the_last_rollout(book, tmp_path: Path) -> None:
+    """One rollout at a time through the sandboxed warm pool: each leaves files (workspace, /tmp, /dev/shm) and a
+    detached process; the next one, forked in the same recycled sandbox, finds none of them."""
+    settings = orchestrator_settings(
+        workspace_root=str(tmp_path / "ws"), warm_pool=True, warm_preload=["json"], warm_spares=1, concurrency=1
+    )
+    async with LocalRuntime(settings, host_env=dict(os.environ)) as runtime:
+        await run_with(runtime, book, plan("recycle", 1, 4), settings, ScriptAdapter(LEAVE_TRACES, module=True))
+    rows = sorted(book.rollouts("recycle"), key=lambda row: row.sample_index)
+    assert all(row.status == "finished" for row in rows), [(row.error, row.log_tail) for row in rows]
+    reports = [ast.literal_eval(row.final_answer or "") for row in rows]
+    assert all(seen == {"files": [], "processes": []} for _, _, seen in reports), reports
+    places = [where for _, where, _ in reports]
+    assert len(set(places)) < len(places), places  # some sandbox served two rollouts (else nothing was tested)
+    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, b"left-behind")]
+
+
+def _cmdline_has(proc: Path, mark: bytes) -> bool:
+    try:
+        return mark in (proc / "cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def test_rollouts_cli_refuses_in_one_line_without_a_sandbox(tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir()
+    env = {**os.environ, "ROLLWIRE_ORCHESTRATOR__BWRAP_PATH": str(tmp_path / "no-bwrap")}
+    args = ["--suite", "tiny", "--tasks", "write-cat", "--proxy-url", "http://127.0.0.1:9", "--gateway-url",
+            "http://127.0.0.1:9", "--db", f"sqlite:///{tmp_path / 'store.db'}", "--state-dir", str(tmp_path / "state")]  # fmt: skip
+    command = [sys.executable, "-m", "rollwire.cli", "rollouts", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("rollwire rollouts: cannot sandbox rollouts: bubblewrap") and "--no-sandbox" in last
