@@ -39,7 +39,7 @@ class TinyModelSpec:
     num_hidden_layers: int = 2
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
-    head_dim: int = 24
+    head_dim: int = 32  # vLLM's CPU attention serves head sizes 32, 64, 80, 96, ... (not 24)
     max_position_embeddings: int = 8192
     seed: int = 0
     name: str = "rollwire-tiny"
