@@ -7,7 +7,10 @@ later iterations sampled under the newer policy version.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -20,11 +23,17 @@ DEMO = ["-K", "2", "-G", "2", "--train-tasks", "3", "--eval-group", "2", "--eval
 
 
 def _run(tmp_path: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """The demo in its own session, so a run that overstays ``timeout`` goes with its whole stack."""
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ROLLWIRE_HOME": str(tmp_path / "home")}  # 80 columns
-    return subprocess.run(
-        [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "demo", *args],
-        capture_output=True, text=True, timeout=timeout, env=env,
-    )  # fmt: skip
+    argv = [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "demo", *args]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    with subprocess.Popen(argv, env=env, start_new_session=True, **pipes) as process:  # type: ignore[call-overload]
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)  # the stack's servers too, had the demo not stopped them
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
 
 
 @pytest.mark.slow
