@@ -2,7 +2,10 @@
 
 A Qwen3-architecture causal LM small enough to train on two CPU cores, a byte-level BPE trained with
 ``tokenizers`` on a corpus the package ships, and a Qwen-style chat template with tools and reasoning.
-The cache folder name carries a hash of everything that shapes the model, so a change builds anew.
+Its weights come from ``data/tiny_weights.safetensors`` (a short copy pretraining done once by
+``scripts/pretrain_tiny.py``: without it the model never copies a word it was not trained on) when the file
+was built for the same spec, corpus and template; otherwise they are random. The cache folder name carries
+a hash of everything that shapes the model, so a change builds anew.
 """
 
 from __future__ import annotations
@@ -45,8 +48,17 @@ class TinyModelSpec:
     name: str = "rollwire-tiny"
 
 
+WEIGHTS = "tiny_weights.safetensors"
+"""The shipped pretrained weights (float16), in the package's data folder."""
+
+
 def _data(name: str) -> str:
     return (importlib.resources.files("rollwire") / "data" / name).read_text()
+
+
+def corpus_text() -> str:
+    """The shipped corpus the tokenizer is trained on (and the pretraining reads)."""
+    return _data("tiny_corpus.txt")
 
 
 def chat_template() -> str:
@@ -54,12 +66,38 @@ def chat_template() -> str:
     return _data("tiny_chat_template.jinja")
 
 
-def _cache_key(spec: TinyModelSpec) -> str:
+def base_key(spec: TinyModelSpec) -> str:
+    """Hash of what shapes the untrained model (spec, corpus, template); shipped weights record it."""
     digest = hashlib.sha256()
     digest.update(json.dumps(asdict(spec), sort_keys=True).encode())
     digest.update(_data("tiny_corpus.txt").encode())
     digest.update(chat_template().encode())
     return digest.hexdigest()[:12]
+
+
+def _weights_path() -> Path:
+    return Path(str(importlib.resources.files("rollwire") / "data" / WEIGHTS))
+
+
+def shipped_weights(spec: TinyModelSpec) -> dict[str, object] | None:
+    """The shipped pretrained tensors (float32) if they were built for this spec, corpus and template."""
+    path = _weights_path()
+    if not path.is_file():
+        return None
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as handle:
+        if (handle.metadata() or {}).get("key") != base_key(spec):
+            return None
+        return {name: handle.get_tensor(name).float() for name in handle.keys()}  # noqa: SIM118 - not a dict
+
+
+def _cache_key(spec: TinyModelSpec) -> str:
+    key = base_key(spec)
+    path = _weights_path()
+    if path.is_file():
+        key = hashlib.sha256(key.encode() + path.read_bytes()).hexdigest()[:12]
+    return key
 
 
 def _build_tokenizer(spec: TinyModelSpec, out: Path) -> None:
@@ -86,7 +124,7 @@ def _build_tokenizer(spec: TinyModelSpec, out: Path) -> None:
     fast.save_pretrained(str(out))
 
 
-def _build_model(spec: TinyModelSpec, out: Path) -> None:
+def _build_model(spec: TinyModelSpec, out: Path, pretrained: bool = True) -> None:
     import torch
     from transformers import AutoTokenizer, GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
@@ -107,8 +145,20 @@ def _build_model(spec: TinyModelSpec, out: Path) -> None:
     )
     torch.manual_seed(spec.seed)
     model = Qwen3ForCausalLM(config)
+    state = shipped_weights(spec) if pretrained else None
+    if state is not None:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if unexpected or set(missing) - {"lm_head.weight"}:
+            raise RuntimeError(f"{WEIGHTS} does not fit the model: missing {missing}, unexpected {unexpected}")
+        model.tie_weights()
     model.generation_config = GenerationConfig(eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id)
     model.save_pretrained(str(out), safe_serialization=True)
+
+
+def build_untrained(spec: TinyModelSpec, out: Path) -> None:
+    """The tokenizer and a randomly initialised model in ``out`` (what ``scripts/pretrain_tiny.py`` starts from)."""
+    _build_tokenizer(spec, out)
+    _build_model(spec, out, pretrained=False)
 
 
 def ensure_tiny_model(home: Path, spec: TinyModelSpec | None = None) -> Path:
@@ -132,4 +182,14 @@ def ensure_tiny_model(home: Path, spec: TinyModelSpec | None = None) -> Path:
     return target
 
 
-__all__ = ["SPECIAL_TOKENS", "TinyModelSpec", "chat_template", "ensure_tiny_model"]
+__all__ = [
+    "SPECIAL_TOKENS",
+    "WEIGHTS",
+    "TinyModelSpec",
+    "base_key",
+    "build_untrained",
+    "chat_template",
+    "corpus_text",
+    "ensure_tiny_model",
+    "shipped_weights",
+]

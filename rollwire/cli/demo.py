@@ -81,37 +81,46 @@ def _config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 class _LiveLine:
-    """One live status line: phase, rollouts done / running / failed, mean reward so far, elapsed time."""
+    """One live status line: elapsed time (ticking), phase, then rollouts done / running / failed and the mean
+    reward so far, or the training step / steps, loss and tokens/s. A finished phase leaves one printed line."""
 
     def __init__(self, console) -> None:  # type: ignore[no-untyped-def]
         from rich.live import Live
 
         self.started = time.monotonic()
         self.console = console
-        self.live = Live(console=console, refresh_per_second=4, transient=True)
-        self.last_phase = ""
+        self.phase, self.progress, self.detail = "", None, ""
+        self.live = Live(console=console, refresh_per_second=4, transient=True, get_renderable=self._render)
 
-    def __call__(self, phase: str, progress) -> None:  # type: ignore[no-untyped-def]
-        elapsed = time.monotonic() - self.started
-        if phase != self.last_phase and self.last_phase:
-            self.console.print(f"[dim]{elapsed:6.0f}s[/] done: {self.last_phase}")
-        self.last_phase = phase
-        line = f"[bold]{elapsed:6.0f}s[/] {phase}"
+    def __call__(self, phase: str, progress, detail: str = "") -> None:  # type: ignore[no-untyped-def]
+        if phase != self.phase and self.phase:
+            elapsed = time.monotonic() - self.started
+            self.console.print(f"[dim]{elapsed:6.0f}s[/] done: {self.phase}")
+        self.phase, self.progress, self.detail = phase, progress, detail
+        self.live.refresh()
+
+    def _render(self):  # type: ignore[no-untyped-def]
+        from rich.text import Text
+
+        line = Text(f"{time.monotonic() - self.started:6.0f}s", style="bold")
+        line.append(f" {self.phase}")
+        progress = self.progress
         if progress is not None:
             mean = progress.mean_reward
-            line += (
-                f"  rollouts {progress.done}/{progress.planned or '?'} done, {progress.running} running, "
-                f"{progress.failed + progress.timed_out} failed, mean reward {mean:.2f}" if mean is not None else
-                f"  rollouts {progress.done}/{progress.planned or '?'} done, {progress.running} running"
-            )  # fmt: skip
-        self.live.update(line)
+            line.append(f"  rollouts {progress.done}/{progress.planned or '?'} done, {progress.running} running")
+            failed = progress.failed + progress.timed_out
+            line.append(f", {failed} failed" + (f", mean reward {mean:.2f}" if mean is not None else ""))
+        if self.detail:
+            line.append(f"  {self.detail}")
+        return line
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
+    from rich.markup import escape as rich_escape
 
     from rollwire.demo.loop import Demo
-    from rollwire.demo.report import write_report
+    from rollwire.demo.report import reward_line, write_report
 
     config = _config(args)
     from transformers.utils import logging as hf_logging
@@ -119,9 +128,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     hf_logging.disable_progress_bar()  # the live line is the progress; no weight-loading bars under it
     out = Path(args.out).expanduser() if args.out else settings.home / "demo" / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    console = Console()
+    console = Console(soft_wrap=True)  # a printed path or command stays one line whatever the terminal's width
     console.print(f"[bold]rollwire demo[/]: {config.suite} suite, {config.harness} harness, K={config.iterations}, "
-                  f"G={config.group_size}, output in {out}")  # fmt: skip
+                  f"G={config.group_size}, output in {rich_escape(str(out))}")  # fmt: skip
     line = _LiveLine(console)
     with line.live:
         result = Demo(config, settings, out, line).run()
@@ -147,8 +156,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         f"[bold]held-out mean reward[/] after RL:            {after.mean:.3f} over {len(after.rewards)} rollouts"
     )
     console.print(f"[bold]gain[/] {result.gain:+.3f} in {result.seconds:.0f} s")
-    console.print(f"report: {paths['html']}   curve: {paths['png']}   store: {result.stack.db_url}")
-    console.print(f"browse the traces: rollwire traces --db {result.stack.db_url} ls")
+    console.print(reward_line(config.suite), markup=False, highlight=False)
+    console.print(f"report: {paths['html']}   curve: {paths['png']}   store: {result.stack.db_url}", markup=False)
+    console.print(f"browse the traces: rollwire traces ls --db {result.stack.db_url}", markup=False, highlight=False)
     return 0
 
 

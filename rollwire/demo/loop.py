@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
@@ -128,8 +127,16 @@ class DemoResult:
         return (self.after.mean if self.after else 0.0) - (self.before.mean if self.before else 0.0)
 
 
-Reporter = Callable[[str, Progress | None], None]
-"""Called with the phase's name and the live rollout counts (None between rollout phases)."""
+class Reporter(Protocol):
+    """Called with the phase's name, the live rollout counts (None outside rollout phases) and a detail (a
+    training step's step / steps, loss and tokens/s)."""
+
+    def __call__(self, phase: str, progress: Progress | None, detail: str = "") -> None: ...
+
+
+def step_detail(step: int, steps: int, metrics: dict[str, Any]) -> str:
+    """The live line's words for one optimizer step."""
+    return f"step {step}/{steps}, loss {metrics.get('loss', 0.0):.4f}, {metrics.get('tokens_per_s', 0.0):,.0f} tokens/s"
 
 
 class Demo:
@@ -180,7 +187,9 @@ class Demo:
             teacher_runs = read_run(
                 info.proxy_url, info.operator_key, result.teacher.run_id, len(result.teacher.rewards)
             )
-            self.report(f"SFT warm start on {len(teacher_runs)} teacher trajectories", None)
+            sft_phase = f"SFT warm start on {len(teacher_runs)} teacher trajectories"
+            self.report(sft_phase, None, "step 0")
+            learner.on_step = lambda step, steps, m: self.report(sft_phase, None, step_detail(step, steps, m))
             result.train_metrics += [m | {"phase": "sft"} for m in learner.sft(
                 teacher_runs, epochs=config.sft_epochs, batch_size=config.sft_batch, seed=config.seed)]  # fmt: skip
             result.before = self._rollouts(
@@ -202,7 +211,9 @@ class Demo:
                 )
                 result.iterations.append(phase)
                 batch = read_run(info.proxy_url, info.operator_key, phase.run_id, len(phase.rewards))
-                self.report(f"GRPO iteration {k}/{config.iterations}: update (mean reward {phase.mean:.2f})", None)
+                update = f"GRPO iteration {k}/{config.iterations}: update (mean reward {phase.mean:.2f})"
+                self.report(update, None, "step 0")
+                learner.on_step = lambda n, steps, m, phase=update: self.report(phase, None, step_detail(n, steps, m))
                 metrics = learner.grpo(
                     batch,
                     group_size=config.group_size,
@@ -276,4 +287,4 @@ class Demo:
         return PhaseResult(name, outcome.run_id, rewards, version, time.monotonic() - started, failed)
 
 
-__all__ = ["Demo", "DemoConfig", "DemoResult", "PhaseResult", "Reporter"]
+__all__ = ["Demo", "DemoConfig", "DemoResult", "PhaseResult", "Reporter", "step_detail"]

@@ -27,6 +27,8 @@ from rollwire.trainer.stream import StreamConfig, TrajectoryStream
 from rollwire.trainer.weights import ProxyVersionPublisher, WeightSink, make_sinks
 from rollwire.trajectory import Trajectory
 
+StepReporter = Callable[[int, int, dict[str, Any]], None]
+
 
 def read_run(proxy_url: str, operator_key: str, run_id: str, expected: int, wait_s: float = 2.0) -> list[Trajectory]:
     """Every final rollout of a finished run, from the proxy's trajectory stream (stops when ``expected`` came)."""
@@ -54,6 +56,8 @@ class Learner:
     publisher: ProxyVersionPublisher | None
     client: httpx.Client
     ctx: DistContext
+    on_step: StepReporter | None = None
+    """Called after every optimizer step with (step, steps, metrics): the live line shows it."""
 
     @classmethod
     def open(
@@ -85,11 +89,12 @@ class Learner:
         """``epochs`` passes over the teacher trajectories in shuffled batches, then one push."""
         order, rng, history = list(trajectories), random.Random(seed), []
         config = sft_config(self.settings)
+        steps = epochs * -(-len(order) // batch_size)
         for _ in range(epochs):
             rng.shuffle(order)
             for start in range(0, len(order), batch_size):
                 batch = order[start : start + batch_size]
-                history.append(self._step(sft_step, batch, config))
+                history.append(self._step(sft_step, batch, config, len(history) + 1, steps))
         self._push([t.rollout_id for t in order])
         return history
 
@@ -103,20 +108,25 @@ class Learner:
         groups = buffer.pop_groups(len(buffer.ready()))
         config = grpo_config(self.settings)
         chunk = groups_per_step or len(groups) or 1
-        history = []
+        history: list[dict[str, Any]] = []
+        steps = epochs * -(-len(groups) // chunk)
         for _ in range(epochs):
             for start in range(0, len(groups), chunk):
                 batch = prepare_grpo(groups[start : start + chunk], config, self.version)
-                history.append(self._step(grpo_step, batch, config))
+                history.append(self._step(grpo_step, batch, config, len(history) + 1, steps))
         self._push([t.rollout_id for group in groups for t in group])
         return history
 
-    def _step(self, step: Callable[..., dict[str, Any]], batch: Any, config: Any) -> dict[str, Any]:
-        """One optimizer step of the trainer's own ``sft_step`` / ``grpo_step``, counted in the state."""
+    def _step(
+        self, step: Callable[..., dict[str, Any]], batch: Any, config: Any, index: int, steps: int
+    ) -> dict[str, Any]:
+        """One optimizer step of the trainer's own ``sft_step`` / ``grpo_step``, counted in the state and reported."""
         metrics = step(
             self.session.model, self.session.optimizer, batch, config, ctx=self.ctx, pad_id=self.session.pad_id
         )
         self.session.state.step += 1
+        if self.on_step is not None:
+            self.on_step(index, steps, metrics)
         return metrics
 
     def _push(self, rollout_ids: list[str]) -> None:
@@ -128,4 +138,4 @@ class Learner:
         self.client.close()
 
 
-__all__ = ["Learner", "read_run"]
+__all__ = ["Learner", "StepReporter", "read_run"]

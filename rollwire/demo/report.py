@@ -1,7 +1,8 @@
 """The demo's report: a reward-curve PNG, an HTML summary and the numbers as JSON, in the demo's folder.
 
-The HTML shows the settings, the before/after table, the curve, and a few held-out trajectories as
-the engine saw them, sampled tokens marked, read back from the store through ``reconstruct``.
+The HTML says what the reward measures, shows the before/after table, the curve, the settings in words,
+and per held-out task the best and the worst trajectory after RL as the engine saw them (sampled tokens
+marked, the prompt they all share shown once), read back from the store through ``reconstruct``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rollwire.demo.loop import DemoResult, PhaseResult
+from rollwire.demo.loop import DemoConfig, DemoResult, PhaseResult
 
 
 def summary(result: DemoResult) -> dict[str, Any]:
@@ -64,8 +65,83 @@ def reward_curve(result: DemoResult, path: Path) -> Path:
     return path
 
 
-def _trajectory_html(db_url: str, run_id: str, model_dir: Path | None, limit: int = 3) -> str:
-    """A few rollouts of a run, each segment's tokens decoded one by one, sampled ones marked."""
+def settings_in_words(c: DemoConfig) -> list[tuple[str, str]]:
+    """The recipe as sentences (``results.json`` keeps the raw fields)."""
+
+    def first(n: int, what: str) -> str:
+        return f"all {what}" if n == 0 else f"the first {n} {what}"
+
+    def capped(n: int) -> int:  # a count of train tasks, within the first ``train_tasks`` (0: no limit)
+        return min(m for m in (n, c.train_tasks) if m) if n or c.train_tasks else 0
+
+    teacher, each = capped(c.teacher_tasks), capped(c.tasks_per_iteration)
+    per_iteration = "all train tasks" if each == 0 else f"{each} train tasks"
+    steps = "one optimizer step on all of them" if c.groups_per_step == 0 else f"{c.groups_per_step} groups per step"
+    return [
+        ("task suite", (f"{c.suite}; training on {first(c.train_tasks, 'train tasks')}, "
+                       f"evaluating on {first(c.eval_tasks, 'held-out tasks')}")),
+        ("harness", f"{c.harness}, each rollout {'a local process' if c.runtime == 'local' else 'a Kubernetes pod'}"),
+        ("model", (f"{c.model or 'the tiny local model'}, served by "
+                  f"{'vLLM at ' + c.upstream if c.upstream else 'the bundled CPU engine'}")),
+        ("teacher data", f"{c.teacher_group} scripted-expert rollout(s) of each of {first(teacher, 'train tasks')}"),
+        ("SFT warm start", (f"{c.sft_epochs} passes over the teacher data, {c.sft_batch} trajectories per step, "
+                           f"learning rate {c.sft_lr:g}")),
+        ("GRPO", (f"{c.iterations} iterations; each: {c.group_size} rollouts of {per_iteration} (in turn), then "
+                 f"{c.grpo_epochs} clipped pass(es) with {steps}, learning rate {c.grpo_lr:g}, {c.aggregation} "
+                 f"loss, {'a fresh' if c.fresh_optimizer else 'the SFT'} AdamW")),
+        ("evaluation", f"{c.eval_group} rollouts per held-out task, before and after RL, same sampling"),
+        ("sampling", (f"temperature {c.temperature:g}, at most {c.max_tokens} tokens per model call and "
+                     f"{c.max_turns} model calls per rollout")),
+        ("rollouts at once", f"{c.concurrency}, each stopped after {c.deadline_s:g} s"),
+        ("seed", f"{c.seed} for the trainer (sampling is not seeded: runs differ)"),
+    ]  # fmt: skip
+
+
+def reward_line(suite: str) -> str:
+    """What the checker of the suite's held-out tasks rewards, and the most a rollout can earn."""
+    from rollwire.mcp_servers.tasks.loader import load_suite
+
+    tasks = load_suite(suite).tasks
+    task = next((t for t in tasks if t.split == "held_out"), tasks[0])
+    total = sum(c.weight for c in task.checker)
+    checks = " + ".join(
+        f"{c.weight / total:.2g} if {c.name or c.kind}({', '.join(f'{k}={v}' for k, v in c.args.items())})"
+        for c in task.checker
+    )
+    line = f"Reward (task {task.id}): {checks}; 1.0 is the most a rollout earns."
+    if len(task.checker) > 1:
+        last = task.checker[-1]
+        line += f" A rollout that passes every check but the last ({last.name or last.kind}) earns {(total - last.weight) / total:.2g}."
+    return line
+
+
+def _pick(rows: list[Any]) -> list[tuple[str, Any]]:
+    """Per task: its best and its worst rollout (one when the task has one, or all scored alike)."""
+    by_task: dict[str, list[Any]] = {}
+    for row in rows:
+        by_task.setdefault(row.task_id or "", []).append(row)
+    picked = []
+    for task in sorted(by_task):
+        ranked = sorted(by_task[task], key=lambda r: (float(r.reward or 0.0) if r.status == "finished" else -1.0, r.id))
+        best, worst = ranked[-1], ranked[0]
+        picked.append(("best", best))
+        if worst.id != best.id and (worst.reward, worst.status) != (best.reward, best.status):
+            picked.append(("worst", worst))
+    return picked
+
+
+def _shared_prefix(sequences: list[list[int]]) -> int:
+    if not sequences:
+        return 0
+    n = min(len(s) for s in sequences)
+    for i in range(n):
+        if any(s[i] != sequences[0][i] for s in sequences):
+            return i
+    return n
+
+
+def _trajectory_html(db_url: str, run_id: str, model_dir: Path | None) -> str:
+    """The best and worst rollout of every task of a run, tokens decoded one by one, sampled ones marked."""
     from sqlmodel import Session, select
 
     from rollwire.reconstruct import reconstruct
@@ -77,21 +153,36 @@ def _trajectory_html(db_url: str, run_id: str, model_dir: Path | None, limit: in
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+
+    def tokens(ids: list[int], mask: list[int]) -> str:
+        pieces = []
+        for token, sampled in zip(ids, mask, strict=True):
+            text = tokenizer.decode([token], skip_special_tokens=False) if tokenizer else f"[{token}]"
+            pieces.append(f"<mark>{html.escape(text)}</mark>" if sampled else html.escape(text))
+        return "".join(pieces)
+
     engine = open_engine(db_url)
-    parts = []
     with Session(engine) as session:
-        rows = session.exec(select(Rollout).where(Rollout.run_id == run_id).order_by(Rollout.id)).all()[:limit]
-    for row in rows:
-        trajectory = reconstruct(engine, row.id)
-        parts.append(f"<h3>{html.escape(row.id)} · task {html.escape(row.task_id or '')} · reward {row.reward}</h3>")
-        for segment in trajectory.segments:
-            pieces = []
-            for token, mask in zip(segment.token_ids, segment.loss_mask, strict=True):
-                text = tokenizer.decode([token], skip_special_tokens=False) if tokenizer else f"[{token}]"
-                pieces.append(f"<mark>{html.escape(text)}</mark>" if mask else html.escape(text))
-            parts.append(f"<pre class='tokens'>{''.join(pieces)}</pre>")
-        parts.append(f"<p><code>rollwire traces --db {html.escape(db_url)} show {html.escape(row.id)}</code></p>")
+        rows = list(session.exec(select(Rollout).where(Rollout.run_id == run_id)).all())
+    shown = [(label, row, reconstruct(engine, row.id)) for label, row in _pick(rows)]
     engine.dispose()
+    firsts = [t.segments[0] for _, _, t in shown if t.segments]
+    shared = _shared_prefix([s.token_ids for s in firsts])
+    parts = []
+    if shared and len(shown) > 1:
+        first = firsts[0]
+        parts.append(f"<details><summary>the prompt every rollout below starts with ({shared} tokens)</summary>"
+                     f"<pre class='tokens'>{tokens(first.token_ids[:shared], first.loss_mask[:shared])}</pre></details>")  # fmt: skip
+    for label, row, trajectory in shown:
+        reward = "-" if row.reward is None else f"{row.reward:g}"
+        task, status = html.escape(row.task_id or ""), html.escape(str(row.status))
+        parts.append(f"<h3>task {task} · {label} · reward {reward} · {status}</h3>")
+        for n, segment in enumerate(trajectory.segments):
+            skip = shared if n == 0 and len(shown) > 1 else 0
+            lead = f"<span class='shared'>[the shared prompt, {skip} tokens]</span>" if skip else ""
+            body = tokens(segment.token_ids[skip:], segment.loss_mask[skip:])
+            parts.append(f"<pre class='tokens'>{lead}{body}</pre>")
+        parts.append(f"<p><code>rollwire traces show {html.escape(row.id)} --db {html.escape(db_url)}</code></p>")
     return "\n".join(parts)
 
 
@@ -114,24 +205,25 @@ def write_report(result: DemoResult, model_dir: Path | None) -> dict[str, Path]:
         if p is not None
     )
     settings = "".join(
-        f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>" for k, v in numbers["config"].items()
+        f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in settings_in_words(result.config)
     )
     samples = _trajectory_html(result.stack.db_url, result.after.run_id, model_dir) if result.after else ""
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>rollwire demo report</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em}}
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}}
-pre.tokens{{white-space:pre-wrap;background:#f6f6f6;padding:8px;font-size:12px}}mark{{background:#ffe08a}}</style></head><body>
+pre.tokens{{white-space:pre-wrap;background:#f6f6f6;padding:8px;font-size:12px}}mark{{background:#ffe08a}}.shared{{color:#888}}</style></head><body>
 <h1>rollwire demo</h1>
 <p>Held-out mean reward went from <b>{_mean(result.before)}</b> (SFT only) to <b>{_mean(result.after)}</b> after {len(result.iterations)} GRPO iterations
 (gain <b>{numbers["gain"]:+.3f}</b>), in {numbers["seconds"]:.0f} s. Store: <code>{html.escape(result.stack.db_url)}</code></p>
+<p>{html.escape(reward_line(result.config.suite))}</p>
 <h2>Before and after RL</h2><table><tr><th>phase</th><th>rollouts</th><th>failed</th><th>mean reward</th><th>policy version</th><th>run</th></tr>{rows}</table>
 <h2>Reward curve</h2><img src="{png.name}" alt="reward curve">
 <h2>Settings</h2><table>{settings}</table>
-<h2>A few held-out trajectories after RL</h2><p>Tokens as the engine saw them; <mark>marked</mark> tokens were sampled (loss mask 1).</p>
+<h2>Held-out trajectories after RL: the best and the worst of each task</h2><p>Tokens as the engine saw them; <mark>marked</mark> tokens were sampled (loss mask 1).</p>
 {samples}
 </body></html>"""
     (out / "report.html").write_text(page)
     return {"html": out / "report.html", "png": png, "json": out / "results.json"}
 
 
-__all__ = ["reward_curve", "summary", "write_report"]
+__all__ = ["reward_curve", "reward_line", "settings_in_words", "summary", "write_report"]

@@ -7,7 +7,10 @@ later iterations sampled under the newer policy version.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -20,14 +23,21 @@ DEMO = ["-K", "2", "-G", "2", "--train-tasks", "3", "--eval-group", "2", "--eval
 
 
 def _run(tmp_path: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "COLUMNS": "160", "ROLLWIRE_HOME": str(tmp_path / "home")}
-    return subprocess.run(
-        [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "demo", *args],
-        capture_output=True, text=True, timeout=timeout, env=env,
-    )  # fmt: skip
+    """The demo in its own session, so a run that overstays ``timeout`` goes with its whole stack."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ROLLWIRE_HOME": str(tmp_path / "home")}  # 80 columns
+    argv = [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "demo", *args]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    with subprocess.Popen(argv, env=env, start_new_session=True, **pipes) as process:  # type: ignore[call-overload]
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)  # the stack's servers too, had the demo not stopped them
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the run's own limit (600 s) ends it first; the suite's 300 s is too short on a busy machine
 def test_shortened_demo_closes_the_loop(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     result = _run(tmp_path, *DEMO, "--out", str(out))
@@ -67,6 +77,15 @@ def test_shortened_demo_closes_the_loop(tmp_path: Path) -> None:
     checkpoints = sorted(p.name for p in (out / "checkpoints").glob("step-*"))
     assert checkpoints, "no checkpoint was written"
     assert "held-out mean reward" in result.stdout and "gain" in result.stdout
+    store = f"sqlite:///{out / 'store.db'}"
+    assert f"browse the traces: rollwire traces ls --db {store}\n" in result.stdout  # longer than 80, not wrapped
+    assert "Reward (task write-map): 0.5 if file_exists(path=answer.txt) + 0.5 if file_equals(path=answer.txt, value=map)" in result.stdout
+    page = (out / "report.html").read_text()
+    assert "scripted-expert rollout(s) of each of the first 3 train tasks" in page and "train_tasks" not in page
+    assert "but the last (file_equals) earns 0.5" in page  # what the reward measures, and where the format alone stops
+    for task in ("write-map", "write-egg"):  # per held-out task its best (and its worst, if they differ)
+        assert f"task {task} · best · reward" in page
+    assert page.count("<details><summary>the prompt every rollout below starts with") == 1
 
 
 def test_demo_bad_options_fail_with_one_line(tmp_path: Path) -> None:
