@@ -74,8 +74,14 @@ def group_key(trajectory: Trajectory) -> str:
     return trajectory.group_id or trajectory.task_id or trajectory.rollout_id
 
 
-def samples_from(trajectory: Trajectory, advantage: float, *, reward: float | None = None) -> list[Sample]:
-    """One sample per segment that holds sampled tokens; the trajectory's advantage on each."""
+def samples_from(
+    trajectory: Trajectory, advantage: float, *, reward: float | None = None, tempered: bool = True
+) -> list[Sample]:
+    """One sample per segment that holds sampled tokens; the trajectory's advantage on each.
+
+    ``tempered`` keeps each token's sampling temperature / top_p, so the trainer recomputes the engine's
+    processed logprobs; without it (SFT, or an engine that reports raw logprobs) logprobs are the model's own.
+    """
     reward = float(reward if reward is not None else trajectory.reward or 0.0)
     out = []
     for segment in trajectory.segments:
@@ -90,8 +96,8 @@ def samples_from(trajectory: Trajectory, advantage: float, *, reward: float | No
                 advantage=advantage,
                 rollout_id=trajectory.rollout_id,
                 reward=reward,
-                temperature=list(segment.temperature),
-                top_p=list(segment.top_p),
+                temperature=list(segment.temperature) if tempered else [],
+                top_p=list(segment.top_p) if tempered else [],
             )
         )
     return out
