@@ -163,6 +163,11 @@ class TrainerSettings(BaseModel):
         "auto", description="Engine-trainer mismatch correction: none, tis, mis; auto is tis with vLLM, else none."
     )
     is_level: str = Field("token", description="Importance weights per token or per sequence.")
+    logprobs_mode: str = Field(
+        "processed_logprobs",
+        description="What the engine's logprobs are: processed_logprobs (after temperature/top_p: the bundled engine, "
+        "vLLM with --logprobs-mode processed_logprobs) or raw_logprobs (vLLM's default); the trainer matches it.",
+    )
     is_cap: float = Field(2.0, description="Upper bound of the importance weight (TIS truncates, MIS rejects above it).")
     max_steps: int = Field(0, description="Stop after this many steps in total; 0 means run until stopped.")
     stream_wait_s: float = Field(20.0, description="Long-poll wait of one trajectory-stream request.")

@@ -75,10 +75,19 @@ def group_key(trajectory: Trajectory) -> str:
 
 
 def samples_from(
-    trajectory: Trajectory, advantage: float, *, reward: float | None = None, main_only: bool = False
+    trajectory: Trajectory,
+    advantage: float,
+    *,
+    reward: float | None = None,
+    tempered: bool = True,
+    main_only: bool = False,
 ) -> list[Sample]:
-    """One sample per segment that holds sampled tokens; the trajectory's advantage on each. ``main_only``
-    leaves out the harness's side calls (titles, compaction summaries: ``Segment.line``)."""
+    """One sample per segment that holds sampled tokens; the trajectory's advantage on each.
+
+    ``tempered`` keeps each token's sampling temperature / top_p, so the trainer recomputes the engine's
+    processed logprobs; without it (SFT, or an engine that reports raw logprobs) logprobs are the model's own.
+    ``main_only`` leaves out the harness's side calls (titles, compaction summaries: ``Segment.line``).
+    """
     reward = float(reward if reward is not None else trajectory.reward or 0.0)
     out = []
     for segment in trajectory.segments:
@@ -93,8 +102,8 @@ def samples_from(
                 advantage=advantage,
                 rollout_id=trajectory.rollout_id,
                 reward=reward,
-                temperature=list(segment.temperature),
-                top_p=list(segment.top_p),
+                temperature=list(segment.temperature) if tempered else [],
+                top_p=list(segment.top_p) if tempered else [],
             )
         )
     return out

@@ -44,6 +44,9 @@ class GRPOConfig:
     """Weight of an entropy bonus (the loss subtracts entropy_coef x token entropy)."""
     failure_reward: float | None = 0.0
     """Reward of a rollout the policy failed (harness exit, deadline, budget); None leaves them out."""
+    tempered_logprobs: bool = True
+    """Recompute logprobs under each token's recorded temperature / top_p (the engine reports processed
+    logprobs: the bundled engine, vLLM with --logprobs-mode processed_logprobs); False for raw ones."""
     is_correction: str = "none"
     """Engine-trainer mismatch correction: none, tis (truncated IS) or mis (masked IS); see losses.is_weights."""
     is_level: str = "token"
@@ -139,7 +142,15 @@ def prepare_grpo(groups: Sequence[Sequence[Trajectory]], config: GRPOConfig, cur
             truncated += 1
             continue
         reward = rewards_of[trajectory.rollout_id]
-        samples.extend(samples_from(trajectory, float(adv.advantages[i]), reward=reward, main_only=not config.side_calls))
+        samples.extend(
+            samples_from(
+                trajectory,
+                float(adv.advantages[i]),
+                reward=reward,
+                tempered=config.tempered_logprobs,
+                main_only=not config.side_calls,
+            )
+        )
         trained.append(trajectory.rollout_id)
     stats |= {
         "groups": float(adv.num_groups),

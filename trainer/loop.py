@@ -102,6 +102,7 @@ def grpo_config(cfg: TrainerSettings) -> GRPOConfig:
         failure_reward=cfg.failure_reward,
         is_correction=correction,
         is_level=cfg.is_level,
+        tempered_logprobs=cfg.logprobs_mode == "processed_logprobs",
         is_cap=cfg.is_cap,
         clip_low=cfg.clip_low,
         clip_high=cfg.clip_high,

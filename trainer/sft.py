@@ -34,7 +34,7 @@ def sft_samples(trajectories: Sequence[Trajectory], config: SFTConfig) -> tuple[
         for t in trajectories
         if config.min_reward is None or (t.reward is not None and t.reward >= config.min_reward)
     ]
-    samples = [s for t in kept for s in samples_from(t, 0.0)]
+    samples = [s for t in kept for s in samples_from(t, 0.0, tempered=False)]
     return samples, [t.rollout_id for t in kept]
 
 
@@ -87,7 +87,7 @@ def sft_step(
 @torch.no_grad()
 def sft_eval_loss(model: torch.nn.Module, trajectories: Sequence[Trajectory], *, pad_id: int) -> float:
     """Token-mean NLL of the sampled tokens (held-out evaluation)."""
-    samples = [s for t in trajectories for s in samples_from(t, 0.0)]
+    samples = [s for t in trajectories for s in samples_from(t, 0.0, tempered=False)]
     weights = token_weights(samples, "token-mean")
     model.eval()
     total = 0.0

@@ -45,6 +45,7 @@ FLAGS: dict[str, str] = {
     "is_correction": "is_correction",
     "is_level": "is_level",
     "is_cap": "is_cap",
+    "logprobs_mode": "logprobs_mode",
     "max_steps": "max_steps",
     "stream_wait": "stream_wait_s",
     "engine_url": "engine_url",
@@ -68,7 +69,8 @@ SWITCHES: dict[str, str] = {
 CHOICES = {"algo": ["grpo", "sft"], "aggregation": ["token-mean", "sequence-mean", "constant"],
            "vllm_mode": ["reload", "lora"], "strategy": ["ddp", "fsdp"], "std_scale": ["none", "group", "batch"],
            "baseline": ["mean", "rloo"], "ratio_level": ["token", "sequence"],
-           "is_correction": ["auto", "none", "tis", "mis"], "is_level": ["token", "sequence"]}
+           "is_correction": ["auto", "none", "tis", "mis"], "is_level": ["token", "sequence"],
+           "logprobs_mode": ["processed_logprobs", "raw_logprobs"]}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

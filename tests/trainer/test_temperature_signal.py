@@ -5,7 +5,6 @@ with the recorded behaviour logprobs; without them they do not."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -40,9 +39,7 @@ def stack(tiny_model_dir: Path, tmp_path: Path) -> Iterator[tuple[str, httpx.Cli
 
 
 def _gaps(model: torch.nn.Module, trajectory: Trajectory, *, tempered: bool) -> list[float]:
-    samples = samples_from(trajectory, 0.0)
-    if not tempered:
-        samples = [replace(s, temperature=[], top_p=[]) for s in samples]  # the recorded parameters ignored
+    samples = samples_from(trajectory, 0.0, tempered=tempered)  # untempered: the recorded parameters ignored
     gaps: list[float] = []
     with torch.no_grad():
         for batch in micro_batches(samples, token_weights(samples, "token-mean"), capacity=512, packed=True, pad_id=0):
@@ -81,3 +78,19 @@ def test_recorded_and_recomputed_agree_at_t05_top_p09(
     print(f"{len(tempered)} tokens: |recorded - recomputed| max {max(tempered):.2e} with the recorded T and top_p, "
           f"mean {sum(untempered) / len(untempered):.3f} / max {max(untempered):.3f} at T=1")
     assert sum(untempered) / len(untempered) > 100 * TOLERANCE
+
+
+def test_raw_engines_and_sft_use_the_models_own_logprobs() -> None:
+    from rollwire.trainer.grpo import GRPOConfig, prepare_grpo
+    from rollwire.trajectory import Segment
+
+    def rollout(rid: str, reward: float) -> Trajectory:
+        seg = Segment([5, 6, 7], [0, 1, 1], [0.0, -0.1, -0.2], [-1, 0, 0], temperature=[1.0, 0.5, 0.5],
+                      top_p=[1.0, 0.9, 0.9])
+        return Trajectory(rid, "run", "t", "g", reward, "finished", [seg])
+
+    group = [rollout("a", 1.0), rollout("b", 0.0)]
+    processed = prepare_grpo([group], GRPOConfig(), 0).samples
+    assert processed[0].temperature == [1.0, 0.5, 0.5] and processed[0].top_p == [1.0, 0.9, 0.9]
+    raw = prepare_grpo([group], GRPOConfig(tempered_logprobs=False), 0).samples  # vLLM's default raw_logprobs
+    assert raw[0].temperature == [] and raw[0].top_p == []
