@@ -28,12 +28,23 @@ def _state(request: Request) -> Any:
     return request.app.state.proxy
 
 
+def _field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
+    """``body[name]`` if it is of ``kind`` (absent or null: ``default``); a 400 naming the field otherwise."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) is not (kind is bool) or not isinstance(value, kind):
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise InvalidRequest(f"{name} must be {names} or null, got {type(value).__name__}", param=name)
+    return value
+
+
 def create_run(engine: Engine, body: dict[str, Any]) -> Run:
     run = Run(
-        id=str(body.get("id") or "run-" + secrets.token_hex(6)),
-        name=str(body.get("name", "")),
-        kind=str(body.get("kind", "adhoc")),
-        config=dict(body.get("config") or {}),
+        id=_field(body, "id", str) or "run-" + secrets.token_hex(6),
+        name=_field(body, "name", str, ""),
+        kind=_field(body, "kind", str, "adhoc"),
+        config=dict(_field(body, "config", dict, {})),
     )
     with session_scope(engine) as session:
         if session.get(Run, run.id) is not None:
@@ -56,9 +67,9 @@ def create_rollouts(
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 10_000:
         raise InvalidRequest("count must be an integer in [1, 10000]", param="count")
     out = []
-    meta = body.get("meta") or {}
-    if not isinstance(meta, dict):
-        raise InvalidRequest("meta must be an object", param="meta")
+    meta = _field(body, "meta", dict, {})
+    task_id, group_id = _field(body, "task_id", str), _field(body, "group_id", str)
+    first, attempt = _field(body, "sample_index_start", int, 0), _field(body, "attempt", int, 0)
     if "side_call_rules" in meta:
         rules_from(meta["side_call_rules"], "meta.side_call_rules")
     with session_scope(engine) as session:
@@ -70,10 +81,10 @@ def create_rollouts(
                 id="ro-" + secrets.token_hex(8),
                 run_id=run_id,
                 token_hash=hash_token(token),
-                task_id=body.get("task_id"),
-                group_id=body.get("group_id"),
-                sample_index=int(body.get("sample_index_start", 0)) + i,
-                attempt=int(body.get("attempt", 0)),
+                task_id=task_id,
+                group_id=group_id,
+                sample_index=first + i,
+                attempt=attempt,
                 meta=dict(meta),
             )
             session.add(rollout)
@@ -87,9 +98,9 @@ def set_status(engine: Engine, rollout_id: str, body: dict[str, Any]) -> Rollout
         status = RolloutStatus(body.get("status", "finished"))
     except ValueError:
         raise InvalidRequest(f"unknown status {body.get('status')!r}", param="status") from None
-    reward = body.get("reward")
-    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
-        raise InvalidRequest("reward must be a number or null", param="reward")
+    reward = _field(body, "reward", (int, float))
+    kinds = {"reward_breakdown": dict, "final_answer": str, "exit_code": int, "log_tail": str, "error": str}
+    given = {name: _field(body, name, kind) for name, kind in kinds.items() if name in body}
     with _finish_lock, session_scope(engine) as session:
         rollout = session.get(Rollout, rollout_id)
         if rollout is None:
@@ -97,9 +108,8 @@ def set_status(engine: Engine, rollout_id: str, body: dict[str, Any]) -> Rollout
         if RolloutStatus(rollout.status).is_final:
             raise Conflict(f"rollout {rollout_id} is already {rollout.status}")
         rollout.status = status
-        for name in ("reward_breakdown", "final_answer", "exit_code", "log_tail", "error"):
-            if name in body:
-                setattr(rollout, name, body[name] if name != "reward_breakdown" else dict(body[name] or {}))
+        for name, value in given.items():
+            setattr(rollout, name, value if name != "reward_breakdown" else dict(value or {}))
         if reward is not None:
             rollout.reward = float(reward)
         if status == RolloutStatus.RUNNING and rollout.started_ns is None:

@@ -84,7 +84,7 @@ def export_rows(
             if flavor == "sft":
                 rows.append(_sft_row(t, index, s))
             elif flavor == "trl":
-                rows.append({"input_ids": s.token_ids, "assistant_masks": s.loss_mask, "line": s.line})
+                rows.append({"input_ids": s.token_ids, "assistant_masks": s.loss_mask})
             else:
                 rows.append(_verl_row(t, index, s, tokenizer))
     return rows
