@@ -86,7 +86,10 @@ class LiveGeneration:
         request: RequestBody,
         prepared: Prepared,
         response: Response,
+        deltas: bool = True,
     ) -> None:
+        self.deltas = deltas
+        """False for a whole answer: its text is parsed once at the end, nobody reads deltas."""
         self.generator = generator
         self.caller = caller
         self.conv = conv
@@ -133,6 +136,9 @@ class LiveGeneration:
                     raise UpstreamError(f"the upstream streamed choice {part.index} of {len(self.choices)}")
                 choice = self.choices[part.index]
                 choice.add(part)
+                if not self.deltas:
+                    choice.answer.ids.extend(part.token_ids)
+                    continue
                 for channel, text in choice.answer.feed(part.token_ids):
                     yield TextDelta(part.index, channel, text, self._logprobs(choice))
         if self.generation is None:
@@ -186,7 +192,7 @@ async def generate_whole(
 ) -> str | None:
     """A non-streamed answer's body text, generated over the same streamed path: when ``client_left`` returns
     (the client hung up) the generation stops and what was sampled is recorded as partial. None then."""
-    events = await open_live(generator, caller, conv, dialect, request)
+    events = await open_live(generator, caller, conv, dialect, request, deltas=False)
     finished: Generation | None = None
     failure: RollwireError | None = None
     async with anyio.create_task_group() as group:
@@ -209,12 +215,17 @@ async def generate_whole(
 
 
 async def open_live(
-    generator: Generator, caller: Caller, conv: Conversation, dialect: Dialect, request: RequestBody
+    generator: Generator,
+    caller: Caller,
+    conv: Conversation,
+    dialect: Dialect,
+    request: RequestBody,
+    deltas: bool = True,
 ) -> AsyncIterator[StreamEvent]:
     """Plan the prompt and open the upstream stream (errors so far are ordinary HTTP errors); the events follow."""
     prepared = await generator.prepare(caller, conv)
     response = await open_stream(generator.client, prepared.body)
-    return LiveGeneration(generator, caller, conv, dialect, request, prepared, response).events()
+    return LiveGeneration(generator, caller, conv, dialect, request, prepared, response, deltas).events()
 
 
 __all__ = ["ABORTED", "LiveGeneration", "generate_whole", "open_live"]
