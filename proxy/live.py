@@ -194,7 +194,7 @@ async def generate_whole(
     (the client hung up) the generation stops and what was sampled is recorded as partial. None then."""
     events = await open_live(generator, caller, conv, dialect, request, deltas=False)
     finished: Generation | None = None
-    failure: RollwireError | None = None
+    failure: Exception | None = None
     async with anyio.create_task_group() as group:
 
         async def watch() -> None:
@@ -202,12 +202,15 @@ async def generate_whole(
             group.cancel_scope.cancel()
 
         group.start_soon(watch)
-        async with aclosing(events) as stream:  # type: ignore[type-var]
-            async for event in stream:
-                if isinstance(event, StreamFailure):
-                    failure = event.error
-                elif isinstance(event, StreamEnd):
-                    finished = event.generation
+        try:
+            async with aclosing(events) as stream:  # type: ignore[type-var]
+                async for event in stream:
+                    if isinstance(event, StreamFailure):
+                        failure = event.error
+                    elif isinstance(event, StreamEnd):
+                        finished = event.generation
+        except Exception as exc:  # raised below: from inside the group it would come out as an ExceptionGroup
+            failure = exc
         group.cancel_scope.cancel()
     if failure is not None:
         raise failure
