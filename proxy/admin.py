@@ -22,14 +22,25 @@ def _state(request: Request) -> Any:
     return request.app.state.proxy
 
 
+def _field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
+    """``body[name]`` if it is of ``kind`` (absent or null: ``default``); a 400 naming the field otherwise."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) is not (kind is bool) or not isinstance(value, kind):
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise InvalidRequest(f"{name} must be {names} or null, got {type(value).__name__}", param=name)
+    return value
+
+
 def create_run(engine: Engine, body: dict[str, Any]) -> Run:
-    config = dict(body.get("config") or {})
+    config = dict(_field(body, "config", dict, {}))
     if "budgets" in body:
         config["budgets"] = parse_budgets(body["budgets"])
     elif "budgets" in config:
         config["budgets"] = parse_budgets(config["budgets"])
-    name, kind = str(body.get("name", "")), str(body.get("kind", "adhoc"))
-    return RolloutBook(engine).create_run(str(body.get("id") or "") or None, name, kind, config)
+    name, kind = _field(body, "name", str, ""), _field(body, "kind", str, "adhoc")
+    return RolloutBook(engine).create_run(_field(body, "id", str) or None, name, kind, config)
 
 
 def rollout_links(base: str, token: str, gateway: str = "") -> dict[str, str]:
@@ -50,9 +61,8 @@ def create_rollouts(
         value = body.get(name, 0)
         if isinstance(value, bool) or not isinstance(value, int):
             raise InvalidRequest(f"{name} must be an integer", param=name)
-    meta = body.get("meta") or {}
-    if not isinstance(meta, dict):
-        raise InvalidRequest("meta must be an object", param="meta")
+    meta = _field(body, "meta", dict, {})
+    _field(body, "task_id", str), _field(body, "group_id", str)
     if "side_call_rules" in meta:
         rules_from(meta["side_call_rules"], "meta.side_call_rules")
     budgets = parse_budgets(body.get("budgets") or {})
@@ -60,36 +70,17 @@ def create_rollouts(
     return [{"id": row.id, "token": token, **rollout_links(base, token, gateway)} for row, token in made]
 
 
-_FIELD_TYPES: dict[str, tuple[type, ...]] = {
-    "reward_breakdown": (dict,),
-    "final_answer": (str,),
-    "exit_code": (int,),
-    "log_tail": (str,),
-    "error": (str,),
-}
-
-
-def _check_types(fields: dict[str, Any]) -> None:
-    for name, value in fields.items():
-        kinds = _FIELD_TYPES.get(name)
-        if kinds and value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
-            raise InvalidRequest(f"{name} must be {' or '.join(k.__name__ for k in kinds)} or null", param=name)
-
-
 def set_status(engine: Engine, rollout_id: str, body: dict[str, Any]) -> Rollout:
     """Move a rollout to a status the transition table allows from its current one; a final one gets the next
     stream cursor, once, and its token stops working."""
     status = parse_status(body.get("status", "finished"))
-    reward = body.get("reward")
-    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
-        raise InvalidRequest("reward must be a number or null", param="reward")
-    fields: dict[str, Any] = {}
-    for name in ("reward_breakdown", "final_answer", "exit_code", "log_tail", "error"):
-        if name in body:
-            fields[name] = body[name] if name != "reward_breakdown" else dict(body[name] or {})
+    kinds = {"reward_breakdown": dict, "final_answer": str, "exit_code": int, "log_tail": str, "error": str}
+    fields: dict[str, Any] = {name: _field(body, name, kind) for name, kind in kinds.items() if name in body}
+    if "reward_breakdown" in fields:
+        fields["reward_breakdown"] = dict(fields["reward_breakdown"] or {})
+    reward = _field(body, "reward", (int, float))
     if reward is not None:
         fields["reward"] = float(reward)
-    _check_types(fields)
     return RolloutBook(engine).set_status(rollout_id, status, **fields)
 
 

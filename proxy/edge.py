@@ -85,7 +85,8 @@ class ErrorEdge:
                 raise
             logger.exception("unhandled proxy error on %s", scope.get("path", ""))
             error = exc if isinstance(exc, RollwireError) else RollwireError(f"internal error: {type(exc).__name__}")
-            await error_response(scope.get("path", ""), error)(scope, receive, send)
+            body = error_body(scope.get("path", ""), error)
+            await JSONResponse(body, status_code=error.status_code)(scope, receive, send)
 
 
 __all__ = ["ErrorEdge", "error_body", "error_response", "http_error", "rollwire_error", "speaks_messages"]

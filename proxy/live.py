@@ -86,7 +86,10 @@ class LiveGeneration:
         request: RequestBody,
         prepared: Prepared,
         response: Response,
+        deltas: bool = True,
     ) -> None:
+        self.deltas = deltas
+        """False for a whole answer: its text is parsed once at the end, nobody reads deltas."""
         self.generator = generator
         self.caller = caller
         self.conv = conv
@@ -133,6 +136,9 @@ class LiveGeneration:
                     raise UpstreamError(f"the upstream streamed choice {part.index} of {len(self.choices)}")
                 choice = self.choices[part.index]
                 choice.add(part)
+                if not self.deltas:
+                    choice.answer.ids.extend(part.token_ids)
+                    continue
                 for channel, text in choice.answer.feed(part.token_ids):
                     yield TextDelta(part.index, channel, text, self._logprobs(choice))
         if self.generation is None:
@@ -186,9 +192,9 @@ async def generate_whole(
 ) -> str | None:
     """A non-streamed answer's body text, generated over the same streamed path: when ``client_left`` returns
     (the client hung up) the generation stops and what was sampled is recorded as partial. None then."""
-    events = await open_live(generator, caller, conv, dialect, request)
+    events = await open_live(generator, caller, conv, dialect, request, deltas=False)
     finished: Generation | None = None
-    failure: RollwireError | None = None
+    failure: Exception | None = None
     async with anyio.create_task_group() as group:
 
         async def watch() -> None:
@@ -196,12 +202,15 @@ async def generate_whole(
             group.cancel_scope.cancel()
 
         group.start_soon(watch)
-        async with aclosing(events) as stream:  # type: ignore[type-var]
-            async for event in stream:
-                if isinstance(event, StreamFailure):
-                    failure = event.error
-                elif isinstance(event, StreamEnd):
-                    finished = event.generation
+        try:
+            async with aclosing(events) as stream:  # type: ignore[type-var]
+                async for event in stream:
+                    if isinstance(event, StreamFailure):
+                        failure = event.error
+                    elif isinstance(event, StreamEnd):
+                        finished = event.generation
+        except Exception as exc:  # raised below: from inside the group it would come out as an ExceptionGroup
+            failure = exc
         group.cancel_scope.cancel()
     if failure is not None:
         raise failure
@@ -209,12 +218,17 @@ async def generate_whole(
 
 
 async def open_live(
-    generator: Generator, caller: Caller, conv: Conversation, dialect: Dialect, request: RequestBody
+    generator: Generator,
+    caller: Caller,
+    conv: Conversation,
+    dialect: Dialect,
+    request: RequestBody,
+    deltas: bool = True,
 ) -> AsyncIterator[StreamEvent]:
     """Plan the prompt and open the upstream stream (errors so far are ordinary HTTP errors); the events follow."""
     prepared = await generator.prepare(caller, conv)
     response = await open_stream(generator.client, prepared.body)
-    return LiveGeneration(generator, caller, conv, dialect, request, prepared, response).events()
+    return LiveGeneration(generator, caller, conv, dialect, request, prepared, response, deltas).events()
 
 
 __all__ = ["ABORTED", "LiveGeneration", "generate_whole", "open_live"]

@@ -99,7 +99,7 @@ def export_rows(
                 rows.append(_sft_row(t, index, s))
             elif flavor == "trl":
                 labels = [tok if m else -100 for tok, m in zip(s.token_ids, s.loss_mask)]
-                rows.append({"input_ids": s.token_ids, "assistant_masks": s.loss_mask, "labels": labels, "line": s.line})
+                rows.append({"input_ids": s.token_ids, "assistant_masks": s.loss_mask, "labels": labels})
             else:
                 rows.append(_verl_row(t, index, s, len(rows)))
     return rows

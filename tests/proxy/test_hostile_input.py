@@ -158,3 +158,22 @@ def test_a_non_streaming_client_that_hangs_up_stops_its_generation(
     assert row.status == "partial" and row.finish_reason == "abort", (row.status, row.error)
     assert "client left" in (row.error or "")
     assert 0 < len(decode_ids(row.completion_ids)) < 4000
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "param"),
+    [
+        ("/admin/v1/runs", {"config": [1, 2]}, "config"),
+        ("/admin/v1/runs", {"name": ["x"]}, "name"),
+        ("/admin/v1/runs/{run}/rollouts", {"sample_index_start": "a"}, "sample_index_start"),
+        ("/admin/v1/runs/{run}/rollouts", {"task_id": {"a": 1}}, "task_id"),
+        ("/admin/v1/runs/{run}/rollouts", {"meta": "x"}, "meta"),
+        ("/admin/v1/rollouts/{rollout}/finish", {"reward_breakdown": [1]}, "reward_breakdown"),
+        ("/admin/v1/rollouts/{rollout}/finish", {"exit_code": "1"}, "exit_code"),
+        ("/admin/v1/rollouts/{rollout}/finish", {"reward": True}, "reward"),
+    ],
+)
+def test_admin_bodies_of_the_wrong_type_are_400s(proxy: Proxy, route: str, body: dict[str, Any], param: str) -> None:
+    rollout = proxy.new_rollout()
+    answer = proxy.admin.post(route.format(run=rollout["run"], rollout=rollout["id"]), json=body)
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == param, answer.text
