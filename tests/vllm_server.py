@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rollwire.settings import default_home
+from rollwire.settings import Settings
 from rollwire.stack import free_port
 from rollwire.vllm_runtime import installed_python, serve_command, serve_env
 
@@ -33,7 +33,7 @@ def _tail(log: Path) -> str:
 @contextmanager
 def serve_vllm(model_dir: Path, log_dir: Path) -> Iterator[str]:
     """Start vLLM on a free loopback port, yield its URL once /health answers, stop it (and its workers) after."""
-    python = installed_python(default_home())
+    python = installed_python(Settings().home)  # where `rollwire vllm install` put it
     if python is None:
         reason = "vLLM's CPU build is not installed (`rollwire vllm install`)"
         if os.environ.get(REQUIRE_ENV):

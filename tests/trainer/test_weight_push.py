@@ -93,3 +93,39 @@ def test_proxy_policy_version_publish_and_sink_selection() -> None:
             make_sinks("", "http://v", "nccl", client)
     request = route.calls[0].request
     assert request.headers["authorization"] == "Bearer key" and json.loads(request.content) == {"version": 5}
+
+
+def test_tied_head_is_written_under_its_own_name_and_indexed(tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from rollwire.trainer.weights import TIED_HEAD_FILE, write_tied_head
+
+    embedding = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    save_file(
+        {"model.embed_tokens.weight": embedding, "model.norm.weight": torch.ones(3)}, str(tmp_path / "a.safetensors")
+    )
+    index = {
+        "metadata": {},
+        "weight_map": {"model.embed_tokens.weight": "a.safetensors", "model.norm.weight": "a.safetensors"},
+    }
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert write_tied_head(tmp_path) is True
+    assert torch.equal(load_file(str(tmp_path / TIED_HEAD_FILE))["lm_head.weight"], embedding)
+    weight_map = json.loads((tmp_path / "model.safetensors.index.json").read_text())["weight_map"]
+    assert weight_map["lm_head.weight"] == TIED_HEAD_FILE  # vLLM loads only the files the index names
+    assert write_tied_head(tmp_path) is False  # the head is there now: nothing more to write
+
+
+def test_an_untied_checkpoint_is_left_alone(tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    from rollwire.trainer.weights import write_tied_head
+
+    save_file(
+        {"model.embed_tokens.weight": torch.zeros(4, 3), "lm_head.weight": torch.ones(4, 3)},
+        str(tmp_path / "model.safetensors"),
+    )
+    assert write_tied_head(tmp_path) is False
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]
