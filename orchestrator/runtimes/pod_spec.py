@@ -25,7 +25,10 @@ ROLLOUT_LABEL = "rollwire.dev/rollout"
 DEADLINE_BACKSTOP_S = 30
 """activeDeadlineSeconds = deadline + this: the orchestrator stops pods itself; the kubelet covers a dead orchestrator."""
 
-IMAGE_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+IMAGE_PULL_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff"})
+"""A pull that failed (registry down, rate limit, credentials, a node's network): infrastructure, retried."""
+IMAGE_NAME_ERRORS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+"""An image that cannot be pulled as configured: retrying will not help."""
 CONFIG_ERRORS = frozenset({"CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
 INFRA_REASONS = frozenset({"Evicted", "NodeLost", "Shutdown", "Terminated", "UnexpectedAdmissionError", "NodeAffinity"})
 
@@ -175,8 +178,10 @@ def _waiting_failure(statuses: list[dict[str, Any]], where: str) -> Ended | None
         waiting = (status.get("state") or {}).get("waiting") or {}
         reason = waiting.get("reason") or ""
         message = waiting.get("message") or ""
-        if reason in IMAGE_ERRORS:
+        if reason in IMAGE_NAME_ERRORS:
             return Ended(EndKind.FAILED, reason=f"image pull failed ({reason}): {message}".rstrip(": "))
+        if reason in IMAGE_PULL_ERRORS:  # the registry or the node: another attempt may succeed
+            return Ended(EndKind.LOST, reason=f"image pull failed ({reason}): {message}".rstrip(": "))
         if reason in CONFIG_ERRORS:
             return Ended(EndKind.FAILED, reason=f"{where} could not start ({reason}): {message}".rstrip(": "))
     return None

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from rollwire.errors import RollwireError, Unauthorized, UpstreamTimeout
+from rollwire.errors import Forbidden, RollwireError, Unauthorized, UpstreamTimeout
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,11 @@ async def answer_response(
         except UpstreamTimeout as exc:
             if "call_deadline_s" not in caller.budgets:
                 raise
-            raise await state.budgets.refuse(caller, "deadline", dialect.name, exc) from None
+            spent = Forbidden(
+                f"rollout {caller.rollout_id} ran past its call deadline of {caller.budgets['call_deadline_s']} s "
+                f"(budget call_deadline_s; {exc.message}); the generation was stopped"
+            )
+            raise await state.budgets.refuse(caller, "deadline", dialect.name, spent) from None
         finally:
             DEADLINE.reset(deadline)
         streaming = True

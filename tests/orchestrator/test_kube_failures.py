@@ -1,4 +1,4 @@
-"""Pod failures map to the right final state: image pull -> failed with the reason, deadlines -> timed_out, 429 -> retried."""
+"""Pod failures map to the right final state: image pull -> infrastructure, retried; deadlines -> timed_out; 429 -> retried."""
 
 from __future__ import annotations
 
@@ -22,12 +22,14 @@ async def _run(adapter: ImageAdapter, book, run_id: str, tasks: int = 1, group: 
 
 
 @pytest.mark.asyncio
-async def test_image_pull_failure_is_failed_with_reason(book) -> None:
-    rows, progress, _api, _rt = await _run(ImageAdapter("img/missing"), book, "run-pull")
-    assert [row.status for row in rows] == ["failed", "failed"]
+async def test_image_pull_failure_is_infrastructure_retried_then_failed(book) -> None:
+    rows, progress, _api, _rt = await _run(ImageAdapter("img/missing"), book, "run-pull", max_attempts=2)
+    assert sorted((row.attempt, row.status) for row in rows) == [(0, "failed"), (0, "failed"), (1, "failed"), (1, "failed")]
     assert all("image pull failed (ErrImagePull)" in (row.error or "") for row in rows)
     assert all('pull access denied for "img/missing"' in (row.error or "") for row in rows)
-    assert progress.failed == 2 and progress.retried == 0  # a bad image is not infrastructure: no retry
+    assert all((row.error or "").startswith("infrastructure") for row in rows)  # left out of training, not scored 0
+    assert sum("no retry left" in (row.error or "") for row in rows) == 2
+    assert progress.retried == 2
 
 
 @pytest.mark.asyncio

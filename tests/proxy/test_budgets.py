@@ -131,5 +131,6 @@ def test_a_call_deadline_is_total_not_per_read(
     proxy = start_proxy(upstream, upstream_timeout_s=600.0)
     rollout = proxy.new_rollout(budgets={"call_deadline_s": 1.0})
     answer = httpx.post(f"{rollout['base_url']}/chat/completions", json=_ask(served_model), timeout=60)
-    assert answer.status_code == 504 and "timed out" in answer.json()["error"]["message"]
+    message = answer.json()["error"]["message"]  # a spent budget: a 4xx like the others, not the upstream's 504
+    assert answer.status_code == 403 and "call deadline of 1.0 s" in message and "timed out" in message
     assert [kind for kind, _ in _refusals(proxy.store_url, rollout["id"])] == ["deadline"]
