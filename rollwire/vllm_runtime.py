@@ -114,6 +114,9 @@ def serve_command(
     """The vLLM server command line rollwire uses (fp32 so the trainer's forward can match it closely)."""
     argv = [str(python), "-m", SERVER_MODULE, "--model", model, "--host", host, "--port", str(port)]
     argv += ["--dtype", "float32", "--seed", "0", "--max-num-seqs", "16"]
+    # the logprobs of the distribution it sampled from (temperature, top_p applied), as the bundled engine reports
+    # them and the trainer recomputes them; vLLM's default (raw) differs from both whenever T != 1
+    argv += ["--logprobs-mode", "processed_logprobs"]
     if served_model_name:
         argv += ["--served-model-name", served_model_name]
     if max_model_len:

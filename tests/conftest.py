@@ -19,6 +19,8 @@ import pytest
 from rollwire.settings import Settings
 from rollwire.tiny_model import ensure_tiny_model
 from rollwire.tokenizers import QWEN_TOKENIZER, SHARED_ENV, shared_dir
+from rollwire.vllm_runtime import PYTHON_ENV as VLLM_PYTHON_ENV
+from rollwire.vllm_runtime import installed_python
 
 _TEMP_ROOT = pytest.StashKey[Path]()
 
@@ -27,6 +29,9 @@ def pytest_configure(config: pytest.Config) -> None:
     kube = Path.home() / ".kube" / "config"
     if "KUBECONFIG" not in os.environ and kube.is_file():  # the real-cluster tests still find the cluster
         os.environ["KUBECONFIG"] = str(kube)
+    vllm = installed_python(Settings().home)  # `rollwire vllm install` put it in the real home: found before it moves
+    if vllm is not None:
+        os.environ.setdefault(VLLM_PYTHON_ENV, str(vllm))
     root = Path(tempfile.mkdtemp(prefix="rollwire-tests-"))
     (root / "home").mkdir()
     os.environ["HOME"] = str(root / "home")
