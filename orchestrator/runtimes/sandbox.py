@@ -15,6 +15,13 @@ A harness at its defaults runs shell commands a policy in training chose. Inside
 - its own user, pid, ipc and uts namespaces, no capabilities (even when the orchestrator is root), the
   sandbox killed with the orchestrator (``--die-with-parent``), rlimits on processes, memory and CPU.
 
+A harness's own bubblewrap sandbox nests inside this one (Codex's default read-only sandbox): user namespaces
+stay allowed inside, and run as root the sandbox's user is not uid 0 (``ROOT_RUN_UID``), which a nested bwrap
+could not map. A nested ``--proc /proc`` mounts a fresh procfs only when this one's /proc is fully visible; run
+as root, bwrap covers /proc/irq and /proc/bus read-only (host root is mapped, so they count as writable), the
+kernel then refuses the nested proc mount, and Codex falls back to binding this sandbox's /proc (its own pid
+namespace: the rollout's processes only). Run as another user there are no covers and the nested mount works.
+
 ``probe`` says once per bwrap path whether a sandbox can be made here (bwrap present, namespaces
 allowed); the runtime refuses to start without one unless the user turned the sandbox off.
 """

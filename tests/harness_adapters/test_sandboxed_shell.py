@@ -3,8 +3,9 @@ scripted policy, runs a command in the rollout's workspace and its output goes b
 sees the workspace (and Codex's own config there) and nothing of the host's home.
 
 The policy is the demo's scripted teacher behind the proxy (``scripted_policy_stack``) playing a one-task suite
-whose reference solution is that one shell call; Codex runs at its adapter's defaults except its own sandbox
-(``CODEX_SANDBOX``) and without the gateway (``mcp=False``: the shell is the point).
+whose reference solution is that one shell call; Codex runs at its adapter's defaults, its own
+(read-only, bubblewrap) sandbox included, nested in the rollout's; without the gateway (``mcp=False``: the shell is
+the point).
 """
 
 from __future__ import annotations
@@ -38,15 +39,11 @@ def _home_file() -> Path:
 
 COMMAND = (
     'echo "$((6 * 7)) from the sandbox"; pwd; head -n 1 .codex/config.toml; '
-    f"cat {shlex.quote(str(_home_file()))} >/dev/null 2>&1 && echo home: LEAKED || echo home: hidden"
+    f"cat {shlex.quote(str(_home_file()))} >/dev/null 2>&1 && echo home: LEAKED || echo home: hidden; "
+    "touch written-by-shell 2>/dev/null && echo write: allowed || echo write: refused"
 )
-
-
-CODEX_SANDBOX = "danger-full-access"
-"""Codex's own sandbox is bubblewrap too, and bwrap cannot nest inside bwrap: the outer sandbox's /proc carries
-read-only overmounts (/proc/sys ...) that make a new proc mount in a nested pid namespace fail ("Can't mount
-proc on /newroot/proc"). Inside the rollout's sandbox Codex's is redundant, so this test turns it off; the
-command is still confined by the rollout's sandbox (the home check below)."""
+"""The last check tells the two sandboxes apart: the rollout's lets the workspace be written, Codex's own default
+(read-only) does not, so ``write: refused`` shows Codex's bubblewrap ran nested inside the rollout's."""
 
 
 @needs_binary("codex", "@openai/codex")
@@ -68,7 +65,7 @@ def test_codex_shell_tool_runs_inside_the_workspace(tiny_model_dir: Path, tmp_pa
         result = anyio.run(
             lambda: run_suite(
                 info, suite=str(suite_file), harness="codex", task_ids=[task.id], deadline_s=120,
-                harness_options={"model": info.model, "mcp": False, "sandbox": CODEX_SANDBOX}, settings=settings,
+                harness_options={"model": info.model, "mcp": False}, settings=settings,
             )
         )  # fmt: skip
         (row,) = result.rollouts
@@ -88,3 +85,4 @@ def test_codex_shell_tool_runs_inside_the_workspace(tiny_model_dir: Path, tmp_pa
     assert "42 from the sandbox" in output, output
     assert str(workspace) in output and "model = " in output, output  # its cwd is the workspace, which it can read
     assert "home: hidden" in output, output
+    assert "write: refused" in output and not (workspace / "written-by-shell").exists(), output
