@@ -166,13 +166,14 @@ def bwrap_command(
     for file in HIDDEN_FILES:
         if Path(file).is_file():
             command += ["--ro-bind", "/dev/null", file]
+    command += ["--bind", str(tmp), "/tmp"]  # before the bind-backs: a command kept under the host's /tmp still shows
     shown = [p.resolve() for p in _needed_paths(argv, env) if p.exists()]
     for path in sorted(dict.fromkeys(p for p in shown if _under(p, hide)), key=lambda p: len(p.parts)):
         command += ["--ro-bind", str(path), str(path)]
     for path in hide:  # a state folder inside a shown one (e.g. the project's own) stays hidden
         if any(path != s and path.is_relative_to(s) for s in shown):
             command += ["--tmpfs", str(path)]
-    command += ["--bind", str(tmp), "/tmp", "--bind", str(workspace), str(workspace), "--dir", SOCKET_DIR]
+    command += ["--bind", str(workspace), str(workspace), "--dir", SOCKET_DIR]
     for path in writable:
         command += ["--bind", str(path), str(path)]
     relay = []
