@@ -46,16 +46,20 @@ class EngineTap:
             request.extend(message.get("body", b""))
             return message
 
+        streamed = False
+
         async def tap_send(message: Any) -> None:
-            nonlocal recorded
+            nonlocal recorded, streamed
+            if message["type"] == "http.response.start":  # an upstream may answer a stream request whole (JSON)
+                streamed = dict(message.get("headers") or []).get(b"content-type", b"").startswith(b"text/event-stream")
             if message["type"] == "http.response.body" and not recorded:
                 response.extend(message.get("body", b""))
                 body = json.loads(request)
                 # A stream is complete at its [DONE] line: record it before that line leaves, because the proxy
                 # answers its client on [DONE] without waiting for the engine's closing empty message.
-                done = b"data: [DONE]" in response if body.get("stream") else False
+                done = b"data: [DONE]" in response if streamed else False
                 if done or not message.get("more_body"):
-                    answer = fold_stream(response.decode()) if body.get("stream") else json.loads(response)
+                    answer = fold_stream(response.decode()) if streamed else json.loads(response)
                     self.calls.append((body, answer))
                     recorded = True
             await send(message)
