@@ -176,7 +176,7 @@ class LocalStack:
             self._spawn("env", url["env"], ["mcp", "serve", "all", "--state-dir", str(self.state_dir)])
             self._spawn("gateway", url["gateway"], ["mcp", "gateway", "--env-url", url["env"], "--db", self.db_url])
             proxy = ["proxy", "--upstream", engine_url, "--gateway-url", url["gateway"], "--db", self.db_url]
-            self._spawn("proxy", url["proxy"], [*proxy, "--operator-key", self.operator_key, *self.proxy_args])
+            self._spawn("proxy", url["proxy"], [*proxy, f"--operator-key={self.operator_key}", *self.proxy_args])
             for child in self._children:
                 self._wait_healthy(child)
             if self.upstream is not None:
@@ -221,7 +221,7 @@ class LocalStack:
             raise RollwireError("start the stack before adding a proxy")
         url = f"http://{self.host}:{free_port(self.host)}"
         argv = ["proxy", "--upstream", upstream, "--gateway-url", self.info.gateway_url, "--db", self.db_url]
-        self._spawn(name, url, [*argv, "--operator-key", self.operator_key, *self.proxy_args])
+        self._spawn(name, url, [*argv, f"--operator-key={self.operator_key}", *self.proxy_args])
         self._wait_healthy(self._children[-1])
         return url
 
