@@ -20,7 +20,7 @@ from sqlmodel import col
 from rollwire.errors import Forbidden, InvalidRequest, RollwireError, StoreError, TooManyRequests
 from rollwire.rollouts.tokens import Identity
 from rollwire.store.db import session_scope
-from rollwire.store.schema import ModelCall, Refusal, ToolEvent, now_ns
+from rollwire.store.schema import ModelCall, Refusal, ToolEvent
 
 LIMITS: dict[str, type] = {
     "model_calls": int,

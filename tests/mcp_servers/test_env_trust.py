@@ -11,7 +11,6 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-from mcp import Client
 from mcp.shared.exceptions import MCPError
 from rollwire.mcp_servers.envs.app import SERVERS, build_app
 from rollwire.mcp_servers.state import ROLLOUT_HEADER, SECRET_HEADER, TASK_HEADER
