@@ -193,6 +193,17 @@ def bwrap_command(
     return [*command, "--", sys.executable, "-I", "-S", str(INIT_SCRIPT), json.dumps(spec)]
 
 
+def mount_points(command: Sequence[str], under: Path) -> list[Path]:
+    """Where a bwrap command line mounts something at or below ``under`` (the destinations of its binds)."""
+    found = []
+    for i, word in enumerate(command[:-2]):
+        if word in ("--bind", "--ro-bind"):
+            destination = Path(command[i + 2])
+            if destination != under and destination.is_relative_to(under):
+                found.append(destination)
+    return found
+
+
 def cpu_seconds(deadline_s: float) -> int:
     """A CPU-time cap per process that a harness within its wall-clock deadline cannot reach on one core."""
     return max(1, math.ceil(deadline_s)) + 5
@@ -217,6 +228,7 @@ __all__ = [
     "SandboxUnavailable",
     "bwrap_command",
     "cpu_seconds",
+    "mount_points",
     "probe",
     "relayed_endpoints",
     "require",

@@ -18,7 +18,7 @@ import logging
 import secrets
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
@@ -40,6 +40,8 @@ class Slot:
     endpoints: tuple[sandbox.Endpoint, ...]
     relay: EndpointRelay
     pool: WarmPool
+    mounts: list[Path] = field(default_factory=list)
+    """Mount points the sandbox made inside its /tmp (the slot's tmp folder): folders the host must not remove."""
 
     async def close(self) -> None:
         with anyio.CancelScope(shield=True):
@@ -112,14 +114,18 @@ class SandboxPool:
                 await anyio.to_thread.run_sync(lambda: shutil.rmtree(folder, ignore_errors=True))
             raise
 
+        mounts: list[Path] = []
+
         def wrap(command: list[str]) -> list[str]:
-            return sandbox.bwrap_command(
+            full = sandbox.bwrap_command(
                 self._bwrap, argv=command, env=self._env, workspace=workspace, tmp=folder / "tmp", sockets=sockets,
                 hidden=self._hidden, limits=self._limits, writable=[log],
             )  # fmt: skip
+            mounts.extend(sandbox.mount_points(full, under=Path("/tmp")))
+            return full
 
         pool = WarmPool(self._preload, self._env, workspace, wrap=wrap, group=self._group)
-        slot = Slot(folder, folder, endpoints, relay, pool)
+        slot = Slot(folder, folder, endpoints, relay, pool, mounts)
         try:
             await pool.start()
         except BaseException as exc:
@@ -140,7 +146,8 @@ class SandboxPool:
             await self._discard(slot)
             return
         fresh = self._root / f"rollwire-slot-{secrets.token_hex(8)}"
-        keep = [slot.inside / "workspace", slot.inside / "output.log"]  # their mount points in the sandbox's /tmp
+        # their mount points in the sandbox's /tmp, and those of what it shows again from the host's /tmp
+        keep = [slot.inside / "workspace", slot.inside / "output.log", *slot.mounts]
         try:
             await anyio.to_thread.run_sync(_empty_folder, folder, keep, fresh)
         except OSError as exc:
