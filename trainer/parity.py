@@ -118,7 +118,7 @@ class ParityProbe:
             raise ParityError(
                 f"after the weight push, {base_url} does not serve the pushed weights: {result.describe()}"
             )
-        logger.info("parity probe %s: max |diff| %.3g (tolerance %g)", base_url, result.max_abs_diff, self.tolerance)
+        logger.debug("parity probe %s: max |diff| %.3g (tolerance %g)", base_url, result.max_abs_diff, self.tolerance)
         return result
 
 
