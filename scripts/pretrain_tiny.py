@@ -59,13 +59,19 @@ def held_out_words() -> tuple[set[str], list[str]]:
     return words, probe
 
 
-def word_source(corpus: str, banned: set[str], rng: random.Random):  # type: ignore[no-untyped-def]
+def word_source(corpus: str, banned: set[str], tokens: list[str], rng: random.Random):  # type: ignore[no-untyped-def]
+    """Words to copy: the corpus' words, random letter strings, and single tokens of the vocabulary (so copying
+    is learned for every token, not only the corpus' words); never a banned (held-out) word."""
     vocabulary = sorted({w for w in re.findall(r"[a-z]{2,8}", corpus.lower()) if w not in banned})
+    pieces = sorted({t for t in tokens if t.isalpha() and t.islower() and t not in banned})
 
     def word() -> str:
         while True:
-            if rng.random() < 0.5:
+            draw = rng.random()
+            if draw < 0.35:
                 w = rng.choice(vocabulary)
+            elif draw < 0.7:
+                w = rng.choice(pieces)
             else:
                 w = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 6)))
             if w not in banned:
@@ -97,11 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     banned, probe = held_out_words()
     corpus = tiny_model.corpus_text()
     corpus_lines = [line for line in corpus.splitlines() if line.strip()]
-    word = word_source(corpus, banned, rng)
     with tempfile.TemporaryDirectory() as folder:
         tiny_model.build_untrained(spec, Path(folder))
         tokenizer = AutoTokenizer.from_pretrained(folder)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    tokens = [tokenizer.convert_tokens_to_string([t]).strip() for t in tokenizer.get_vocab()]
+    word = word_source(corpus, banned, tokens, rng)
     pad = tokenizer.pad_token_id
 
     def line() -> str:
@@ -128,10 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         optimizer.step()
         schedule.step()
         optimizer.zero_grad()
-        if step % 100 == 0 or step == args.steps:
+        if step % 20 == 0 or step == args.steps:
             rate = step / (time.monotonic() - started)
-            line = f"step {step}/{args.steps}  loss {loss.item():.3f}  {rate:.1f} steps/s"
-            print(f"\r{line}", end="", file=sys.stderr, flush=True)
+            status = f"step {step}/{args.steps}  loss {loss.item():.3f}  {rate:.1f} steps/s"
+            print(f"\r{status}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     model.eval()
     accuracy = copy_accuracy(model, tokenizer, probe)
@@ -145,16 +152,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def copy_accuracy(model, tokenizer, words: list[str]) -> float:  # type: ignore[no-untyped-def]
+    """Share of ``words`` the model writes back as a JSON string value, greedily (what the demo's task asks)."""
     import torch
 
     hits = 0
     for w in words:
         ids = tokenizer.encode(f'Write {w} to answer.txt. {{"content": "', add_special_tokens=False)
-        want = tokenizer.encode(f'{w}"', add_special_tokens=False)
+        start = len(ids)
         with torch.no_grad():
-            for _ in range(len(want)):
+            for _ in range(len(w) + 2):
                 ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
-        hits += ids[-len(want) :] == want
+        hits += tokenizer.decode(ids[start:]).split('"')[0] == w
     return hits / max(1, len(words))
 
 

@@ -19,7 +19,7 @@ import anyio
 from rollwire.errors import InvalidRequest, RollwireError
 from rollwire.orchestrator.scheduler import Progress
 from rollwire.orchestrator.suite_run import SuiteRunResult, run_suite
-from rollwire.settings import Settings
+from rollwire.settings import Settings, TrainerSettings
 from rollwire.stack import LocalStack, StackInfo
 
 
@@ -139,6 +139,21 @@ def step_detail(step: int, steps: int, metrics: dict[str, Any]) -> str:
     return f"step {step}/{steps}, loss {metrics.get('loss', 0.0):.4f}, {metrics.get('tokens_per_s', 0.0):,.0f} tokens/s"
 
 
+def trainer_settings(config: DemoConfig, base: TrainerSettings, info: StackInfo) -> TrainerSettings:
+    """The learner's settings for this demo: the stack's proxy and engine, the recipe's rates.
+
+    The engine's address goes where `rollwire train` has it, so the weight sinks and the automatic
+    importance-sampling correction (TIS with vLLM, none with the bundled engine) read it the same way.
+    """
+    on_vllm = bool(config.upstream) or config.engine == "vllm"
+    return base.model_copy(
+        update={"proxy_url": info.proxy_url, "operator_key": info.operator_key, "lr": config.sft_lr,
+                "seed": config.seed, "group_size": config.group_size, "keep_checkpoints": 2,
+                "engine_url": "" if on_vllm else info.engine_url or "",
+                "vllm_url": (config.upstream or info.engine_url or "") if on_vllm else ""}
+    )  # fmt: skip
+
+
 class Demo:
     """Runs the phases against a started stack; ``run`` returns what the report needs."""
 
@@ -172,16 +187,8 @@ class Demo:
 
         config = self.config
         model_dir = self._model_dir()
-        trainer = self.settings.trainer.model_copy(
-            update={"proxy_url": info.proxy_url, "operator_key": info.operator_key, "lr": config.sft_lr,
-                    "seed": config.seed, "group_size": config.group_size, "keep_checkpoints": 2}
-        )  # fmt: skip
-        on_vllm = bool(config.upstream) or config.engine == "vllm"
-        engine_url = "" if on_vllm else info.engine_url or ""
-        vllm_url = (config.upstream or info.engine_url or "") if on_vllm else ""
-        learner = Learner.open(
-            model_dir, self.out_dir / "checkpoints", trainer, engine_url=engine_url, vllm_url=vllm_url
-        )
+        trainer = trainer_settings(config, self.settings.trainer, info)
+        learner = Learner.open(model_dir, self.out_dir / "checkpoints", trainer)
         try:
             result.teacher = self._teacher(stack, info, model_dir)
             teacher_runs = read_run(
@@ -287,4 +294,4 @@ class Demo:
         return PhaseResult(name, outcome.run_id, rewards, version, time.monotonic() - started, failed)
 
 
-__all__ = ["Demo", "DemoConfig", "DemoResult", "PhaseResult", "Reporter", "step_detail"]
+__all__ = ["Demo", "DemoConfig", "DemoResult", "PhaseResult", "Reporter", "step_detail", "trainer_settings"]

@@ -60,13 +60,12 @@ class Learner:
     """Called after every optimizer step with (step, steps, metrics): the live line shows it."""
 
     @classmethod
-    def open(
-        cls, base_model: Path, out_dir: Path, settings: TrainerSettings, *, engine_url: str = "", vllm_url: str = ""
-    ) -> Learner:
+    def open(cls, base_model: Path, out_dir: Path, settings: TrainerSettings) -> Learner:
+        """A session on ``base_model`` pushing to the engine the settings name (``engine_url`` or ``vllm_url``)."""
         ctx = init_distributed(settings.device)
         session = open_session(settings, base_model, out_dir, ctx)
         client = httpx.Client(timeout=httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=10.0))
-        sinks = make_sinks(engine_url, vllm_url, settings.vllm_mode, client)
+        sinks = make_sinks(settings.engine_url, settings.vllm_url, settings.vllm_mode, client)
         publisher = ProxyVersionPublisher(settings.proxy_url, settings.operator_key, client) if sinks else None
         return cls(session, settings, out_dir, sinks, publisher, client, ctx)
 

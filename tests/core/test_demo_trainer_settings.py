@@ -1,0 +1,43 @@
+"""The demo's learner reads the engine's address where `rollwire train` does, so TIS is on with vLLM."""
+
+from __future__ import annotations
+
+from rollwire.demo.loop import DemoConfig, trainer_settings
+from rollwire.settings import TrainerSettings
+from rollwire.stack import StackInfo
+from trainer.loop import grpo_config
+
+INFO = StackInfo(
+    proxy_url="http://127.0.0.1:1",
+    gateway_url="http://127.0.0.1:2",
+    env_url="http://127.0.0.1:3",
+    engine_url="http://127.0.0.1:4",
+    operator_key="k",
+    db_url="sqlite://",
+    state_root="state",
+    model="tiny",
+)
+
+
+def test_vllm_engine_pushes_to_vllm_with_tis() -> None:
+    settings = trainer_settings(DemoConfig(engine="vllm"), TrainerSettings(), INFO)
+    assert (settings.vllm_url, settings.engine_url) == ("http://127.0.0.1:4", "")
+    assert grpo_config(settings).is_correction == "tis"
+
+
+def test_bundled_engine_pushes_to_the_engine_without_correction() -> None:
+    settings = trainer_settings(DemoConfig(), TrainerSettings(), INFO)
+    assert (settings.vllm_url, settings.engine_url) == ("", "http://127.0.0.1:4")
+    assert grpo_config(settings).is_correction == "none"
+
+
+def test_upstream_is_treated_as_vllm() -> None:
+    config = DemoConfig(upstream="http://127.0.0.1:9", model="m")
+    settings = trainer_settings(config, TrainerSettings(), INFO)
+    assert settings.vllm_url == "http://127.0.0.1:9"
+    assert grpo_config(settings).is_correction == "tis"
+
+
+def test_an_explicit_choice_wins_over_auto() -> None:
+    settings = trainer_settings(DemoConfig(engine="vllm"), TrainerSettings(is_correction="none"), INFO)
+    assert grpo_config(settings).is_correction == "none"
