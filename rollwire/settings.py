@@ -240,6 +240,7 @@ class Settings(BaseSettings):
 
     home: Path = Field(default_factory=default_home, description="Cache and default data folder.")
     log_level: str = Field("INFO", description="Logging level for CLI processes.")
+    log_format: str = Field("text", description="Log line format of CLI processes: text, or json (one object per line).")
     store: StoreSettings = Field(default_factory=StoreSettings)
     engine: EngineSettings = Field(default_factory=EngineSettings)
     proxy: ProxySettings = Field(default_factory=ProxySettings)

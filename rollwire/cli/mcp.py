@@ -70,7 +70,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     app = build_app(names, env, mcp.allowed_hosts, mcp.max_payload_bytes + 64_000, secret=mcp.env_secret)
     base = f"http://{mcp.host}:{mcp.port}"
     print(f"env servers: {', '.join(f'{base}/{n}/mcp' for n in names)}  state: {env.store.root}", file=sys.stderr)
-    uvicorn.run(app, host=mcp.host, port=mcp.port, log_level="warning")
+    uvicorn.run(app, host=mcp.host, port=mcp.port, log_level="warning", log_config=None)
     return 0
 
 
@@ -97,7 +97,7 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
         f"extra upstreams: {', '.join(extra) or 'none'})",
         file=sys.stderr,
     )
-    uvicorn.run(app, host=gw.host, port=gw.port, log_level="warning")
+    uvicorn.run(app, host=gw.host, port=gw.port, log_level="warning", log_config=None)
     return 0
 
 
