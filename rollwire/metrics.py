@@ -19,6 +19,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from rollwire.errors import InvalidRequest
+
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 """Seconds: from a millisecond of added latency to a five-minute generation."""
 SMALL_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -130,6 +132,24 @@ def metrics_endpoint(registry: CollectorRegistry) -> Callable[[Request], Any]:
     return metrics
 
 
+class MetricsServer:
+    """``registry`` served at ``url`` from a thread, for a process with no web app of its own (the orchestrator)."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+        from prometheus_client import start_http_server
+
+        try:
+            self._server, self._thread = start_http_server(port, host, registry)
+        except OSError as exc:
+            raise InvalidRequest(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
+        self.url = f"http://{host}:{self._server.server_port}/metrics"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
 def metric_names(registry: CollectorRegistry) -> set[str]:
     """Every sample name ``registry`` can expose (``_total``, ``_bucket``, ``_sum``, ``_count`` included)."""
     names: set[str] = set()
@@ -148,4 +168,5 @@ __all__ = [
     "add_upstream_time",
     "metric_names",
     "metrics_endpoint",
+    "MetricsServer",
 ]
