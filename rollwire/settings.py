@@ -182,6 +182,11 @@ class TrainerSettings(BaseModel):
         "fails (fp32 on CPU agrees to ~1e-5; raise it for bf16 engines); negative turns the probe off.",
     )
     keep_checkpoints: int = Field(2, description="Checkpoints kept in the output folder.")
+    tracker: str = Field(
+        "", description="Also log step metrics to: tensorboard, wandb (offline), mlflow or trackio; empty: none."
+    )
+    tracker_dir: str = Field("", description="Folder the tracker writes its run to; empty means <output dir>/<tracker>.")
+    tracker_project: str = Field("rollwire", description="Project (W&B, trackio) or experiment (MLflow) of the run.")
     seed: int = Field(0, description="torch seed.")
     device: str = Field("auto", description="torch device: auto, cpu or cuda.")
     strategy: str = Field("ddp", description="Under torchrun: ddp or fsdp (FSDP2 fully_shard).")
