@@ -55,6 +55,7 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):  # whatever uvicorn set up before: ours now
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
+    logging.captureWarnings(fmt == "json")  # a Python warning is a log line too, not a bare line on stderr
 
 
 __all__ = ["FORMATS", "JsonFormatter", "configure_logging"]
