@@ -33,16 +33,16 @@ def _documents() -> list[dict[str, Any]]:
 def test_services_that_serve_metrics_are_annotated_for_scraping() -> None:
     by_kind = {(doc["kind"], doc["metadata"]["name"]): doc for doc in _documents() if "metadata" in doc}
     for name, port in SCRAPED.items():
-        for kind, annotations, ports in (
+        for kind, scrape, ports in (
             ("Deployment", by_kind[("Deployment", name)]["spec"]["template"]["metadata"].get("annotations", {}),
              [p["containerPort"] for c in by_kind[("Deployment", name)]["spec"]["template"]["spec"]["containers"]
               for p in c.get("ports", [])]),
             ("Service", by_kind[("Service", name)]["metadata"].get("annotations", {}),
              [p["port"] for p in by_kind[("Service", name)]["spec"]["ports"]]),
         ):  # fmt: skip
-            assert annotations.get("prometheus.io/scrape") == "true", (kind, name)
-            assert annotations.get("prometheus.io/path") == "/metrics", (kind, name)
-            assert int(annotations["prometheus.io/port"]) == port and port in ports, (kind, name)
+            assert scrape.get("prometheus.io/scrape") == "true", (kind, name)
+            assert scrape.get("prometheus.io/path") == "/metrics", (kind, name)
+            assert int(scrape["prometheus.io/port"]) == port and port in ports, (kind, name)
     kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
     (generated,) = kustomization["configMapGenerator"]
     assert [BASE / f for f in generated["files"]] == [DASHBOARD] and DASHBOARD.is_file()
