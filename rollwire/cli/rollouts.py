@@ -74,6 +74,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.group_size < 1:
         raise InvalidRequest("--group-size must be at least 1")
+    if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
+        raise InvalidRequest("--metrics-port must be in 0..65535 (0: any free port)")
     options = harness_options(args.option)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
     select_tasks(args.suite, args.split, tasks)  # bad names fail here, before the stack is looked for
@@ -96,8 +98,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         failed = progress.failed + progress.timed_out
         bar.update(task, total=progress.planned, completed=progress.done, running=progress.running, failed=failed, reward=reward)
 
-    if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
-        raise InvalidRequest("--metrics-port must be in 0..65535 (0: any free port)")
     on_progress, served = show, None
     if args.metrics_port is not None:
         from rollwire.metrics import MetricsServer
