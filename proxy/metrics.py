@@ -84,23 +84,38 @@ class ProxyMetrics:
             "rollwire_proxy_segment_breaks", "Calls that started a new trajectory segment, by reason", ["reason"],
             registry=registry,
         )  # fmt: skip
+        self._by_call: dict[tuple[str, str], tuple[Any, Any, Any, Any, Any]] = {}
         self.refusals = Counter(
             "rollwire_proxy_budget_refusals", "Model calls refused by a rollout budget, by budget", ["budget"],
             registry=registry,
         )  # fmt: skip
 
+    def _series(self, dialect: str, status: str) -> tuple[Any, Any, Any, Any, Any]:
+        """The series one call touches, resolved once per (dialect, status): ``labels()`` takes a lock and
+        checks its arguments each time, several times the cost of the increment itself."""
+        found = self._by_call.get((dialect, status))
+        if found is None:
+            found = self._by_call[(dialect, status)] = (
+                self.calls.labels(dialect, status),
+                self.prompt_tokens.labels(dialect),
+                self.reused_tokens.labels(dialect),
+                self.sampled_tokens.labels(dialect),
+                self.reuse_ratio.labels(dialect),
+            )
+        return found
+
     def recorded(self, _rollout_id: str, rows: list[dict[str, Any]]) -> None:
         """Count one just-committed call (its rows: one per choice; the prompt is shared by all)."""
         first = rows[0]
-        dialect = first["dialect"]
-        self.calls.labels(dialect, first["status"]).inc()
+        calls, prompted, reused_tokens, sampled, ratio = self._series(first["dialect"], first["status"])
+        calls.inc()
         prompt = len(first["prompt_ids"] or b"") // ID_BYTES
         reused = int(first.get("reused_prefix_len") or 0)
-        self.prompt_tokens.labels(dialect).inc(prompt)
-        self.reused_tokens.labels(dialect).inc(reused)
-        self.sampled_tokens.labels(dialect).inc(sum(len(r["completion_ids"] or b"") for r in rows) // ID_BYTES)
+        prompted.inc(prompt)
+        reused_tokens.inc(reused)
+        sampled.inc(sum(len(r["completion_ids"] or b"") for r in rows) // ID_BYTES)
         if prompt:
-            self.reuse_ratio.labels(dialect).observe(min(reused / prompt, 1.0))
+            ratio.observe(min(reused / prompt, 1.0))
         for row in rows:
             if row.get("segment_break"):
                 self.breaks.labels(break_kind(row["segment_break"])).inc()

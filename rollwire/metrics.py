@@ -71,6 +71,7 @@ class HttpMetrics:
                 buckets=SMALL_BUCKETS, registry=registry,
             )  # fmt: skip
         self._children: dict[str, tuple[Any, Any, Any, Any]] = {}
+        self._counted: dict[tuple[str, str], Any] = {}
 
     def children(self, route: str) -> tuple[Any, Any, Any, Any]:
         """The per-route series, resolved once (``labels()`` takes a lock; the route set is small and fixed)."""
@@ -84,6 +85,12 @@ class HttpMetrics:
             )
             self._children[route] = found
         return found
+
+    def count(self, route: str, code: str) -> None:
+        child = self._counted.get((route, code))
+        if child is None:
+            child = self._counted[(route, code)] = self.requests.labels(route, code)
+        child.inc()
 
 
 class HttpMetricsMiddleware:
@@ -117,7 +124,7 @@ class HttpMetricsMiddleware:
             in_flight.dec()
             _TIMING.reset(token)
             duration.observe(elapsed)
-            self.metrics.requests.labels(route, code).inc()
+            self.metrics.count(route, code)
             if upstream is not None and timing.upstream_s > 0:
                 upstream.observe(timing.upstream_s)
                 added.observe(max(elapsed - timing.upstream_s, 0.0))
