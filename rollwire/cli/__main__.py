@@ -31,6 +31,16 @@ COMMANDS: dict[str, str] = {
 """Subcommand name -> module; modules are imported only to build the parser or run."""
 
 
+def _accept_log_format(parser: argparse.ArgumentParser) -> None:
+    """``--log-format`` also after the command (``rollwire mcp gateway --log-format json``), at every level;
+    SUPPRESS keeps a value given before the command when it is not repeated."""
+    parser.add_argument("--log-format", choices=["text", "json"], default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _accept_log_format(child)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rollwire",
@@ -47,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(module_name)
         command = sub.add_parser(name, help=module.HELP, description=module.__doc__)
         module.add_arguments(command)
+        _accept_log_format(command)
         command.set_defaults(_module=module)
     return parser
 

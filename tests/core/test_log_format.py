@@ -28,7 +28,7 @@ def test_proxy_logs_json_lines_with_rollout_and_call_ids(tiny_model_dir: Path, t
 
     engine_app = create_app(EngineSettings(model=str(tiny_model_dir), device="cpu"), tmp_path / "engine")
     with ServerThread(engine_app) as engine:
-        cmd = [sys.executable, "-m", "rollwire.cli", "--log-format", "json", "--log-level", "DEBUG", "proxy",
+        cmd = [sys.executable, "-m", "rollwire.cli", "--log-level", "DEBUG", "proxy", "--log-format", "json",
                "--port", str(_port()), "--upstream", engine.url, "--db", f"sqlite:///{tmp_path / 's.db'}",
                "--model", str(tiny_model_dir), "--operator-key", "k"]  # fmt: skip
         env = {**os.environ, "ROLLWIRE_HOME": str(tmp_path / "home")}
