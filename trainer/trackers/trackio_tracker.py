@@ -50,8 +50,13 @@ class TrackioTracker:
         self._run.log(scalars(metrics), step=step)
 
     def close(self) -> None:
+        import trackio
+
         with contextlib.redirect_stdout(io.StringIO()):
-            self._run.finish()
+            try:
+                trackio.finish()  # also forgets the current run, so trackio's exit hook does not finish it again
+            except RuntimeError:  # opened in another context: no current run there
+                self._run.finish()
 
 
 __all__ = ["TrackioTracker"]
