@@ -17,8 +17,8 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from rollwire.mcp_servers.envs.app import SERVERS, security
-from rollwire.mcp_servers.gateway.metrics import GatewayMetrics, classify
 from rollwire.mcp_servers.gateway.limits import RolloutLimits, cap_result
+from rollwire.mcp_servers.gateway.metrics import GatewayMetrics, classify
 from rollwire.mcp_servers.gateway.recorder import ToolCallRecord, ToolRecorder
 from rollwire.mcp_servers.gateway.upstreams import UpstreamPool, UpstreamSpec
 from rollwire.mcp_servers.tasks.loader import resolve_task
