@@ -276,6 +276,8 @@ class Scheduler:
         self, row: Rollout, source: RolloutStatus, target: RolloutStatus, *, count: bool = True, **fields: Any
     ) -> bool:
         moved = await self._db(self._book.move, row.id, source, target, **fields)
+        if moved:
+            logger.info("rollout %s", target.value, extra={"run_id": row.run_id, "rollout_id": row.id, "task_id": row.task_id})
         if moved and count:
             if target == S.FINISHED:
                 self.progress.finished += 1

@@ -19,6 +19,7 @@ from rollwire.proxy.dialects.routes import DIALECTS as FRONT_DIALECTS
 from rollwire.proxy.dialects.routes import answer_response, dialect_routes
 from rollwire.proxy.edge import ErrorEdge, http_error, rollwire_error
 from rollwire.proxy.generate import Generator
+from rollwire.proxy.metrics import ProxyMetrics, classify
 from rollwire.proxy.parsers import reasoning_parser, tool_parser
 from rollwire.proxy.recorder import Recorder
 from rollwire.proxy.render import Renderer
@@ -34,6 +35,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from rollwire.errors import InvalidRequest, RollwireError
+from rollwire.metrics import HttpMetricsMiddleware, metrics_endpoint
 from rollwire.request_body import read_json_body, read_json_text
 from rollwire.rollouts.budgets import Budgets
 from rollwire.settings import ProxySettings
@@ -154,6 +156,7 @@ def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key
     tools, reasoning = tool_parser(settings.tool_parser), reasoning_parser(settings.reasoning_parser)
     client = make_client(settings.upstream, settings.upstream_timeout_s)
     key = operator_key or settings.operator_key or secrets.token_urlsafe(24)
+    metrics = ProxyMetrics()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -163,6 +166,8 @@ def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key
         recorder = Recorder(engine, DIALECTS)
         generator = Generator(settings, client, renderer, recorder, tools, reasoning)
         app.state.proxy = ProxyState(settings, engine, generator, TokenAuth(engine, key))
+        recorder.listeners.append(metrics.recorded)
+        app.state.proxy.budgets.refused.append(metrics.refused)
         try:
             yield
         finally:
@@ -171,9 +176,11 @@ def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key
             engine.dispose()
 
     handlers = {RollwireError: rollwire_error, HTTPException: http_error}
-    middleware = [Middleware(ErrorEdge)]
-    app = Starlette(routes=_routes(), lifespan=lifespan, exception_handlers=handlers, middleware=middleware)
+    middleware = [Middleware(HttpMetricsMiddleware, metrics=metrics.http, classify=classify), Middleware(ErrorEdge)]
+    routes = [Route("/metrics", metrics_endpoint(metrics.registry), methods=["GET"]), *_routes()]
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=middleware)
     app.state.operator_key = key
+    app.state.metrics = metrics
     return app
 
 

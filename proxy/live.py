@@ -10,6 +10,7 @@ on one stops its generation too. Neither kind is spliced or reconstructed into t
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
@@ -35,6 +36,7 @@ from rollwire.proxy.upstream import ChoiceChunk, Sampled, chunks, open_stream
 from rollwire.proxy.upstream_http import Response
 
 from rollwire.errors import RollwireError, UpstreamError
+from rollwire.metrics import add_upstream_time
 
 ABORTED = "abort"
 
@@ -87,7 +89,10 @@ class LiveGeneration:
         prepared: Prepared,
         response: Response,
         deltas: bool = True,
+        sent: float | None = None,
     ) -> None:
+        self.sent = sent
+        """``perf_counter()`` when the upstream request was sent: the engine's share of the latency starts here."""
         self.deltas = deltas
         """False for a whole answer: its text is parsed once at the end, nobody reads deltas."""
         self.generator = generator
@@ -141,6 +146,8 @@ class LiveGeneration:
                     continue
                 for channel, text in choice.answer.feed(part.token_ids):
                     yield TextDelta(part.index, channel, text, self._logprobs(choice))
+        if self.sent is not None:
+            add_upstream_time(time.perf_counter() - self.sent)
         if self.generation is None:
             raise UpstreamError("the upstream's stream ended before any token")
         generation, tails = self._finished()
@@ -227,8 +234,9 @@ async def open_live(
 ) -> AsyncIterator[StreamEvent]:
     """Plan the prompt and open the upstream stream (errors so far are ordinary HTTP errors); the events follow."""
     prepared = await generator.prepare(caller, conv)
+    sent = time.perf_counter()
     response = await open_stream(generator.client, prepared.body)
-    return LiveGeneration(generator, caller, conv, dialect, request, prepared, response, deltas).events()
+    return LiveGeneration(generator, caller, conv, dialect, request, prepared, response, deltas, sent).events()
 
 
 __all__ = ["ABORTED", "LiveGeneration", "generate_whole", "open_live"]

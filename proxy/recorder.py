@@ -5,6 +5,7 @@ writer thread, see ``rollwire.store.writer``)."""
 from __future__ import annotations
 
 import json
+import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
@@ -21,6 +22,7 @@ from rollwire.rollouts import guard_active
 from rollwire.store import ModelCall, decode_ids, session_scope
 from rollwire.store.writer import RowWriter
 
+logger = logging.getLogger(__name__)
 RequestParser = Callable[[dict[str, Any]], Conversation]
 AnswerParser = Callable[[dict[str, Any], int], Message]
 
@@ -95,6 +97,10 @@ class Recorder:
         priors learn ``learnt`` (one per row, None for a row that cannot be continued), which the caller built
         from the request and answer it already holds, so nothing is re-serialized or re-parsed here."""
         ids = await self.writer.insert(rows)
+        if rows and logger.isEnabledFor(logging.DEBUG):
+            first = rows[0]
+            fields = {"rollout_id": first["rollout_id"], "call_id": ids[0] if ids else None, "dialect": first["dialect"]}
+            logger.debug("model call recorded (%s, %s)", first["status"], first["finish_reason"], extra=fields)
         for listener in self.listeners if rows else ():
             listener(rows[0]["rollout_id"], rows)
         self._remember(rows, learnt, ids)

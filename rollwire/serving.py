@@ -20,7 +20,7 @@ class ServerThread:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, port))
         self.host, self.port = self._sock.getsockname()[:2]
-        config = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=5)
+        config = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=5, log_config=None)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._serve, name=f"uvicorn:{self.port}", daemon=True)
         self._error: BaseException | None = None

@@ -182,6 +182,11 @@ class TrainerSettings(BaseModel):
         "fails (fp32 on CPU agrees to ~1e-5; raise it for bf16 engines); negative turns the probe off.",
     )
     keep_checkpoints: int = Field(2, description="Checkpoints kept in the output folder.")
+    tracker: str = Field(
+        "", description="Also log step metrics to: tensorboard, wandb (offline), mlflow or trackio; empty: none."
+    )
+    tracker_dir: str = Field("", description="Folder the tracker writes its run to; empty means <output dir>/<tracker>.")
+    tracker_project: str = Field("rollwire", description="Project (W&B, trackio) or experiment (MLflow) of the run.")
     seed: int = Field(0, description="torch seed.")
     device: str = Field("auto", description="torch device: auto, cpu or cuda.")
     strategy: str = Field("ddp", description="Under torchrun: ddp or fsdp (FSDP2 fully_shard).")
@@ -240,6 +245,7 @@ class Settings(BaseSettings):
 
     home: Path = Field(default_factory=default_home, description="Cache and default data folder.")
     log_level: str = Field("INFO", description="Logging level for CLI processes.")
+    log_format: str = Field("text", description="Log line format of CLI processes: text, or json (one object per line).")
     store: StoreSettings = Field(default_factory=StoreSettings)
     engine: EngineSettings = Field(default_factory=EngineSettings)
     proxy: ProxySettings = Field(default_factory=ProxySettings)

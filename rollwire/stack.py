@@ -290,6 +290,8 @@ class LocalStack:
             "rollwire.cli",
             "--log-level",
             "WARNING",
+            "--log-format",
+            self.settings.log_format,
             *argv,
             "--host",
             self.host,

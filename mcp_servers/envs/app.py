@@ -13,6 +13,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from rollwire.mcp_servers.state import SECRET_HEADER
 from rollwire.mcp_servers.envs import calendar, mail, sqldb, workspace
+from rollwire.mcp_servers.envs.metrics import EnvMetrics
 from rollwire.mcp_servers.envs.rollout import EnvRuntime
 from rollwire.mcp_servers.state import StateStore
 from starlette.applications import Starlette
@@ -23,6 +24,7 @@ from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rollwire.errors import InvalidRequest
+from rollwire.metrics import HttpMetricsMiddleware, metrics_endpoint
 from rollwire.settings import McpSettings
 
 SERVERS: dict[str, ModuleType] = {m.NAME: m for m in (workspace, sqldb, calendar, mail)}
@@ -60,14 +62,14 @@ def security(allowed_hosts: list[str]) -> TransportSecuritySettings:
 
 
 class _GatewayOnly:
-    """Refuses (401) every request but ``/health`` that does not carry the secret shared with the gateway: the
-    rollout and task headers are trusted only from it."""
+    """Refuses (401) every request but ``/health`` and ``/metrics`` that does not carry the secret shared with the
+    gateway: the rollout and task headers are trusted only from it."""
 
     def __init__(self, app: ASGIApp, secret: str) -> None:
         self.app, self.secret = app, secret.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope.get("path") != "/health":
+        if scope["type"] == "http" and scope.get("path") not in ("/health", "/metrics"):
             given = dict(scope.get("headers") or []).get(SECRET_HEADER.encode(), b"")
             if not hmac.compare_digest(given, self.secret):
                 body = {"error": {"type": "authentication_error", "message": "env servers accept calls only from the gateway"}}
@@ -77,11 +79,15 @@ class _GatewayOnly:
 
 
 def build_app(names: list[str], env: EnvRuntime, allowed_hosts: list[str], max_body: int, *, secret: str) -> Starlette:
-    """One app serving each named env server at ``/<name>/mcp``, and ``GET /health``; calls need ``secret``."""
+    """One app serving each named env server at ``/<name>/mcp``, ``GET /health`` and ``GET /metrics`` (Prometheus);
+    calls need ``secret``."""
     if len(secret) < 16:
         raise InvalidRequest("the env servers need a shared secret of at least 16 characters (ROLLWIRE_MCP__ENV_SECRET)")
     servers = {name: build_server(name, env) for name in names}
-    routes: list[Route | Mount] = []
+    metrics = EnvMetrics(servers)
+    for name, server in servers.items():
+        server.middleware.append(metrics.tool_middleware(name))
+    routes: list[Route | Mount] = [Route("/metrics", metrics_endpoint(metrics.registry), methods=["GET"])]
     for name, server in servers.items():
         sub = server.streamable_http_app(
             streamable_http_path="/mcp", transport_security=security(allowed_hosts), max_request_body_size=max_body
@@ -98,11 +104,16 @@ def build_app(names: list[str], env: EnvRuntime, allowed_hosts: list[str], max_b
                 await stack.enter_async_context(server.session_manager.run())
             yield
 
-    return Starlette(
+    app = Starlette(
         routes=[Route("/health", health), *routes],
         lifespan=lifespan,
-        middleware=[Middleware(_GatewayOnly, secret=secret)],
+        middleware=[
+            Middleware(HttpMetricsMiddleware, metrics=metrics.http, classify=metrics.classify),
+            Middleware(_GatewayOnly, secret=secret),
+        ],
     )
+    app.state.metrics = metrics
+    return app
 
 
 __all__ = ["SERVERS", "build_app", "build_server", "runtime", "security"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,8 @@ class ToolCallRecord:
 class ToolRecorder:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+        self.listeners: list[Callable[[ToolCallRecord], None]] = []
+        """Called with each record once it is stored (metrics)."""
 
     def _write(self, record: ToolCallRecord) -> None:
         with session_scope(self._engine) as session:
@@ -65,6 +68,10 @@ class ToolRecorder:
             return exc.message
         except StoreError as exc:
             log.error("tool event not recorded for %s/%s: %s", record.server, record.tool, exc.message)
+            return None
+        log.debug("tool call recorded", extra={"rollout_id": record.rollout_id, "server": record.server, "tool": record.tool})
+        for listener in self.listeners:
+            listener(record)
         return None
 
 

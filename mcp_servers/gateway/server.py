@@ -18,17 +18,20 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from rollwire.mcp_servers.envs.app import SERVERS, security
 from rollwire.mcp_servers.gateway.limits import RolloutLimits, cap_result
+from rollwire.mcp_servers.gateway.metrics import GatewayMetrics, classify
 from rollwire.mcp_servers.gateway.recorder import ToolCallRecord, ToolRecorder
 from rollwire.mcp_servers.gateway.upstreams import UpstreamPool, UpstreamSpec
 from rollwire.mcp_servers.tasks.loader import resolve_task
 from sqlalchemy.engine import Engine
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from rollwire.errors import RollwireError, Unauthorized
+from rollwire.metrics import HttpMetricsMiddleware, metrics_endpoint
 from rollwire.rollouts import Identity, TokenIndex
 from rollwire.rollouts.budgets import Budgets
 from rollwire.settings import GatewaySettings
@@ -226,6 +229,9 @@ def build_gateway_app(
 ) -> Starlette:
     """The gateway as a Starlette app (its own process, or mounted into the proxy)."""
     gateway = Gateway(settings, engine, extra or {})
+    metrics = GatewayMetrics()
+    gateway.recorder.listeners.append(metrics.recorded)
+    gateway.budgets.refused.append(metrics.refused)
     manager = StreamableHTTPSessionManager(app=build_mcp(gateway), security_settings=security(settings.allowed_hosts))
 
     async def health(_request: Request) -> JSONResponse:
@@ -241,9 +247,15 @@ def build_gateway_app(
             finally:
                 gateway.pool.close_all()
 
-    return Starlette(
-        routes=[Route("/health", health), Route("/r/{token}/mcp", _Endpoint(gateway, manager))], lifespan=lifespan
-    )
+    routes = [
+        Route("/health", health),
+        Route("/metrics", metrics_endpoint(metrics.registry), methods=["GET"]),
+        Route("/r/{token}/mcp", _Endpoint(gateway, manager)),
+    ]
+    middleware = [Middleware(HttpMetricsMiddleware, metrics=metrics.http, classify=classify)]
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
+    app.state.metrics = metrics
+    return app
 
 
 __all__ = ["Gateway", "RolloutInfo", "build_gateway_app"]

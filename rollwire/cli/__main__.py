@@ -31,6 +31,16 @@ COMMANDS: dict[str, str] = {
 """Subcommand name -> module; modules are imported only to build the parser or run."""
 
 
+def _accept_log_format(parser: argparse.ArgumentParser) -> None:
+    """``--log-format`` also after the command (``rollwire mcp gateway --log-format json``), at every level;
+    SUPPRESS keeps a value given before the command when it is not repeated."""
+    parser.add_argument("--log-format", choices=["text", "json"], default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _accept_log_format(child)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rollwire",
@@ -38,11 +48,16 @@ def build_parser() -> argparse.ArgumentParser:
         "Settings also come from ROLLWIRE_* env vars (a flag beats the env var, which beats the default).",
     )
     parser.add_argument("--log-level", default=None, help="logging level (default INFO; env ROLLWIRE_LOG_LEVEL)")
+    parser.add_argument(
+        "--log-format", default=None, choices=["text", "json"],
+        help="log lines as text, or one JSON object per line with run/rollout/call ids (default text; env ROLLWIRE_LOG_FORMAT)",
+    )  # fmt: skip
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(module_name)
         command = sub.add_parser(name, help=module.HELP, description=module.__doc__)
         module.add_arguments(command)
+        _accept_log_format(command)
         command.set_defaults(_module=module)
     return parser
 
@@ -61,7 +76,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a malformed ROLLWIRE_* variable: one readable line
         print(f"rollwire: bad settings: {exc}".splitlines()[0], file=sys.stderr)
         return 2
-    configure_logging(args.log_level or settings.log_level)
+    if args.log_format is not None:  # the parts a command starts (rollwire up, the demo) log the same way
+        settings = settings.model_copy(update={"log_format": args.log_format})
+    try:
+        configure_logging(args.log_level or settings.log_level, settings.log_format)
+    except ValueError as exc:  # ROLLWIRE_LOG_FORMAT set to an unknown name
+        print(f"rollwire: bad settings: {exc}", file=sys.stderr)
+        return 2
     try:
         return int(args._module.run(args, settings) or 0)
     except RollwireError as exc:

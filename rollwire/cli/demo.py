@@ -71,6 +71,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", metavar="DIR", help="folder for the store, checkpoints, logs and report (default <home>/demo/<time>)"
     )
+    parser.add_argument(
+        "--tracker", choices=["tensorboard", "wandb", "mlflow", "trackio"], default=None,
+        help="also log every training step and each phase's mean reward there (its run goes in <out>/<tracker>)",
+    )  # fmt: skip
 
 
 def _config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -131,9 +135,20 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     console = Console(soft_wrap=True)  # a printed path or command stays one line whatever the terminal's width
     console.print(f"[bold]rollwire demo[/]: {config.suite} suite, {config.harness} harness, K={config.iterations}, "
                   f"G={config.group_size}, output in {rich_escape(str(out))}")  # fmt: skip
+    tracker = None
+    if args.tracker:  # opened before the stack starts: a tracker that is not installed fails at once
+        from rollwire.trainer.trackers import TrackerRun, open_tracker
+
+        run = TrackerRun(out / args.tracker, "rollwire", f"demo-{out.name}", dataclasses.asdict(config))
+        tracker = open_tracker(args.tracker, run)
+        console.print(f"tracker: {args.tracker} run in {rich_escape(str(run.folder))}")
     line = _LiveLine(console)
-    with line.live:
-        result = Demo(config, settings, out, line).run()
+    try:
+        with line.live:
+            result = Demo(config, settings, out, line, tracker).run()
+    finally:
+        if tracker is not None:
+            tracker.close()
     line("report", None)
     model_dir = Path(config.model).expanduser() if config.model else None
     if model_dir is None:

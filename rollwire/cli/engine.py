@@ -72,7 +72,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         torch.set_num_threads(engine.threads)
     print(f"rollwire engine: loading, then serving on http://{engine.host}:{engine.port}", flush=True)
     app = create_app(engine, settings.home)
-    config = uvicorn.Config(app, host=engine.host, port=engine.port, log_level="info", lifespan="on")
+    config = uvicorn.Config(app, host=engine.host, port=engine.port, log_level="info", lifespan="on", log_config=None)
     server = uvicorn.Server(config)
     server.run()
     return 0 if server.started else 1

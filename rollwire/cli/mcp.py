@@ -6,11 +6,12 @@ servers (workspace, sqldb, calendar, mail; over HTTP all in one process at /<nam
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 
 from rollwire.errors import InvalidRequest
 from rollwire.settings import GatewaySettings, McpSettings, Settings
 
+logger = logging.getLogger(__name__)
 HELP = "MCP env servers (workspace, sqldb, calendar, mail), the recording gateway, task suites"
 
 
@@ -69,8 +70,9 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     _check_port(mcp.port)
     app = build_app(names, env, mcp.allowed_hosts, mcp.max_payload_bytes + 64_000, secret=mcp.env_secret)
     base = f"http://{mcp.host}:{mcp.port}"
-    print(f"env servers: {', '.join(f'{base}/{n}/mcp' for n in names)}  state: {env.store.root}", file=sys.stderr)
-    uvicorn.run(app, host=mcp.host, port=mcp.port, log_level="warning")
+    # a log line (stderr), so that with --log-format json it is a JSON object like every other line there
+    logger.info("env servers: %s  state: %s", ", ".join(f"{base}/{n}/mcp" for n in names), env.store.root)
+    uvicorn.run(app, host=mcp.host, port=mcp.port, log_level="warning", log_config=None)
     return 0
 
 
@@ -92,12 +94,11 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
         )
     extra = load_upstreams(gw.upstreams_file)
     app = build_gateway_app(gw, open_engine(args.db or settings.store_url()), extra)
-    print(
-        f"gateway: http://{gw.host}:{gw.port}/r/<token>/mcp  (env servers at {gw.env_url}; "
-        f"extra upstreams: {', '.join(extra) or 'none'})",
-        file=sys.stderr,
-    )
-    uvicorn.run(app, host=gw.host, port=gw.port, log_level="warning")
+    logger.info(
+        "gateway: http://%s:%s/r/<token>/mcp  (env servers at %s; extra upstreams: %s)",
+        gw.host, gw.port, gw.env_url, ", ".join(extra) or "none",
+    )  # fmt: skip
+    uvicorn.run(app, host=gw.host, port=gw.port, log_level="warning", log_config=None)
     return 0
 
 

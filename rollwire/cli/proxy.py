@@ -101,7 +101,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     print(f"rollwire proxy: serving on {base} in front of {proxy.upstream}", flush=True)
     print(f"  base URL (ad-hoc run {run_row.id}, rollout {rollout['id']}): {rollout['base_url']}", flush=True)
     print(f"  operator key: {key}", flush=True)
-    config = uvicorn.Config(app, host=proxy.host, port=proxy.port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(app, host=proxy.host, port=proxy.port, log_level="warning", lifespan="on", log_config=None)
     server = uvicorn.Server(config)
     server.run(sockets=[sock])
     return 0 if server.started else 1

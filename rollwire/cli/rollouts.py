@@ -47,6 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--name", default="", help="human-readable run name")
     how.add_argument("--policy-version", type=int, default=None, help="policy version the run samples from")
     add_sandbox_argument(how)
+    how.add_argument(
+        "--metrics-port", type=int, default=None, metavar="PORT",
+        help="serve the run's Prometheus metrics at http://HOST:PORT/metrics while it runs (default: off)",
+    )  # fmt: skip
+    how.add_argument("--metrics-host", default="127.0.0.1", help="interface for --metrics-port (default 127.0.0.1)")
     add_stack_arguments(parser)
 
 
@@ -69,6 +74,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.group_size < 1:
         raise InvalidRequest("--group-size must be at least 1")
+    if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
+        raise InvalidRequest("--metrics-port must be in 0..65535 (0: any free port)")
     options = harness_options(args.option)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
     select_tasks(args.suite, args.split, tasks)  # bad names fail here, before the stack is looked for
@@ -91,6 +98,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         failed = progress.failed + progress.timed_out
         bar.update(task, total=progress.planned, completed=progress.done, running=progress.running, failed=failed, reward=reward)
 
+    on_progress, served = show, None
+    if args.metrics_port is not None:
+        from rollwire.metrics import MetricsServer
+        from rollwire.orchestrator.metrics import OrchestratorMetrics
+
+        metrics = OrchestratorMetrics()
+        on_progress = metrics.observe(show)
+        served = MetricsServer(metrics.registry, args.metrics_host, args.metrics_port)
+        console.print(f"metrics: {served.url}", markup=False)
     started = time.monotonic()
     try:
         with bar:
@@ -99,12 +115,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                     stack, suite=args.suite, harness=args.harness, group_size=args.group_size, split=args.split,
                     task_ids=tasks, runtime=args.runtime or orch.runtime, concurrency=orch.concurrency if args.concurrency is None else args.concurrency,
                     deadline_s=args.deadline, run_id=run_id, run_name=args.name, policy_version=args.policy_version,
-                    harness_options=options, on_progress=show, settings=settings,
+                    harness_options=options, on_progress=on_progress, settings=settings,
                 )
             )  # fmt: skip
     except KeyboardInterrupt:
         print(f"interrupted; resume with: {_resume_hint(args, run_id)}", file=sys.stderr)
         raise
+    finally:
+        if served is not None:
+            served.stop()
     p = result.progress
     reward = "-" if p.mean_reward is None else f"{p.mean_reward:.3f}"
     print(

@@ -10,9 +10,14 @@ Runs the same under torchrun (DDP; --strategy fsdp for FSDP2); there, name the r
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rollwire.settings import Settings, TrainerSettings
+
+if TYPE_CHECKING:
+    from rollwire.trainer.trackers import TrackerRun
 
 HELP = "train on recorded trajectories (GRPO / SFT) and push weights"
 
@@ -55,6 +60,9 @@ FLAGS: dict[str, str] = {
     "seed": "seed",
     "device": "device",
     "strategy": "strategy",
+    "tracker": "tracker",
+    "tracker_dir": "tracker_dir",
+    "tracker_project": "tracker_project",
 }
 """Flag (dest) -> TrainerSettings field; the field's description is the flag's help."""
 
@@ -70,7 +78,8 @@ CHOICES = {"algo": ["grpo", "sft"], "aggregation": ["token-mean", "sequence-mean
            "vllm_mode": ["reload", "lora"], "strategy": ["ddp", "fsdp"], "std_scale": ["none", "group", "batch"],
            "baseline": ["mean", "rloo"], "ratio_level": ["token", "sequence"],
            "is_correction": ["auto", "none", "tis", "mis"], "is_level": ["token", "sequence"],
-           "logprobs_mode": ["processed_logprobs", "raw_logprobs"]}
+           "logprobs_mode": ["processed_logprobs", "raw_logprobs"],
+           "tracker": ["tensorboard", "wandb", "mlflow", "trackio"]}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -110,6 +119,24 @@ def trainer_settings(args: argparse.Namespace, settings: Settings) -> TrainerSet
     return cfg
 
 
+def tracker_run(cfg: TrainerSettings, out_dir: Path) -> TrackerRun:
+    """Where and under which names the tracker writes (``--tracker-dir``, else ``<output dir>/<tracker>``)."""
+    from rollwire.trainer.trackers import TrackerRun
+
+    folder = Path(cfg.tracker_dir).expanduser() if cfg.tracker_dir else out_dir / cfg.tracker
+    config = cfg.model_dump(exclude={"operator_key", "tracker", "tracker_dir", "tracker_project"})
+    return TrackerRun(folder, cfg.tracker_project, cfg.run or out_dir.name, config)
+
+
+def _steps_to(console: Any, tracker: Any) -> Callable[[int, dict[str, Any]], None]:
+    def on_step(step: int, metrics: dict[str, Any]) -> None:
+        console.write(step, metrics)
+        if tracker is not None:
+            tracker.log(step, metrics)
+
+    return on_step
+
+
 def run(args: argparse.Namespace, settings: Settings) -> int:
     import sys
 
@@ -117,15 +144,22 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from rollwire.trainer.distributed import init_distributed, shutdown
     from rollwire.trainer.loop import run_training
     from rollwire.trainer.metrics import MetricsWriter
+    from rollwire.trainer.trackers import open_tracker
 
     cfg = trainer_settings(args, settings)
     base = Path(cfg.model) if cfg.model else ensure_tiny_model(settings.home)
     out_dir = Path(cfg.output_dir) if cfg.output_dir else settings.home / "train" / (cfg.run or "run")
     ctx = init_distributed(cfg.device, cfg.strategy)
     console = MetricsWriter(None, sys.stderr)
+    tracker = None
     try:
-        state = run_training(cfg, base, out_dir, ctx, on_step=console.write)
+        if cfg.tracker and ctx.is_main:  # only rank 0 reports (its steps' metrics are the reduced ones)
+            tracker = open_tracker(cfg.tracker, tracker_run(cfg, out_dir))
+            print(f"tracker: {cfg.tracker} run in {tracker_run(cfg, out_dir).folder}", file=sys.stderr)
+        state = run_training(cfg, base, out_dir, ctx, on_step=_steps_to(console, tracker))
     finally:
+        if tracker is not None:
+            tracker.close()
         shutdown(ctx)
     if ctx.is_main:
         print(f"trained {state.step} steps; policy version {state.policy_version}; cursor {state.cursor}; "

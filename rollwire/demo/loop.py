@@ -12,6 +12,7 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import anyio
@@ -21,6 +22,7 @@ from rollwire.orchestrator.scheduler import Progress
 from rollwire.orchestrator.suite_run import SuiteRunResult, run_suite
 from rollwire.settings import Settings, TrainerSettings
 from rollwire.stack import LocalStack, StackInfo
+from rollwire.trainer.trackers.base import Tracker, scalars
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +159,26 @@ def trainer_settings(config: DemoConfig, base: TrainerSettings, info: StackInfo)
 class Demo:
     """Runs the phases against a started stack; ``run`` returns what the report needs."""
 
-    def __init__(self, config: DemoConfig, settings: Settings, out_dir: Path, report: Reporter) -> None:
+    def __init__(
+        self, config: DemoConfig, settings: Settings, out_dir: Path, report: Reporter, tracker: Tracker | None = None
+    ) -> None:
         self.config, self.settings, self.out_dir, self.report = config, settings, out_dir, report
+        self.tracker = tracker
+        """Also gets every optimizer step's metrics (``sft/...``, ``grpo/...``) and each phase's mean reward."""
+
+    def _on_step(self, phase: str, kind: str, learner: Any) -> Callable[[int, int, dict[str, Any]], None]:
+        """The learner's step callback: the live line, and the tracker at the learner's overall step count."""
+
+        def on_step(step: int, steps: int, metrics: dict[str, Any]) -> None:
+            self.report(phase, None, step_detail(step, steps, metrics))
+            if self.tracker is not None:
+                self.tracker.log(learner.session.state.step, scalars(metrics, f"{kind}/"))
+
+        return on_step
+
+    def _track_phase(self, kind: str, phase: PhaseResult, learner: Any) -> None:
+        if self.tracker is not None:
+            self.tracker.log(learner.session.state.step, {f"rollouts/{kind}_mean_reward": phase.mean})
 
     def run(self) -> DemoResult:
         started = time.monotonic()
@@ -194,14 +214,16 @@ class Demo:
             teacher_runs = read_run(
                 info.proxy_url, info.operator_key, result.teacher.run_id, len(result.teacher.rewards)
             )
+            self._track_phase("teacher", result.teacher, learner)
             sft_phase = f"SFT warm start on {len(teacher_runs)} teacher trajectories"
             self.report(sft_phase, None, "step 0")
-            learner.on_step = lambda step, steps, m: self.report(sft_phase, None, step_detail(step, steps, m))
+            learner.on_step = self._on_step(sft_phase, "sft", learner)
             result.train_metrics += [m | {"phase": "sft"} for m in learner.sft(
                 teacher_runs, epochs=config.sft_epochs, batch_size=config.sft_batch, seed=config.seed)]  # fmt: skip
             result.before = self._rollouts(
                 info, "eval before RL", "held_out", config.eval_group, learner.version, "eval"
             )
+            self._track_phase("eval", result.before, learner)
             learner.set_lr(config.grpo_lr, fresh=config.fresh_optimizer)
             learner.settings = learner.settings.model_copy(update={"aggregation": config.aggregation})
             for k in range(1, config.iterations + 1):
@@ -217,10 +239,11 @@ class Demo:
                     tasks,
                 )
                 result.iterations.append(phase)
+                self._track_phase("grpo", phase, learner)
                 batch = read_run(info.proxy_url, info.operator_key, phase.run_id, len(phase.rewards))
                 update = f"GRPO iteration {k}/{config.iterations}: update (mean reward {phase.mean:.2f})"
                 self.report(update, None, "step 0")
-                learner.on_step = lambda n, steps, m, phase=update: self.report(phase, None, step_detail(n, steps, m))
+                learner.on_step = self._on_step(update, "grpo", learner)
                 metrics = learner.grpo(
                     batch,
                     group_size=config.group_size,
@@ -229,6 +252,7 @@ class Demo:
                 )
                 result.train_metrics += [m | {"phase": "grpo", "iteration": k} for m in metrics]
             result.after = self._rollouts(info, "eval after RL", "held_out", config.eval_group, learner.version, "eval")
+            self._track_phase("eval", result.after, learner)
         finally:
             learner.close()
 

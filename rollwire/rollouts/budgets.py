@@ -8,7 +8,7 @@ rows when a process first sees it, then kept in memory. A refused call is record
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +97,8 @@ class Budgets:
         self._source = source
         self._usage: dict[str, Usage] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self.refused: list[Callable[[str], None]] = []
+        """Called with the budget's kind after each refusal is recorded (metrics)."""
 
     async def usage(self, rollout_id: str) -> Usage:
         found = self._usage.get(rollout_id)
@@ -125,6 +127,8 @@ class Budgets:
             )
         except StoreError as exc:
             return exc
+        for listener in self.refused:
+            listener(kind)
         return error
 
     async def model_call(self, who: Identity, target: str) -> Ticket:

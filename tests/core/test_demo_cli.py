@@ -1,4 +1,5 @@
-"""The README's main command: a shortened `rollwire demo` closes the loop through the real stack.
+"""The README's main command: a shortened `rollwire demo` closes the loop through the real stack (and logs its
+curves to TensorBoard with --tracker).
 
 Asserted from the store the demo leaves behind, not from what it prints: teacher rollouts recorded and
 labelled, rewards from the checkers, weights pushed (the engine's version advanced), and rollouts of
@@ -15,6 +16,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,9 +42,10 @@ def _run(tmp_path: Path, *args: str, timeout: float = 600) -> subprocess.Complet
 @pytest.mark.timeout(900)  # the run's own limit (600 s) ends it first; the suite's 300 s is too short on a busy machine
 def test_shortened_demo_closes_the_loop(tmp_path: Path) -> None:
     out = tmp_path / "demo"
-    result = _run(tmp_path, *DEMO, "--out", str(out))
+    result = _run(tmp_path, *DEMO, "--out", str(out), "--tracker", "tensorboard")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     numbers = json.loads((out / "results.json").read_text())
+    _check_tensorboard_curves(out / "tensorboard", numbers)
     assert (out / "report.html").is_file() and (out / "reward_curve.png").stat().st_size > 1000
 
     db = sqlite3.connect(out / "store.db")
@@ -86,6 +89,25 @@ def test_shortened_demo_closes_the_loop(tmp_path: Path) -> None:
     for task in ("write-map", "write-egg"):  # per held-out task its best (and its worst, if they differ)
         assert f"task {task} · best · reward" in page
     assert page.count("<details><summary>the prompt every rollout below starts with") == 1
+
+
+def _check_tensorboard_curves(folder: Path, numbers: dict[str, Any]) -> None:
+    """`--tracker tensorboard`: read back with TensorBoard's own event reader, the run holds the SFT and GRPO loss
+    curves, GRPO's reward curve, and each phase's mean reward as the report states it."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"sft/loss", "grpo/loss", "grpo/reward_mean", "rollouts/grpo_mean_reward", "rollouts/eval_mean_reward"} <= tags
+    sft_steps = [e.step for e in events.Scalars("sft/loss")]
+    grpo_steps = [e.step for e in events.Scalars("grpo/loss")]
+    assert sft_steps == sorted(sft_steps) and grpo_steps and min(grpo_steps) > max(sft_steps)  # one step axis
+    assert [e.step for e in events.Scalars("grpo/reward_mean")] == grpo_steps
+    iterations = [e.value for e in events.Scalars("rollouts/grpo_mean_reward")]
+    assert iterations == pytest.approx([it["mean_reward"] for it in numbers["iterations"]], abs=1e-4)
+    evals = [e.value for e in events.Scalars("rollouts/eval_mean_reward")]
+    assert evals == pytest.approx([numbers["before_rl"]["mean_reward"], numbers["after_rl"]["mean_reward"]], abs=1e-4)
 
 
 def test_demo_bad_options_fail_with_one_line(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ def rollouts(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[st
         (["--suite", "tiny", "--split", "test"], 2, "invalid choice: 'test'"),
         (["--suite", "tiny", "--option", "max_turn=2"], 1, "does not take these options"),
         (["--suite", "tiny", "--group-size", "0"], 1, "--group-size must be at least 1"),
+        (["--suite", "tiny", "--metrics-port", "70000"], 1, "--metrics-port must be in 0..65535"),
         (["--suite", "tiny", "--stack", "/nonexistent/stack.json"], 1, "no running stack: /nonexistent/stack.json"),
         (["--suite", "tiny", "--proxy-url", "http://127.0.0.1:9"], 1, "--proxy-url needs --gateway-url too"),
     ],
@@ -65,8 +66,9 @@ def test_run_interrupt_and_resume(tmp_path: Path, tiny_model_dir: Path) -> None:
         book = RolloutBook(open_engine(stack.db_url))
         base = ["--suite", "tiny", "--tasks", "write-cat,write-dog", "--stack", str(file), *FAST]
 
-        done = rollouts(*base, "-G", "2", "--run-id", "cli-run", "--concurrency", "2")
+        done = rollouts(*base, "-G", "2", "--run-id", "cli-run", "--concurrency", "2", "--metrics-port", "0")
         assert done.returncode == 0, done.stderr
+        assert "metrics: http://127.0.0.1:" in done.stderr  # served while it ran (tests/orchestrator/test_metrics.py)
         assert "run cli-run: 4 finished, 0 failed, 0 timed out" in done.stdout
         assert "resume with: rollwire rollouts --suite tiny" in done.stdout and "--run-id cli-run" in done.stdout
         first = {row.id for row in book.rollouts("cli-run")}
