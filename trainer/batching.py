@@ -32,6 +32,8 @@ class Sample:
     temperature: list[float] = field(default_factory=list)
     """Per-token sampling temperature (empty: 1.0), see Segment.temperature."""
     top_p: list[float] = field(default_factory=list)
+    proximal_logprobs: list[float] = field(default_factory=list)
+    """The trainer's own logprobs before a batch's first pass (empty: none), see ``with_proximal_logprobs``."""
 
     @property
     def num_loss_tokens(self) -> int:
@@ -60,6 +62,8 @@ class MicroBatch:
     """Sampling temperature of each target (None: all 1.0): logprobs are recomputed from logits / T."""
     top_p: torch.Tensor | None = None
     """Nucleus of each target's sampling (None: all 1.0)."""
+    proximal_logprobs: torch.Tensor | None = None
+    """The trainer's logprobs before the batch's first pass (None: not taken), the PPO anchor with a correction on."""
 
     def to(self, device: torch.device) -> MicroBatch:
         moved: dict[str, Any] = {}
@@ -215,7 +219,7 @@ def pad_groups(lengths: Sequence[int], capacity: int) -> list[list[int]]:
 
 
 def _row_arrays(samples: Sequence[Sample], indices: Sequence[int], weights: Sequence[float]) -> dict[str, list[Any]]:
-    row: dict[str, list[Any]] = {k: [] for k in ("ids", "pos", "tgt", "mask", "old", "adv", "w", "seq", "temp", "topp")}
+    row: dict[str, list[Any]] = {k: [] for k in ("ids", "pos", "tgt", "mask", "old", "prox", "adv", "w", "seq", "temp", "topp")}
     for i in indices:
         s = samples[i]
         n = len(s.token_ids)
@@ -226,6 +230,7 @@ def _row_arrays(samples: Sequence[Sample], indices: Sequence[int], weights: Sequ
         row["tgt"] += s.token_ids[1:] + [0]
         row["mask"] += s.loss_mask[1:] + [0]
         row["old"] += s.behaviour_logprobs[1:] + [0.0]
+        row["prox"] += (s.proximal_logprobs[1:] if s.proximal_logprobs else [0.0] * (n - 1)) + [0.0]
         row["adv"] += [s.advantage] * n
         row["w"] += [weights[i]] * n
         row["seq"] += [i] * n
@@ -238,7 +243,7 @@ def collate(
     """Rows of sample indices -> one right-padded MicroBatch."""
     arrays = [_row_arrays(samples, r, weights) for r in rows]
     width = max(len(a["ids"]) for a in arrays)
-    fill = {"ids": pad_id, "tgt": 0, "mask": 0, "old": 0.0, "adv": 0.0, "w": 0.0, "seq": -1, "temp": 1.0, "topp": 1.0}
+    fill = {"ids": pad_id, "tgt": 0, "mask": 0, "old": 0.0, "prox": 0.0, "adv": 0.0, "w": 0.0, "seq": -1, "temp": 1.0, "topp": 1.0}
     cols: dict[str, list[list[Any]]] = {k: [] for k in (*fill, "pos", "attn")}
     for a in arrays:
         extra = width - len(a["ids"])
@@ -249,6 +254,7 @@ def collate(
         cols["attn"].append([1] * len(a["ids"]) + [0] * extra)
     mask = torch.tensor(cols["mask"], dtype=torch.float32)
     plain = all(s.temperature == [] and s.top_p == [] for r in rows for s in (samples[i] for i in r))
+    proximal = all(s.proximal_logprobs for r in rows for s in (samples[i] for i in r))
     return MicroBatch(
         input_ids=torch.tensor(cols["ids"], dtype=torch.long),
         position_ids=torch.tensor(cols["pos"], dtype=torch.long),
@@ -262,6 +268,7 @@ def collate(
         num_tokens=sum(len(a["ids"]) for a in arrays),
         temperature=None if plain else torch.tensor(cols["temp"], dtype=torch.float32),
         top_p=None if plain else torch.tensor(cols["topp"], dtype=torch.float32),
+        proximal_logprobs=torch.tensor(cols["prox"], dtype=torch.float32) if proximal else None,
     )
 
 

@@ -7,12 +7,13 @@ and step.py (accumulation and clipping); this module only decides what goes into
 from __future__ import annotations
 
 from collections.abc import Sequence
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 
 from rollwire.trainer.advantages import group_advantages
-from rollwire.trainer.batching import MicroBatch, Sample, micro_batches, samples_from, token_weights
+from rollwire.trainer.batching import MicroBatch, Sample, collate, micro_batches, samples_from, token_weights
 from rollwire.trainer.distributed import DistContext, shard
 from rollwire.trainer.forward import forward_logprobs
 from rollwire.trainer.losses import approx_kl, gspo_log_ratio, is_weights, kl_k3, ppo_clip, weighted_sum
@@ -183,20 +184,24 @@ def grpo_loss(config: GRPOConfig, ref_model: torch.nn.Module | None = None) -> L
     """The per-micro-batch loss: weighted PPO-clip (token or GSPO sequence ratio), times the
     importance-sampling correction if any, + kl_coef x k3 KL to the reference, - entropy_coef x entropy.
 
-    With a correction on, the PPO ratio is taken against the trainer's own logprobs before this step's
-    update (``logp.detach()``: a grpo_step takes one optimizer step, so this is the policy at the start of
-    the step; several passes over one batch clip against the start of each pass) and the engine's behaviour
-    logprobs enter only through the truncated / masked weight pi_trainer / pi_engine (decoupled PPO, as
-    verl's rollout correction and slime's TIS do).
+    With a correction on, the PPO ratio is taken against the trainer's own logprobs before the batch's
+    first update (decoupled PPO, as verl's rollout correction and slime's TIS do): the samples'
+    ``proximal_logprobs`` when ``with_proximal_logprobs`` took them, so several passes over one batch all clip
+    against the policy they started from; otherwise ``logp.detach()``, which is that policy for the single
+    step ``rollwire train`` takes per batch. The engine's behaviour logprobs enter only through the truncated /
+    masked weight pi_trainer / pi_engine.
     """
 
     def loss_fn(model: torch.nn.Module, batch: MicroBatch) -> tuple[torch.Tensor, dict[str, float]]:
         logp, entropy = forward_logprobs(model, batch, with_entropy=True, entropy_grad=config.entropy_coef != 0)
         mask = batch.loss_mask
         behaviour = batch.behaviour_logprobs
-        old = behaviour if config.is_correction == "none" else logp.detach()
-        weights = is_weights(
-            logp, behaviour, mask, batch.sequence_ids, mode=config.is_correction, level=config.is_level,
+        if config.is_correction == "none":
+            old = behaviour
+        else:
+            old = batch.proximal_logprobs if batch.proximal_logprobs is not None else logp.detach()
+        weights = is_weights(  # pi_proximal / pi_engine: the correction's weight, no gradient
+            old, behaviour, mask, batch.sequence_ids, mode=config.is_correction, level=config.is_level,
             cap=config.is_cap, floor=config.is_floor,
         )
         log_ratio = gspo_log_ratio(logp, old, mask, batch.sequence_ids) if config.ratio_level == "sequence" else None
@@ -263,6 +268,24 @@ def grpo_metrics(batch: GRPOBatch, result: StepResult) -> dict[str, float]:
     return out
 
 
+@torch.no_grad()
+def with_proximal_logprobs(model: torch.nn.Module, batch: GRPOBatch, *, pad_id: int) -> GRPOBatch:
+    """``batch`` with each sample's logprobs under ``model`` now, before any pass over it.
+
+    Needed when several passes (epochs) train on one batch with an importance-sampling correction on: the
+    PPO clip must hold every pass near the policy the batch started from, not the one of the previous pass
+    (a ratio of 1 at each pass clips nothing, and a few unclipped passes at a high rate wreck the policy).
+    One forward per sample, no gradient.
+    """
+    samples = []
+    for sample in batch.samples:
+        micro = collate([sample], [[0]], [1.0], packed=False, pad_id=pad_id)
+        logp, _ = forward_logprobs(model, micro)
+        shifted = logp[0, : len(sample.token_ids) - 1].tolist()  # position t holds log p(token t + 1)
+        samples.append(dataclasses.replace(sample, proximal_logprobs=[0.0, *shifted]))
+    return dataclasses.replace(batch, samples=samples)
+
+
 def grpo_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -300,4 +323,5 @@ __all__ = [
     "prepare_grpo",
     "training_reward",
     "updates_nothing",
+    "with_proximal_logprobs",
 ]

@@ -20,7 +20,7 @@ import torch
 from rollwire.settings import TrainerSettings
 from rollwire.trainer.batching import GroupBuffer
 from rollwire.trainer.distributed import DistContext, init_distributed
-from rollwire.trainer.grpo import grpo_step, prepare_grpo
+from rollwire.trainer.grpo import grpo_step, prepare_grpo, with_proximal_logprobs
 from rollwire.trainer.loop import Session, checkpoint_and_push, grpo_config, open_session, sft_config
 from rollwire.trainer.sft import sft_step
 from rollwire.trainer.stream import StreamConfig, TrajectoryStream
@@ -107,11 +107,14 @@ class Learner:
         groups = buffer.pop_groups(len(buffer.ready()))
         config = grpo_config(self.settings)
         chunk = groups_per_step or len(groups) or 1
+        batches = [prepare_grpo(groups[at : at + chunk], config, self.version) for at in range(0, len(groups), chunk)]
+        if epochs > 1 and config.is_correction != "none":  # every pass clips against the policy before the first
+            pad = self.session.pad_id
+            batches = [with_proximal_logprobs(self.session.model, batch, pad_id=pad) for batch in batches]
         history: list[dict[str, Any]] = []
-        steps = epochs * -(-len(groups) // chunk)
+        steps = epochs * len(batches)
         for _ in range(epochs):
-            for start in range(0, len(groups), chunk):
-                batch = prepare_grpo(groups[start : start + chunk], config, self.version)
+            for batch in batches:
                 history.append(self._step(grpo_step, batch, config, len(history) + 1, steps))
         self._push([t.rollout_id for group in groups for t in group])
         return history

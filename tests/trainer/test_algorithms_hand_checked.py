@@ -8,11 +8,12 @@ import math
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import torch
 
 from rollwire.trainer.advantages import group_advantages
 from rollwire.trainer.batching import Sample, collate, token_weights
-from rollwire.trainer.grpo import GRPOConfig, grpo_loss, prepare_grpo
+from rollwire.trainer.grpo import GRPOBatch, GRPOConfig, grpo_loss, prepare_grpo, with_proximal_logprobs
 from rollwire.trainer.losses import is_weights, ppo_clip
 from rollwire.trajectory import Segment, Trajectory
 
@@ -158,3 +159,36 @@ def test_truncated_rollouts_are_masked_but_still_set_the_baseline() -> None:
     assert masked.stats["rollouts_truncated_masked"] == 1.0
     kept = prepare_grpo([group], GRPOConfig(), current_version=0)
     assert {s.rollout_id for s in kept.samples} == {"long", "a", "b", "c"}
+
+
+def test_passes_over_one_batch_clip_against_the_policy_before_the_first() -> None:
+    """With a correction on, ``with_proximal_logprobs`` takes the trainer's logprobs once; a later pass, after
+    the policy moved, clips against them (ratio > 1 + clip_high: no gradient), where anchoring on the current
+    policy would see a ratio of 1 and keep pushing. The TIS weight is pi_proximal / pi_engine."""
+    rows = [[0.2, -0.1, 0.4], [0.0, 0.3, -0.3], [0.0, 0.0, 0.0]]
+    before = [math.log(_softmax(rows[0])[1]), math.log(_softmax(rows[1])[2])]
+    engine = [before[0] - 0.1, before[1] + 0.2]
+    s = Sample([9, 1, 2], [0, 1, 1], [0.0, *engine], [-1, 0, 0], 0.5, "r", 1.0)
+    model = _Logits([rows])
+    batch = with_proximal_logprobs(model, GRPOBatch([s], {}, ["r"]), pad_id=0)
+    assert batch.samples[0].proximal_logprobs == pytest.approx([0.0, *before], abs=1e-6)
+
+    moved = [[0.2, 0.9, 0.4], [0.0, 0.3, -0.3], [0.0, 0.0, 0.0]]  # a first pass raised token 1 at position 0
+    after = math.log(_softmax(moved[0])[1])
+    assert math.exp(after - before[0]) > 1.2  # beyond the clip for a positive advantage
+    config = GRPOConfig(is_correction="tis", is_cap=2.0)
+    w = [math.exp(0.1), math.exp(-0.2)]  # pi_proximal / pi_engine, under the cap
+    anchored = _Logits([moved])
+    loss, _ = grpo_loss(config)(anchored, _one_row(batch.samples, [0.5, 0.5]))
+    loss.backward()
+    # position 0: clipped at 1 + 0.2 (constant, no gradient); position 1: ratio 1, the plain weighted gradient
+    assert math.isclose(float(loss.detach()), 0.5 * -0.5 * (w[0] * 1.2 + w[1] * 1.0), rel_tol=1e-6)
+    assert torch.equal(anchored.logits.grad[0, 0], torch.zeros(3))
+    p = _softmax(moved[1])
+    want = [0.5 * w[1] * -0.5 * ((1.0 if v == 2 else 0.0) - p[v]) for v in range(3)]
+    assert torch.allclose(anchored.logits.grad[0, 1], torch.tensor(want), atol=1e-7)
+
+    unanchored = _Logits([moved])  # no proximal logprobs: the ratio is 1 and position 0 keeps its gradient
+    loss, _ = grpo_loss(config)(unanchored, _one_row([s], [0.5, 0.5]))
+    loss.backward()
+    assert unanchored.logits.grad[0, 0].abs().sum() > 0
