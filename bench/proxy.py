@@ -7,7 +7,8 @@ The stub upstream (``proxy_stub.py``) and the load generator (``proxy_load.py``)
 processes of their own, pinned to other cores than the proxy where the machine has them, so the "direct" row
 (the load generator against the stub alone) runs far faster than any proxy row: the proxy rows measure the
 proxy. Every call carries the conversation so far (system, task, then tool call + tool result per turn,
-``--turns`` calls per rollout), so the proxy splices, renders only the new tail, parses a hermes tool call
+``--turns`` calls per rollout; a row sends at least concurrency x turns requests, so every worker
+runs whole conversations), so the proxy splices, renders only the new tail, parses a hermes tool call
 and commits the call to its SQLite store before answering. Rows come non-streamed ("json") and streamed
 (one token per upstream chunk). ``cpu ms/req`` is the server processes' user + system CPU time (from
 /proc, children included) over the row divided by its requests: the per-core figure that the machine's
@@ -158,11 +159,15 @@ def rollouts(admin: httpx.Client, count: int) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=200, help="requests per row (default 200)")
+    parser.add_argument(
+        "--requests", type=int, default=200, help="requests per row, at least concurrency x turns (default 200)"
+    )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64, 256], help="default 1 16 64 256")
-    parser.add_argument("--turns", type=int, default=4, help="calls per conversation (default 4)")
+    parser.add_argument("--turns", type=int, default=3, help="calls per conversation (default 3)")
     parser.add_argument("--modes", nargs="+", default=["json", "stream"], choices=["json", "stream"])
-    parser.add_argument("--workers", type=int, nargs="+", default=[1], help="rollwire proxy --workers values (default 1)")
+    parser.add_argument(
+        "--workers", type=int, nargs="+", default=[1], help="rollwire proxy --workers values (default 1)"
+    )
     parser.add_argument("--litellm", default=None, help=f"LiteLLM proxy executable (default {LITELLM} if present)")
     parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM's rows")
     args = parser.parse_args()
@@ -178,7 +183,6 @@ def main() -> None:
 
 def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None, sc: set[int], lc: set[int]) -> None:
     base = {"host": "127.0.0.1", "turns": args.turns, "requests": args.requests, "prompt": PROMPT}
-    conversations = math.ceil(args.requests / args.turns)
     results: dict[tuple[int, str, str], Row] = {}
     head = f"{'conc':>5} {'mode':<6} {'path':<11} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} {'cpu ms/req':>10}"
     print(f"{head} {'req/cpu-s':>9} {'added p50':>9} {'direct/x':>8}", flush=True)
@@ -196,7 +200,7 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
         argv = [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "proxy", "--port", str(port)]
         argv += ["--upstream", f"http://127.0.0.1:{up_port}", "--db", f"sqlite:///{tmp}/bench{w}.db"]
         argv += ["--operator-key", "bench", "--workers", str(w)]
-        servers.append((f"rollwire" if w == 1 else f"rollwire x{w}", argv, str(port), ""))
+        servers.append(("rollwire" if w == 1 else f"rollwire x{w}", argv, str(port), ""))
     if lite_bin:
         port = _port()
         config = f"{tmp}/litellm.yaml"
@@ -210,16 +214,18 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
     for c in args.concurrency:
         for mode in args.modes:
             spec = {**base, "kind": "direct", "port": up_port, "paths": ["/v1/completions"], "concurrency": c}
+            spec["requests"] = max(args.requests, c * args.turns)
             show(c, mode, "direct", measure({**spec, "stream": mode == "stream"}, None, lc))
     for name, argv, port, headers in servers:
         health = f"http://127.0.0.1:{port}/" + ("health" if name.startswith("rollwire") else "health/liveliness")
-        cores = sc if name != "rollwire x2" else sc | lc
+        cores = sc | lc if name.startswith("rollwire x") else sc  # several workers: every core
         with process(argv, health, cores) as proc:
             admin = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer bench"})
             for c in args.concurrency:
                 for mode in args.modes:
                     spec = {**base, "kind": "chat", "port": int(port), "headers": headers, "concurrency": c}
-                    count = conversations + c
+                    spec["requests"] = max(args.requests, c * args.turns)  # every worker runs whole conversations
+                    count = math.ceil(spec["requests"] / args.turns) + c
                     paths = (
                         [f"/{p}/chat/completions" for p in rollouts(admin, count)]
                         if name.startswith("rollwire")
@@ -241,6 +247,13 @@ def summary(results: dict[tuple[int, str, str], Row], args: argparse.Namespace) 
                 print(f"{c:>5} {mode:<6} rollwire / LiteLLM requests per CPU-second: {lite.cpu_ms / ours.cpu_ms:.1f}x")
             elif ours and not lite:
                 print(f"{c:>5} {mode:<6} litellm: not installed (see --litellm)")
+            for w in args.workers[1:]:
+                more = results.get((c, mode, f"rollwire x{w}"))
+                if ours and more:
+                    print(
+                        f"{c:>5} {mode:<6} rollwire --workers {w} / --workers 1 requests per second: "
+                        f"{more.rate / ours.rate:.2f}x"
+                    )
 
 
 if __name__ == "__main__":

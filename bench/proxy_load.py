@@ -76,7 +76,9 @@ def _streamed_message(data: bytes) -> dict[str, Any]:
             delta = choice.get("delta") or {}
             content += delta.get("content") or ""
             for call in delta.get("tool_calls") or ():
-                got = calls.setdefault(call["index"], {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+                got = calls.setdefault(
+                    call["index"], {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+                )
                 got["id"] = call.get("id") or got["id"]
                 fn = call.get("function") or {}
                 got["function"]["name"] += fn.get("name") or ""
@@ -120,8 +122,14 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
 
     bodies = [
         json.dumps(
-            {"model": "stub", "prompt": spec["prompt"] * (t + 1), "max_tokens": 64, "return_token_ids": True,
-             "logprobs": 0, "stream": stream}
+            {
+                "model": "stub",
+                "prompt": spec["prompt"] * (t + 1),
+                "max_tokens": 64,
+                "return_token_ids": True,
+                "logprobs": 0,
+                "stream": stream,
+            }
         ).encode()
         for t in range(turns)
     ]

@@ -45,13 +45,19 @@ class Stub:
 
     def chat(self, stream: bool) -> bytes:
         self.calls += 1
-        call = {"id": f"call_{self.calls}", "type": "function", "function": {"name": "run_shell", "arguments": ARGUMENTS}}
+        call = {
+            "id": f"call_{self.calls}",
+            "type": "function",
+            "function": {"name": "run_shell", "arguments": ARGUMENTS},
+        }
         usage = {"prompt_tokens": 100, "completion_tokens": len(self.ids), "total_tokens": 100 + len(self.ids)}
         head = {"id": "c", "created": 0, "model": "stub"}
         if not stream:
             message = {"role": "assistant", "content": None, "tool_calls": [call]}
             choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
-            return _response(json.dumps({**head, "object": "chat.completion", "choices": [choice], "usage": usage}).encode())
+            return _response(
+                json.dumps({**head, "object": "chat.completion", "choices": [choice], "usage": usage}).encode()
+            )
         n = len(self.ids) - 1
         step = max(1, len(ARGUMENTS) // max(1, n - 1))
         first = {"index": 0, "id": call["id"], "type": "function", "function": {"name": "run_shell", "arguments": ""}}

@@ -65,7 +65,7 @@ def run_workers(serve: Callable[[], int], workers: int) -> int:
             continue
         rc = os.waitstatus_to_exitcode(status)
         if stopping:
-            code = code or (rc if rc > 0 else 0)
+            code = code or (max(0, rc))
             continue
         if time.monotonic() - began < EARLY_EXIT_S:
             print(f"rollwire proxy: worker {pid} exited with {rc} at start; stopping", file=sys.stderr, flush=True)

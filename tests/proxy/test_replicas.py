@@ -18,10 +18,10 @@ from typing import Any
 
 import httpx
 import openai
+from sqlmodel import select
 
 from rollwire.store import decode_ids, open_engine, session_scope
 from rollwire.store.schema import ModelCall
-from sqlmodel import select
 from tests.proxy.conftest import Proxy
 
 TURNS = 6
