@@ -29,6 +29,7 @@ from sqlmodel import col
 
 from rollwire.errors import InvalidRequest
 from rollwire.store import ModelCall, decode_ids, session_scope
+from rollwire.store.direct import DirectQuery
 
 RequestParser = Callable[[dict[str, Any]], Conversation]
 AnswerParser = Callable[[dict[str, Any], int], Message]
@@ -130,6 +131,7 @@ class PriorCache:
         self.shared = shared
         self.inline = engine.dialect.name == "sqlite"
         """SQLite (WAL): readers never wait for the writer, so the ids query runs on the event loop."""
+        self._direct: tuple[DirectQuery, Any] | None = None
         self.max_rollouts = rollouts
         self.max_tokens = tokens
         self._known: OrderedDict[str, Known] = OrderedDict()
@@ -145,8 +147,8 @@ class PriorCache:
         if known is None:
             found = await anyio.to_thread.run_sync(self._read, rollout_id, None)
         elif self.shared:
-            if self.inline:  # a local read under a tenth of a millisecond: cheaper than the hop to a thread
-                ids = complete_ids(self.engine, rollout_id)
+            if self.inline:  # a local read of ~20 us: far cheaper than the hop to a thread
+                ids = self._ids_inline(rollout_id)
             else:
                 ids = await anyio.to_thread.run_sync(complete_ids, self.engine, rollout_id)
             missing = [i for i in ids if i not in known.seen]
@@ -156,6 +158,19 @@ class PriorCache:
             found = []
         known = self.remember(rollout_id, found, create=True)
         return list(known.priors)
+
+    def _ids_inline(self, rollout_id: str) -> list[int]:
+        """``complete_ids`` on the driver's own connection (SQLite: a SELECT opens no transaction, so each
+        one sees every commit before it)."""
+        if self._direct is None:
+            self._direct = (DirectQuery(_IDS, self.engine.dialect), self.engine.raw_connection())
+        query, connection = self._direct
+        return [int(row[0]) for row in query.rows(connection, rollout_id=rollout_id)]
+
+    def close(self) -> None:
+        if self._direct is not None:
+            self._direct[1].close()
+            self._direct = None
 
     def _read(self, rollout_id: str, ids: list[int] | None) -> Found:
         return parse_calls(read_calls(self.engine, rollout_id, ids), self.dialects)

@@ -43,6 +43,7 @@ class Recorder:
 
     def close(self) -> None:
         self.writer.close()
+        self.cache.close()
 
     def _remember(self, rows: list[dict[str, Any]], learnt: list[PriorCall | None], ids: list[int]) -> None:
         if not rows:
