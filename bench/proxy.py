@@ -246,7 +246,7 @@ def summary(results: dict[tuple[int, str, str], Row], args: argparse.Namespace) 
             if ours and lite and ours.cpu_ms and lite.cpu_ms:
                 print(f"{c:>5} {mode:<6} rollwire / LiteLLM requests per CPU-second: {lite.cpu_ms / ours.cpu_ms:.1f}x")
             elif ours and not lite:
-                print(f"{c:>5} {mode:<6} litellm: not installed (see --litellm)")
+                print(f"{c:>5} {mode:<6} litellm: not run (--no-litellm, or not installed: see --litellm)")
             for w in args.workers[1:]:
                 more = results.get((c, mode, f"rollwire x{w}"))
                 if ours and more:
