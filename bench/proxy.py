@@ -1,20 +1,30 @@
-"""Proxy overhead: the same requests sent to a stub upstream directly and through `rollwire proxy`.
+"""Proxy cost, fairly measured: the same multi-turn tool conversations straight to a stub upstream, through
+`rollwire proxy` (recording on) and through LiteLLM's proxy, with each server's own CPU time per request.
 
-    python bench/proxy.py [--requests 400] [--concurrency 1 64] [--litellm PATH]
+    python bench/proxy.py [--requests 200] [--concurrency 1 16 64 256] [--workers 1 2] [--litellm PATH]
 
-The upstream is a stub vLLM-shaped /v1/completions that answers at once with fixed token ids (so the
-numbers are the proxy's own cost: auth, render, splice lookup, upstream hop, parsing, the committed store
-write). Both run as loopback subprocesses; requests spread over 64 rollouts. Prints p50/p99 latency and
-requests/s per concurrency, with the proxy's added latency and its throughput ratio to direct calls.
-LiteLLM's proxy sits in front of the same stub when `--litellm` names its executable: installing
-`litellm[proxy]` into the project's environment would downgrade packages the project shares (rich,
-huggingface_hub), so it lives in its own venv; without it its rows say "not installed".
+The stub upstream (``proxy_stub.py``) and the load generator (``proxy_load.py``) are bare asyncio HTTP in
+processes of their own, pinned to other cores than the proxy where the machine has them, so the "direct" row
+(the load generator against the stub alone) runs far faster than any proxy row: the proxy rows measure the
+proxy. Every call carries the conversation so far (system, task, then tool call + tool result per turn,
+``--turns`` calls per rollout; a row sends at least concurrency x turns requests, so every worker
+runs whole conversations), so the proxy splices, renders only the new tail, parses a hermes tool call
+and commits the call to its SQLite store before answering. Rows come non-streamed ("json") and streamed
+(one token per upstream chunk). ``cpu ms/req`` is the server processes' user + system CPU time (from
+/proc, children included) over the row divided by its requests: the per-core figure that the machine's
+other load does not distort; ``req/cpu-s`` is its inverse, and the closing lines compare rollwire's with
+LiteLLM's. ``--workers 2`` adds rows for `rollwire proxy --workers 2` (two processes, one store).
+
+LiteLLM lives in its own venv (``.venv-bench/litellm``, git-ignored; create it with
+``python3 -m venv .venv-bench/litellm && .venv-bench/litellm/bin/pip install 'litellm[proxy]'``): installing
+it into the project's environment would change packages the project shares. Without it its rows say so.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
+import math
 import os
 import socket
 import statistics
@@ -24,76 +34,16 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-ROLLOUTS = 64
-SAMPLED = [72, 101, 108, 108, 111, 2]
+HERE = Path(__file__).resolve().parent
+LITELLM = HERE.parent / ".venv-bench" / "litellm" / "bin" / "litellm"
 LITELLM_KEY = "sk-bench"
-
-
-def stub_app() -> Any:
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
-    from starlette.routing import Route
-
-    async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": "stub", "object": "model"}]})
-
-    async def completions(request: Request) -> Response:
-        body = await request.json()
-        choice = {
-            "index": 0,
-            "text": "",
-            "finish_reason": "stop",
-            "token_ids": SAMPLED,
-            "prompt_token_ids": body["prompt"],
-            "logprobs": {"token_logprobs": [-0.5] * len(SAMPLED), "tokens": None, "top_logprobs": None},
-        }
-        return JSONResponse({"id": "c", "object": "text_completion", "choices": [choice], "weight_version": 0})
-
-    async def chat(request: Request) -> Response:
-        """The same answer in chat shape, for LiteLLM (which cannot send token-id prompts)."""
-        await request.json()
-        message = {"role": "assistant", "content": "Hello"}
-        usage = {"prompt_tokens": 10, "completion_tokens": len(SAMPLED), "total_tokens": 10 + len(SAMPLED)}
-        choice = {"index": 0, "message": message, "finish_reason": "stop"}
-        body = {"id": "c", "object": "chat.completion", "created": 0, "model": "stub", "choices": [choice]}
-        return JSONResponse({**body, "usage": usage})
-
-    return Starlette(
-        routes=[
-            Route("/v1/models", models),
-            Route("/v1/completions", completions, methods=["POST"]),
-            Route("/v1/chat/completions", chat, methods=["POST"]),
-        ]
-    )
-
-
-@contextmanager
-def litellm(binary: str | None, upstream: str, tmp: str) -> Iterator[str | None]:
-    """LiteLLM's proxy in front of the stub, or None when no executable was given."""
-    if binary is None:
-        yield None
-        return
-    port = _port()
-    config = f"{tmp}/litellm.yaml"
-    with open(config, "w") as fh:
-        fh.write(
-            "model_list:\n  - model_name: stub\n    litellm_params:\n"
-            f"      model: openai/stub\n      api_base: {upstream}/v1\n      api_key: none\n"
-            f"general_settings:\n  master_key: {LITELLM_KEY}\n"
-        )
-    argv = [binary, "--config", config, "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_healthy(f"http://127.0.0.1:{port}/health/liveliness", proc)
-        yield f"http://127.0.0.1:{port}/v1/chat/completions"
-    finally:
-        proc.terminate()
-        proc.wait(20)
+PROMPT = list(range(1000, 1300))
+"""Direct rows' prompt ids per turn (about what the proxy sends the stub per turn)."""
 
 
 def _port() -> int:
@@ -102,13 +52,48 @@ def _port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _cores() -> tuple[set[int], set[int]]:
+    """(cores for the server under test, cores for stub + load generator): split where there are two or more."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return set(cores), set(cores)
+    half = len(cores) // 2
+    return set(cores[half:]), set(cores[:half])
+
+
+def _tree(pid: int) -> list[int]:
+    pids, i = [pid], 0
+    while i < len(pids):
+        try:
+            tasks = Path(f"/proc/{pids[i]}/task").iterdir()
+            for task in tasks:
+                pids += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+        i += 1
+    return pids
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` and its live descendants."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in _tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
 def _wait_healthy(url: str, proc: subprocess.Popen[Any]) -> None:
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SystemExit(f"{url} exited with {proc.returncode}")
         try:
-            if httpx.get(url, timeout=2).status_code < 500:
+            if httpx.get(url, timeout=2, headers={"Authorization": f"Bearer {LITELLM_KEY}"}).status_code < 500:
                 return
         except httpx.TransportError:
             time.sleep(0.05)  # a subprocess's port: nothing to wait on but polling
@@ -116,114 +101,159 @@ def _wait_healthy(url: str, proc: subprocess.Popen[Any]) -> None:
 
 
 @contextmanager
-def servers(db: str) -> Iterator[tuple[str, str]]:
-    """The stub upstream and a proxy in front of it; yields (upstream URL, proxy URL)."""
-    up_port, proxy_port = _port(), _port()
-    env = dict(os.environ)
-    stub = subprocess.Popen([sys.executable, __file__, "--serve-stub", str(up_port)], env=env)
-    upstream = f"http://127.0.0.1:{up_port}"
-    argv = [
-        sys.executable,
-        "-m",
-        "rollwire.cli",
-        "--log-level",
-        "WARNING",
-        "proxy",
-        "--port",
-        str(proxy_port),
-        "--upstream",
-        upstream,
-        "--db",
-        db,
-        "--operator-key",
-        "bench",
-    ]
-    proxy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, env=env)
+def process(argv: list[str], health: str, cores: set[int]) -> Iterator[subprocess.Popen[Any]]:
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_healthy(f"{upstream}/v1/models", stub)
-        _wait_healthy(f"http://127.0.0.1:{proxy_port}/health", proxy)
-        yield upstream, f"http://127.0.0.1:{proxy_port}"
+        os.sched_setaffinity(proc.pid, cores)
+        _wait_healthy(health, proc)
+        yield proc
     finally:
-        for proc in (proxy, stub):
-            proc.terminate()
-            proc.wait(10)
+        proc.terminate()
+        proc.wait(30)
 
 
-async def _run(requests: list[tuple[str, dict[str, Any]]], concurrency: int) -> tuple[list[float], float]:
-    queue = list(reversed(requests))
-    latencies: list[float] = []
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+def tool_call_ids() -> list[int]:
+    """The tiny model's tokens for one hermes tool call and its end of turn: what the stub "samples"."""
+    from rollwire.proxy.app import model_folder
+    from rollwire.proxy.render import Renderer
 
-        async def worker() -> None:
-            while queue:
-                url, body = queue.pop()
-                start = time.perf_counter()
-                key = {"Authorization": f"Bearer {LITELLM_KEY}"} if "/r/" not in url else {}
-                response = await client.post(url, json=body, headers=key)
-                latencies.append(time.perf_counter() - start)
-                if response.status_code != 200:
-                    raise SystemExit(f"{url} answered {response.status_code}: {response.text[:200]}")
+    from rollwire.settings import Settings
 
-        start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return latencies, time.perf_counter() - start
+    settings = Settings()
+    renderer = Renderer.from_folder(model_folder(settings.proxy, settings.home))
+    text = '<tool_call>\n{"name": "run_shell", "arguments": {"command": "ls"}}\n</tool_call>'
+    return renderer.encode(text) + renderer.encode(renderer.end_text)
 
 
-def _stats(latencies: list[float], wall: float) -> tuple[float, float, float]:
-    ordered = sorted(latencies)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return statistics.median(ordered) * 1e3, p99 * 1e3, len(ordered) / wall
+def load(spec: dict[str, Any], cores: set[int]) -> tuple[list[float], float]:
+    proc = subprocess.Popen([sys.executable, str(HERE / "proxy_load.py"), json.dumps(spec)], stdout=subprocess.PIPE)
+    os.sched_setaffinity(proc.pid, cores)
+    out, _ = proc.communicate(timeout=900)
+    if proc.returncode != 0:
+        raise SystemExit(f"load generator failed ({proc.returncode})")
+    result = json.loads(out)
+    return result["latencies_ms"], result["wall_s"]
+
+
+class Row:
+    def __init__(self, latencies: list[float], wall: float, cpu: float | None) -> None:
+        ordered = sorted(latencies)
+        self.p50 = statistics.median(ordered)
+        self.p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+        self.rate = len(ordered) / wall
+        self.cpu_ms = None if cpu is None else cpu / len(ordered) * 1e3
+
+
+def measure(spec: dict[str, Any], server: int | None, cores: set[int]) -> Row:
+    before = cpu_seconds(server) if server else 0.0
+    latencies, wall = load(spec, cores)
+    return Row(latencies, wall, cpu_seconds(server) - before if server else None)
+
+
+def rollouts(admin: httpx.Client, count: int) -> list[str]:
+    run = admin.post("/admin/v1/runs", json={"name": "bench"}).json()["id"]
+    made = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": count})
+    made.raise_for_status()
+    return [r["base_url"].split("//", 1)[1].split("/", 1)[1] for r in made.json()]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=400, help="requests per row (default 400)")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64], help="concurrency levels (default 1 64)")
-    parser.add_argument("--litellm", default=None, help="LiteLLM proxy executable (its own venv) to compare with")
-    parser.add_argument("--serve-stub", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--requests", type=int, default=200, help="requests per row, at least concurrency x turns (default 200)"
+    )
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64, 256], help="default 1 16 64 256")
+    parser.add_argument("--turns", type=int, default=3, help="calls per conversation (default 3)")
+    parser.add_argument("--modes", nargs="+", default=["json", "stream"], choices=["json", "stream"])
+    parser.add_argument(
+        "--workers", type=int, nargs="+", default=[1], help="rollwire proxy --workers values (default 1)"
+    )
+    parser.add_argument("--litellm", default=None, help=f"LiteLLM proxy executable (default {LITELLM} if present)")
+    parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM's rows")
     args = parser.parse_args()
-    if args.serve_stub is not None:
-        import uvicorn
-
-        uvicorn.run(stub_app(), host="127.0.0.1", port=args.serve_stub, log_level="warning")
-        return
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        servers(f"sqlite:///{tmp}/bench.db") as (upstream, proxy),
-        litellm(args.litellm, upstream, tmp) as lite,
-    ):
-        admin = httpx.Client(base_url=proxy, headers={"Authorization": "Bearer bench"}, timeout=30)
-        run = admin.post("/admin/v1/runs", json={"name": "bench"}).json()["id"]
-        rollouts = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": ROLLOUTS}).json()
-        table(upstream, [r["base_url"] for r in rollouts], lite, args.requests, args.concurrency)
+    lite_bin = None if args.no_litellm else (args.litellm or (str(LITELLM) if LITELLM.exists() else None))
+    server_cores, load_cores = _cores()
+    ids = tool_call_ids()
+    with tempfile.TemporaryDirectory() as tmp:
+        up_port = _port()
+        stub_argv = [sys.executable, str(HERE / "proxy_stub.py"), str(up_port), ",".join(map(str, ids))]
+        with process(stub_argv, f"http://127.0.0.1:{up_port}/v1/models", load_cores):
+            table(args, tmp, up_port, lite_bin, server_cores, load_cores)
 
 
-def table(upstream: str, bases: list[str], lite: str | None, requests: int, levels: list[int]) -> None:
-    """Warm every path up, then one block of rows per concurrency: direct, proxy, LiteLLM."""
-    chat = {"model": "stub", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8}
-    direct = {
-        "model": "stub",
-        "prompt": [1, 872, 198, 50, 97, 121, 2, 198, 1, 77],
-        "max_tokens": 8,
-        "return_token_ids": True,
-        "logprobs": 0,
-    }
-    warm = [(f"{upstream}/v1/completions", direct)] * 20 + [(f"{bases[0]}/chat/completions", chat)] * 20
-    asyncio.run(_run(warm + ([(lite, chat)] * 20 if lite else []), 4))
-    head = f"{'concurrency':>11} {'path':<8} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8}"
-    print(f"{head} {'added p50':>10} {'added p99':>10} {'req/s ratio':>11}")
-    for c in levels:
-        d = _stats(*asyncio.run(_run([(f"{upstream}/v1/completions", direct)] * requests, c)))
-        print(f"{c:>11} {'direct':<8} {d[0]:>8.2f} {d[1]:>8.2f} {d[2]:>8.0f} {'':>10} {'':>10} {1.0:>11.2f}")
-        via = [(f"{bases[i % len(bases)]}/chat/completions", chat) for i in range(requests)]
-        rows = [("proxy", via)] + ([("litellm", [(lite, chat)] * requests)] if lite else [])
-        for name, batch in rows:
-            p = _stats(*asyncio.run(_run(batch, c)))
-            added = f"{p[0] - d[0]:>10.2f} {p[1] - d[1]:>10.2f} {p[2] / d[2]:>11.2f}"
-            print(f"{c:>11} {name:<8} {p[0]:>8.2f} {p[1]:>8.2f} {p[2]:>8.0f} {added}")
-        if lite is None:
-            print(f"{c:>11} {'litellm':<8} not installed (pass --litellm PATH to a litellm[proxy] venv's executable)")
+def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None, sc: set[int], lc: set[int]) -> None:
+    base = {"host": "127.0.0.1", "turns": args.turns, "requests": args.requests, "prompt": PROMPT}
+    results: dict[tuple[int, str, str], Row] = {}
+    head = f"{'conc':>5} {'mode':<6} {'path':<11} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} {'cpu ms/req':>10}"
+    print(f"{head} {'req/cpu-s':>9} {'added p50':>9} {'direct/x':>8}", flush=True)
+
+    def show(c: int, mode: str, name: str, row: Row) -> None:
+        results[(c, mode, name)] = row
+        d = results.get((c, mode, "direct"))
+        cpu = f"{row.cpu_ms:>10.3f} {1e3 / row.cpu_ms:>9.0f}" if row.cpu_ms else f"{'':>10} {'':>9}"
+        extra = f"{row.p50 - d.p50:>9.2f} {d.rate / row.rate:>8.1f}" if d and name != "direct" else ""
+        print(f"{c:>5} {mode:<6} {name:<11} {row.p50:>8.2f} {row.p99:>8.2f} {row.rate:>8.0f} {cpu} {extra}", flush=True)
+
+    servers: list[tuple[str, list[str], str, str]] = []
+    for w in args.workers:
+        port = _port()
+        argv = [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "proxy", "--port", str(port)]
+        argv += ["--upstream", f"http://127.0.0.1:{up_port}", "--db", f"sqlite:///{tmp}/bench{w}.db"]
+        argv += ["--operator-key", "bench", "--workers", str(w)]
+        servers.append(("rollwire" if w == 1 else f"rollwire x{w}", argv, str(port), ""))
+    if lite_bin:
+        port = _port()
+        config = f"{tmp}/litellm.yaml"
+        Path(config).write_text(
+            "model_list:\n  - model_name: stub\n    litellm_params:\n"
+            f"      model: openai/stub\n      api_base: http://127.0.0.1:{up_port}/v1\n      api_key: none\n"
+            f"general_settings:\n  master_key: {LITELLM_KEY}\n"
+        )
+        argv = [lite_bin, "--config", config, "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
+        servers.append(("litellm", argv, str(port), f"authorization: Bearer {LITELLM_KEY}\r\n"))
+    for c in args.concurrency:
+        for mode in args.modes:
+            spec = {**base, "kind": "direct", "port": up_port, "paths": ["/v1/completions"], "concurrency": c}
+            spec["requests"] = max(args.requests, c * args.turns)
+            show(c, mode, "direct", measure({**spec, "stream": mode == "stream"}, None, lc))
+    for name, argv, port, headers in servers:
+        health = f"http://127.0.0.1:{port}/" + ("health" if name.startswith("rollwire") else "health/liveliness")
+        cores = sc | lc if name.startswith("rollwire x") else sc  # several workers: every core
+        with process(argv, health, cores) as proc:
+            admin = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer bench"})
+            for c in args.concurrency:
+                for mode in args.modes:
+                    spec = {**base, "kind": "chat", "port": int(port), "headers": headers, "concurrency": c}
+                    spec["requests"] = max(args.requests, c * args.turns)  # every worker runs whole conversations
+                    count = math.ceil(spec["requests"] / args.turns) + c
+                    paths = (
+                        [f"/{p}/chat/completions" for p in rollouts(admin, count)]
+                        if name.startswith("rollwire")
+                        else ["/v1/chat/completions"] * count
+                    )
+                    spec = {**spec, "stream": mode == "stream", "paths": paths}
+                    if (c, mode) == (args.concurrency[0], args.modes[0]):  # warm: imports, first connections
+                        load({**spec, "requests": 2 * args.turns, "concurrency": 2, "paths": paths[-2:]}, lc)
+                        spec["paths"] = paths[:-2]
+                    show(c, mode, name, measure(spec, proc.pid, lc))
+    summary(results, args)
+
+
+def summary(results: dict[tuple[int, str, str], Row], args: argparse.Namespace) -> None:
+    for c in args.concurrency:
+        for mode in args.modes:
+            ours, lite = results.get((c, mode, "rollwire")), results.get((c, mode, "litellm"))
+            if ours and lite and ours.cpu_ms and lite.cpu_ms:
+                print(f"{c:>5} {mode:<6} rollwire / LiteLLM requests per CPU-second: {lite.cpu_ms / ours.cpu_ms:.1f}x")
+            elif ours and not lite:
+                print(f"{c:>5} {mode:<6} litellm: not run (--no-litellm, or not installed: see --litellm)")
+            for w in args.workers[1:]:
+                more = results.get((c, mode, f"rollwire x{w}"))
+                if ours and more:
+                    print(
+                        f"{c:>5} {mode:<6} rollwire --workers {w} / --workers 1 requests per second: "
+                        f"{more.rate / ours.rate:.2f}x"
+                    )
 
 
 if __name__ == "__main__":

@@ -163,7 +163,13 @@ def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key
         engine = await anyio.to_thread.run_sync(open_engine, store_url)
         folder = await anyio.to_thread.run_sync(model_folder, settings, home)
         renderer = await anyio.to_thread.run_sync(Renderer.from_folder, folder)
-        recorder = Recorder(engine, DIALECTS)
+        recorder = Recorder(
+            engine,
+            DIALECTS,
+            shared=settings.shared_store,
+            rollouts=settings.cache_rollouts,
+            tokens=settings.cache_tokens,
+        )
         generator = Generator(settings, client, renderer, recorder, tools, reasoning)
         app.state.proxy = ProxyState(settings, engine, generator, TokenAuth(engine, key))
         recorder.listeners.append(metrics.recorded)

@@ -29,6 +29,7 @@ class Renderer:
         self.end_ids: frozenset[int] = frozenset(i for i in ends if i is not None)
         names = [t for t in END_OF_TURN if t in vocab] or [tokenizer.eos_token]
         self.end_text: str = names[0]
+        self._backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> Renderer:
@@ -49,6 +50,8 @@ class Renderer:
         return str(text)
 
     def encode(self, text: str) -> list[int]:
+        if self._backend is not None:  # the Rust tokenizer itself: the same ids without the wrapper's ~45 us
+            return list(self._backend.encode(text, add_special_tokens=False).ids)
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def decode(self, ids: list[int]) -> str:

@@ -193,12 +193,14 @@ async def chunks(response: Response, base_url: str) -> AsyncIterator[Chunk]:
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
             yield _whole(_parse(json.loads(await response.read())))
             return
+        done = False
         async for line in response.iter_lines():
-            if not line.startswith("data:"):
-                continue
+            if done or not line.startswith("data:"):
+                continue  # after [DONE], read to the body's end: the connection then goes back to the pool
             payload = line[5:].strip()
             if payload == "[DONE]":
-                return
+                done = True
+                continue
             yield _chunk(json.loads(payload))
     except (TimeoutError, *TRANSPORT_ERRORS) as exc:
         raise _failure(exc, base_url) from None

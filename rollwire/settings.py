@@ -59,6 +59,16 @@ class ProxySettings(BaseModel):
     default_max_output_tokens: int | None = Field(
         None, description="Output cap for Responses requests that set none (Codex never does); unset: rest of context."
     )
+    workers: int = Field(1, description="Proxy processes sharing the port (each splices exactly: see shared_store).")
+    shared_store: bool = Field(
+        True,
+        description="Other proxy processes (replicas, --workers) may write this store: before a splice, ask the "
+        "store for the rollout's calls this process has not seen. Off only for a proxy that owns its store.",
+    )
+    cache_rollouts: int = Field(4096, description="Rollouts whose earlier calls one proxy process keeps in memory.")
+    cache_tokens: int = Field(
+        20_000_000, description="Prompt + sampled token ids those cached calls may hold in all (oldest dropped first)."
+    )
 
 
 class KubernetesSettings(BaseModel):

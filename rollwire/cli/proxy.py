@@ -43,6 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "answered while the upstream serves one model (the requested name is recorded on each call)",
     )
     parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help=f"{fields['workers'].description} (default 1)",
+    )
+    parser.add_argument(
         "--upstream-timeout",
         type=float,
         default=None,
@@ -64,6 +70,7 @@ def _proxy_settings(args: argparse.Namespace, settings: Settings) -> ProxySettin
         "upstream_timeout_s",
         "gateway_url",
         "strict_models",
+        "workers",
     )
     return settings.proxy.model_copy(update={n: getattr(args, n) for n in names if getattr(args, n) is not None})
 
@@ -72,6 +79,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     proxy = _proxy_settings(args, settings)
     if not 0 < proxy.port < 65536:
         raise InvalidRequest("--port must be in 1..65535")
+    if not 1 <= proxy.workers <= 256:
+        raise InvalidRequest("--workers must be in 1..256")
+    if proxy.workers > 1 and not proxy.shared_store:
+        raise InvalidRequest("--workers above 1 needs shared_store (the workers share one store)")
     if proxy.model and not Path(proxy.model).expanduser().is_dir():
         raise NotFound(f"model folder {proxy.model} does not exist (it gives the tokenizer and chat template)")
     if not proxy.upstream.startswith(("http://", "https://")):
@@ -101,7 +112,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     print(f"rollwire proxy: serving on {base} in front of {proxy.upstream}", flush=True)
     print(f"  base URL (ad-hoc run {run_row.id}, rollout {rollout['id']}): {rollout['base_url']}", flush=True)
     print(f"  operator key: {key}", flush=True)
-    config = uvicorn.Config(app, host=proxy.host, port=proxy.port, log_level="warning", lifespan="on", log_config=None)
-    server = uvicorn.Server(config)
-    server.run(sockets=[sock])
-    return 0 if server.started else 1
+    if proxy.workers > 1:
+        print(f"  workers: {proxy.workers}", flush=True)
+
+    def serve() -> int:
+        config = uvicorn.Config(app, host=proxy.host, port=proxy.port, log_level="warning", lifespan="on", log_config=None)
+        server = uvicorn.Server(config)
+        server.run(sockets=[sock])
+        return 0 if server.started else 1
+
+    from rollwire.cli.workers import run_workers
+
+    return run_workers(serve, proxy.workers)

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import col
@@ -27,6 +27,7 @@ from rollwire.errors import Conflict, Forbidden, NotFound, StoreError
 from rollwire.rollouts import tokens
 from rollwire.rollouts.states import TOKEN_WORKS, check_move
 from rollwire.store.db import session_scope
+from rollwire.store.direct import DirectQuery
 from rollwire.store.schema import Rollout, RolloutStatus, Run, now_ns
 
 logger = logging.getLogger(__name__)
@@ -51,15 +52,26 @@ def new_rollout_id() -> str:
     return f"ro-{uuid.uuid4().hex[:16]}"
 
 
+_STATUS_FOR_SHARE = (
+    select(Rollout.status).where(col(Rollout.id) == bindparam("rollout_id")).with_for_update(read=True)
+)
+"""Built once, run on the driver's cursor: on every model call's write, and SQLAlchemy's statement building
+and execute cost several times the lookup itself (SQLite, measured with py-spy)."""
+_DIRECT: dict[str, DirectQuery] = {}
+
+
 def guard_active(conn: Connection, rollout_id: str) -> None:
     """Inside a write transaction: Forbidden unless the rollout still takes records. On Postgres the row is
     share-locked, so a concurrent finish waits for this transaction (or this one sees the finish)."""
-    query = select(Rollout.status).where(col(Rollout.id) == rollout_id).with_for_update(read=True)
-    status = conn.execute(query).scalar()
-    if status is None:
+    query = _DIRECT.get(conn.dialect.name)
+    if query is None:
+        query = _DIRECT.setdefault(conn.dialect.name, DirectQuery(_STATUS_FOR_SHARE, conn.dialect))
+    rows = query.rows(conn.connection.dbapi_connection, rollout_id=rollout_id)  # in this transaction
+    if not rows:
         raise Forbidden(f"no rollout {rollout_id}: nothing is recorded for it")
-    if RolloutStatus(status) not in TOKEN_WORKS:
-        raise Forbidden(f"rollout {rollout_id} is {RolloutStatus(status).value}: nothing more is recorded for it")
+    status = RolloutStatus[rows[0][0]]  # stored as the member's name (``STATUS_TYPE``)
+    if status not in TOKEN_WORKS:
+        raise Forbidden(f"rollout {rollout_id} is {status.value}: nothing more is recorded for it")
 
 
 class RolloutBook:

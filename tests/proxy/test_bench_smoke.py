@@ -1,4 +1,4 @@
-"""bench/proxy.py runs end to end with a tiny N and prints its table."""
+"""bench/proxy.py runs end to end with a tiny N and prints its table (direct and rollwire rows, both modes)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,19 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "proxy.py"
 
 
 def test_bench_prints_the_table() -> None:
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--requests", "8", "--concurrency", "1", "4"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    argv = [sys.executable, str(BENCH), "--requests", "4", "--concurrency", "1", "2", "--turns", "2", "--no-litellm"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = [r for r in (line.split() for line in done.stdout.splitlines()) if r[1:2] in (["direct"], ["proxy"])]
-    assert [(r[0], r[1]) for r in rows] == [("1", "direct"), ("1", "proxy"), ("4", "direct"), ("4", "proxy")]
-    assert all(float(r[4]) > 0 for r in rows)  # requests/s measured
+    rows = [r for r in (line.split() for line in done.stdout.splitlines()) if r[2:3] in (["direct"], ["rollwire"])]
+    assert [tuple(r[:3]) for r in rows] == [
+        ("1", "json", "direct"),
+        ("1", "stream", "direct"),
+        ("2", "json", "direct"),
+        ("2", "stream", "direct"),
+        ("1", "json", "rollwire"),
+        ("1", "stream", "rollwire"),
+        ("2", "json", "rollwire"),
+        ("2", "stream", "rollwire"),
+    ]
+    assert all(float(r[5]) > 0 for r in rows)  # requests/s measured
+    assert all(float(r[6]) >= 0 for r in rows if r[2] == "rollwire")  # the proxy's CPU time per request

@@ -1,0 +1,159 @@
+"""The bench's load generator: a bare asyncio HTTP/1.1 client (keep-alive, one connection per concurrent
+worker) in its own process, so it is not what limits the rows.
+
+    python bench/proxy_load.py SPEC   (a JSON object; prints {"latencies_ms": [...], "wall_s": ...})
+
+``kind`` "chat": each worker runs multi-turn tool conversations (``turns`` calls each, one rollout path per
+conversation): it sends the history, reads the assistant's tool call back (from JSON or from the stream's
+deltas) and appends it with a tool result, so every later call extends the one before. ``kind`` "direct":
+the completions the proxy would send its upstream, prompts as long as the turn's, straight to the stub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "run_shell",
+            "description": "Run a shell command in the task's workspace and return its output.",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+        },
+    }
+]
+RESULT = "total 12\ndrwxr-xr-x 2 user user 4096 src\n-rw-r--r-- 1 user user  220 README.md\n"
+
+
+class Conn:
+    def __init__(self, host: str, port: int, headers: str) -> None:
+        self.host, self.port = host, port
+        self.extra = headers
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: bytes) -> bytes:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        head = (
+            f"POST {path} HTTP/1.1\r\nhost: {self.host}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n{self.extra}\r\n"
+        )
+        self.writer.write(head.encode() + body)
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        status = raw[9:12]
+        lower = raw.lower()
+        if b"transfer-encoding: chunked" in lower:
+            parts = []
+            while True:
+                size = int((await self.reader.readline()).strip(), 16)
+                data = await self.reader.readexactly(size + 2)
+                if size == 0:
+                    break
+                parts.append(data[:-2])
+            data = b"".join(parts)
+        else:
+            at = lower.index(b"content-length:") + 15
+            data = await self.reader.readexactly(int(lower[at : lower.index(b"\r\n", at)]))
+        if status != b"200":
+            raise SystemExit(f"{path} answered {status.decode()}: {data[:300].decode(errors='replace')}")
+        return data
+
+
+def _streamed_message(data: bytes) -> dict[str, Any]:
+    """The assistant message a stream of chat chunks adds up to (content and tool calls)."""
+    content, calls = "", {}
+    for line in data.split(b"\n"):
+        if not line.startswith(b"data: {"):
+            continue
+        for choice in json.loads(line[6:]).get("choices", ()):
+            delta = choice.get("delta") or {}
+            content += delta.get("content") or ""
+            for call in delta.get("tool_calls") or ():
+                got = calls.setdefault(
+                    call["index"], {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+                )
+                got["id"] = call.get("id") or got["id"]
+                fn = call.get("function") or {}
+                got["function"]["name"] += fn.get("name") or ""
+                got["function"]["arguments"] += fn.get("arguments") or ""
+    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return message
+
+
+async def run(spec: dict[str, Any]) -> dict[str, Any]:
+    latencies: list[float] = []
+    issued = 0
+    paths = list(reversed(spec["paths"]))
+    stream, turns = spec["stream"], spec["turns"]
+
+    async def chat(conn: Conn) -> None:
+        nonlocal issued
+        while issued < spec["requests"] and paths:
+            path = paths.pop()
+            messages: list[Any] = [
+                {"role": "system", "content": "You are a careful software engineer. Use the tools."},
+                {"role": "user", "content": "List the files, then fix the failing test."},
+            ]
+            for turn in range(turns):
+                if issued >= spec["requests"]:
+                    return
+                issued += 1
+                body = {"model": "stub", "messages": messages, "tools": TOOLS, "max_tokens": 64, "stream": stream}
+                start = time.perf_counter()
+                data = await conn.post(path, json.dumps(body).encode())
+                latencies.append(time.perf_counter() - start)
+                message = _streamed_message(data) if stream else json.loads(data)["choices"][0]["message"]
+                calls = message.get("tool_calls") or []
+                if not calls:
+                    raise SystemExit(f"no tool call in the answer: {message}")
+                messages = messages + [
+                    {k: v for k, v in message.items() if v is not None and k in ("role", "content", "tool_calls")},
+                    {"role": "tool", "tool_call_id": calls[0]["id"], "content": f"{RESULT}step {turn}\n"},
+                ]
+
+    bodies = [
+        json.dumps(
+            {
+                "model": "stub",
+                "prompt": spec["prompt"] * (t + 1),
+                "max_tokens": 64,
+                "return_token_ids": True,
+                "logprobs": 0,
+                "stream": stream,
+            }
+        ).encode()
+        for t in range(turns)
+    ]
+
+    async def direct(conn: Conn) -> None:
+        nonlocal issued
+        turn = 0
+        while issued < spec["requests"]:
+            issued += 1
+            start = time.perf_counter()
+            await conn.post(spec["paths"][0], bodies[turn % turns])
+            latencies.append(time.perf_counter() - start)
+            turn += 1
+
+    work = chat if spec["kind"] == "chat" else direct
+    conns = [Conn(spec["host"], spec["port"], spec.get("headers", "")) for _ in range(spec["concurrency"])]
+    start = time.perf_counter()
+    await asyncio.gather(*(work(c) for c in conns))
+    wall = time.perf_counter() - start
+    for c in conns:
+        if c.writer is not None:
+            c.writer.close()
+    return {"latencies_ms": [x * 1e3 for x in latencies], "wall_s": wall}
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(run(json.loads(sys.argv[1])))))

@@ -1,0 +1,107 @@
+"""The bench's stub upstream: a bare asyncio HTTP/1.1 server (no framework), so it costs far less per call than
+the proxy in front of it and the rows measure the proxy, not the stub.
+
+    python bench/proxy_stub.py PORT IDS
+
+Answers every call at once with the same tool call: on /v1/completions as the token ``IDS`` (comma-separated,
+the tiny model's tokens for a hermes tool call) with logprobs, on /v1/chat/completions (LiteLLM's way in) as a
+chat message; both streamed one token per chunk when the request says ``"stream": true``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+ARGUMENTS = '{"command": "ls"}'
+
+
+def _response(body: bytes, content_type: bytes = b"application/json") -> bytes:
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: " + content_type + b"\r\ncontent-length: %d\r\n\r\n" % len(body)
+    return head + body
+
+
+def _sse(events: list[dict]) -> bytes:
+    text = "".join(f"data: {json.dumps(e, separators=(',', ':'))}\n\n" for e in events) + "data: [DONE]\n\n"
+    return _response(text.encode(), b"text/event-stream")
+
+
+class Stub:
+    def __init__(self, ids: list[int]) -> None:
+        self.ids = ids
+        lp = {"token_logprobs": [-0.5] * len(ids), "tokens": None, "top_logprobs": None}
+        choice = {"index": 0, "text": "", "finish_reason": "stop", "token_ids": ids, "logprobs": lp}
+        self.completion = _response(json.dumps({"id": "c", "object": "text_completion", "choices": [choice]}).encode())
+        pieces = []
+        for i, t in enumerate(ids):
+            last = i == len(ids) - 1
+            c = {"index": 0, "text": "", "token_ids": [t], "finish_reason": "stop" if last else None}
+            c["logprobs"] = {"token_logprobs": [-0.5], "tokens": None, "top_logprobs": None}
+            pieces.append({"id": "c", "object": "text_completion", "choices": [c]})
+        self.completion_stream = _sse(pieces)
+        self.models = _response(b'{"object":"list","data":[{"id":"stub","object":"model","max_model_len":32768}]}')
+        self.calls = 0
+
+    def chat(self, stream: bool) -> bytes:
+        self.calls += 1
+        call = {
+            "id": f"call_{self.calls}",
+            "type": "function",
+            "function": {"name": "run_shell", "arguments": ARGUMENTS},
+        }
+        usage = {"prompt_tokens": 100, "completion_tokens": len(self.ids), "total_tokens": 100 + len(self.ids)}
+        head = {"id": "c", "created": 0, "model": "stub"}
+        if not stream:
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+            choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
+            return _response(
+                json.dumps({**head, "object": "chat.completion", "choices": [choice], "usage": usage}).encode()
+            )
+        n = len(self.ids) - 1
+        step = max(1, len(ARGUMENTS) // max(1, n - 1))
+        first = {"index": 0, "id": call["id"], "type": "function", "function": {"name": "run_shell", "arguments": ""}}
+        deltas = [{"role": "assistant", "tool_calls": [first]}]
+        deltas += [
+            {"tool_calls": [{"index": 0, "function": {"arguments": ARGUMENTS[i : i + step]}}]}
+            for i in range(0, len(ARGUMENTS), step)
+        ]
+        chunks = [{**head, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": d}]} for d in deltas]
+        end = {"index": 0, "delta": {}, "finish_reason": "tool_calls"}
+        chunks.append({**head, "object": "chat.completion.chunk", "choices": [end], "usage": usage})
+        return _sse(chunks)
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                line, _, rest = head.partition(b"\r\n")
+                length = 0
+                for header in rest.lower().split(b"\r\n"):
+                    if header.startswith(b"content-length:"):
+                        length = int(header[15:])
+                body = await reader.readexactly(length) if length else b""
+                stream = b'"stream":true' in body or b'"stream": true' in body
+                path = line.split(b" ")[1]
+                if path.endswith(b"/completions") and b"/chat/" not in path:
+                    writer.write(self.completion_stream if stream else self.completion)
+                elif path.endswith(b"/chat/completions"):
+                    writer.write(self.chat(stream))
+                else:
+                    writer.write(self.models)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+async def main(port: int, ids: list[int]) -> None:
+    stub = Stub(ids)
+    server = await asyncio.start_server(stub.serve, "127.0.0.1", port, backlog=4096)
+    print("ready", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1]), [int(t) for t in sys.argv[2].split(",")]))

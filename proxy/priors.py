@@ -1,0 +1,200 @@
+"""Each recent rollout's earlier calls, kept in memory so a call need not re-read and re-parse its history, and
+kept exact when several proxy processes (``--workers``, replicas) write one store.
+
+A rollout's calls may land on any process. Before a splice, a process asks the store which complete calls the
+rollout has (one indexed query for ids); ids it has not seen were written by another process, and only those
+rows are read and parsed. So every process plans from the same history a single process would, at the cost
+of that one query (``bench/proxy.py --replicas`` measures it). Without a shared store (``shared_store``
+off) the query is skipped: the process's own writes are all there is.
+
+Memory is bounded twice: by the number of rollouts kept and by the prompt + sampled token ids they hold
+(an agent's calls each hold their whole context, so a long rollout weighs far more than a short one); the
+least recently used rollouts go first and are read back from the store when they call again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import anyio.to_thread
+from rollwire.proxy.conversation import Conversation, Message
+from rollwire.proxy.session import PriorCall
+from sqlalchemy import bindparam, select
+from sqlalchemy.engine import Engine
+from sqlmodel import col
+
+from rollwire.errors import InvalidRequest
+from rollwire.store import ModelCall, decode_ids, session_scope
+from rollwire.store.direct import DirectQuery
+
+RequestParser = Callable[[dict[str, Any]], Conversation]
+AnswerParser = Callable[[dict[str, Any], int], Message]
+Dialects = dict[str, tuple[RequestParser, AnswerParser]]
+
+
+def _prior(row: ModelCall, parse: RequestParser, answer: AnswerParser) -> PriorCall | None:
+    try:
+        conv = parse(json.loads(row.request_json))
+        message = answer(json.loads(row.response_json), row.choice_index)
+    except (ValueError, KeyError, TypeError, StopIteration, InvalidRequest):  # an unreadable row is just not a prior
+        return None
+    return PriorCall(
+        call_id=int(row.id or 0),
+        request_keys=tuple(m.key() for m in conv.messages),
+        tools_key=conv.tools_key(),
+        answer_key=message.key(),
+        prompt_ids=decode_ids(row.prompt_ids),
+        sampled_ids=decode_ids(row.completion_ids),
+        segment_index=row.segment_index,
+        continued=False,
+    )
+
+
+def _complete(rollout_id: Any) -> Any:
+    return (col(ModelCall.rollout_id) == rollout_id) & (col(ModelCall.status) == "complete")
+
+
+_IDS = select(col(ModelCall.id)).where(_complete(bindparam("rollout_id")))  # type: ignore[arg-type]
+"""Built once: building the statement per call cost more than running it on SQLite (py-spy)."""
+
+
+def complete_ids(engine: Engine, rollout_id: str) -> list[int]:
+    """Ids of the rollout's complete calls (the index on rollout_id answers it)."""
+    with engine.connect() as conn:
+        return [int(i) for i in conn.execute(_IDS, {"rollout_id": rollout_id}).scalars()]
+
+
+def read_calls(engine: Engine, rollout_id: str, ids: Iterable[int] | None = None) -> list[ModelCall]:
+    """The rollout's complete calls (only ``ids`` when given), oldest first."""
+    query = select(ModelCall).where(_complete(rollout_id))
+    if ids is not None:
+        query = query.where(col(ModelCall.id).in_(list(ids)))
+    with session_scope(engine) as session:
+        return list(session.exec(query.order_by(col(ModelCall.id))).scalars())  # type: ignore[call-overload]
+
+
+@dataclass(slots=True)
+class Known:
+    """What one process knows of a rollout's complete calls."""
+
+    priors: list[PriorCall] = field(default_factory=list)
+    seen: set[int] = field(default_factory=set)
+    """Ids of every complete call read or written, continuable or not."""
+    last: dict[int, int] = field(default_factory=dict)
+    """Segment index -> id of its latest call: every earlier call of the segment is ``continued``."""
+    tokens: int = 0
+
+    def learn(self, found: list[tuple[int, int, PriorCall | None]]) -> None:
+        """Add (call id, segment index, prior or None) triples and mark what they continue."""
+        for call_id, segment, prior in found:
+            self.seen.add(call_id)
+            if call_id > self.last.get(segment, -1):
+                self.last[segment] = call_id
+            if prior is not None:
+                self.priors.append(replace(prior, call_id=call_id))
+                self.tokens += len(prior.prompt_ids) + len(prior.sampled_ids)
+        self.priors.sort(key=lambda p: p.call_id)
+        self.priors = [replace(p, continued=self.last[p.segment_index] != p.call_id) for p in self.priors]
+
+
+Found = list[tuple[int, int, PriorCall | None]]
+"""(call id, segment index, the call as a prior or None when no dialect here can continue it)."""
+
+
+def parse_calls(rows: list[ModelCall], dialects: Dialects) -> Found:
+    found: Found = []
+    for row in rows:
+        pair = dialects.get(row.dialect)
+        found.append((int(row.id or 0), row.segment_index, _prior(row, *pair) if pair else None))
+    return found
+
+
+def load_priors(engine: Engine, rollout_id: str, dialects: Dialects) -> list[PriorCall]:
+    """A rollout's earlier calls as the planner reads them, straight from the store."""
+    known = Known()
+    known.learn(parse_calls(read_calls(engine, rollout_id), dialects))
+    return known.priors
+
+
+class PriorCache:
+    """Recent rollouts' ``Known`` calls, least recently used dropped first past ``rollouts`` or ``tokens``."""
+
+    def __init__(
+        self, engine: Engine, dialects: Dialects, shared: bool, rollouts: int = 4096, tokens: int = 50_000_000
+    ) -> None:
+        self.engine = engine
+        self.dialects = dialects
+        self.shared = shared
+        self.inline = engine.dialect.name == "sqlite"
+        """SQLite (WAL): readers never wait for the writer, so the ids query runs on the event loop."""
+        self._direct: tuple[DirectQuery, Any] | None = None
+        self.max_rollouts = rollouts
+        self.max_tokens = tokens
+        self._known: OrderedDict[str, Known] = OrderedDict()
+        self.tokens = 0
+        self.refreshed = 0
+        """Calls read back because another process wrote them (a measure of cross-replica traffic)."""
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    async def priors(self, rollout_id: str) -> list[PriorCall]:
+        known = self._known.get(rollout_id)
+        if known is None:
+            found = await anyio.to_thread.run_sync(self._read, rollout_id, None)
+        elif self.shared:
+            if self.inline:  # a local read of ~20 us: far cheaper than the hop to a thread
+                ids = self._ids_inline(rollout_id)
+            else:
+                ids = await anyio.to_thread.run_sync(complete_ids, self.engine, rollout_id)
+            missing = [i for i in ids if i not in known.seen]
+            found = await anyio.to_thread.run_sync(self._read, rollout_id, missing) if missing else []
+            self.refreshed += len(found)
+        else:
+            found = []
+        known = self.remember(rollout_id, found, create=True)
+        return list(known.priors)
+
+    def _ids_inline(self, rollout_id: str) -> list[int]:
+        """``complete_ids`` on the driver's own connection (SQLite: a SELECT opens no transaction, so each
+        one sees every commit before it)."""
+        if self._direct is None:
+            self._direct = (DirectQuery(_IDS, self.engine.dialect), self.engine.raw_connection())
+        query, connection = self._direct
+        return [int(row[0]) for row in query.rows(connection, rollout_id=rollout_id)]
+
+    def close(self) -> None:
+        if self._direct is not None:
+            self._direct[1].close()
+            self._direct = None
+
+    def _read(self, rollout_id: str, ids: list[int] | None) -> Found:
+        return parse_calls(read_calls(self.engine, rollout_id, ids), self.dialects)
+
+    def remember(self, rollout_id: str, found: Found, create: bool = False) -> Known:
+        """Learn committed calls (the process's own, or read back); a rollout not held is only added if ``create``
+        (its own calls alone would be a partial history: it is read whole from the store when it calls)."""
+        known = self._known.get(rollout_id)
+        if known is None:
+            known = Known()
+            if not create:
+                return known
+        held = known.tokens
+        known.learn([f for f in found if f[0] not in known.seen])
+        self.tokens += known.tokens - held
+        self._put(rollout_id, known)
+        return known
+
+    def _put(self, rollout_id: str, known: Known) -> None:
+        self._known[rollout_id] = known
+        self._known.move_to_end(rollout_id)
+        while len(self._known) > 1 and (len(self._known) > self.max_rollouts or self.tokens > self.max_tokens):
+            _, dropped = self._known.popitem(last=False)
+            self.tokens -= dropped.tokens
+
+
+__all__ = ["Found", "Known", "PriorCache", "complete_ids", "load_priors", "parse_calls", "read_calls"]

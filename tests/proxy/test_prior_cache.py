@@ -1,0 +1,53 @@
+"""The proxy's per-rollout cache of earlier calls is bounded (rollouts, token ids), and a rollout it dropped is
+read back from the store when it calls again: its calls stay exact."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from rollwire.proxy.app import create_app
+
+from rollwire.serving import ServerThread
+from rollwire.settings import ProxySettings
+from tests.proxy.conftest import OPERATOR_KEY
+from tests.proxy.test_replicas import TOOLS, exact_calls
+
+ROLLOUTS, TURNS = 4, 3
+
+
+def _steps(client: openai.OpenAI, model: str) -> Iterator[None]:
+    """One tool conversation, a call per step (so several rollouts' calls can interleave)."""
+    messages: list[Any] = [{"role": "user", "content": "Fix the build."}]
+    for turn in range(TURNS):
+        out = client.chat.completions.create(model=model, messages=messages, tools=TOOLS, max_tokens=6, seed=turn)
+        messages += [out.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": f"ok {turn}"}]
+        yield
+
+
+@pytest.mark.parametrize(("bound", "kept"), [({"cache_rollouts": 2}, 2), ({"cache_tokens": 1}, 1)])
+def test_cache_stays_bounded_and_evicted_rollouts_splice_exactly(
+    engine_url: str, served_model: str, tiny_model_dir: Path, store_url: str, bound: dict[str, int], kept: int
+) -> None:
+    settings = ProxySettings(upstream=engine_url, model=str(tiny_model_dir), **bound)
+    app = create_app(settings, store_url, tiny_model_dir.parent, operator_key=OPERATOR_KEY)
+    with ServerThread(app) as server:
+        admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {OPERATOR_KEY}"}, timeout=60)
+        run = admin.post("/admin/v1/runs", json={}).json()["id"]
+        rollouts = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": ROLLOUTS}).json()
+        clients = [openai.OpenAI(base_url=r["base_url"], api_key="u", max_retries=0) for r in rollouts]
+        conversations = [_steps(c, served_model) for c in clients]
+        cache = app.state.proxy.generator.recorder.cache
+        sizes = []
+        for _ in range(TURNS):  # round-robin over the rollouts: each call finds its rollout dropped meanwhile
+            for conversation in conversations:
+                next(conversation)
+                sizes.append(len(cache))
+        assert max(sizes) == kept
+        held = [p for known in cache._known.values() for p in known.priors]
+        assert cache.tokens == sum(len(p.prompt_ids) + len(p.sampled_ids) for p in held) > 0  # counted, not leaked
+    assert [exact_calls(store_url, r["id"]) for r in rollouts] == [(TURNS, TURNS)] * ROLLOUTS

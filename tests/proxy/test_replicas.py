@@ -1,0 +1,151 @@
+"""Several proxy processes on one store splice exactly as one: a rollout's calls land on the replicas in turn
+(round-robin), and every call continues the previous one's exact prompt + sampled ids in one segment.
+
+In-process replicas (two apps, each with its own cache) behind a round-robin client, on SQLite and Postgres;
+then ``rollwire proxy --workers 2`` (forked processes on one socket) driven by many rollouts at once."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+from sqlmodel import select
+
+from rollwire.store import decode_ids, open_engine, session_scope
+from rollwire.store.schema import ModelCall
+from tests.proxy.conftest import Proxy
+
+TURNS = 6
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "run_shell",
+            "description": "Run a command",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+        },
+    }
+]
+
+
+def _converse(clients: list[openai.OpenAI], model: str, turns: int = TURNS) -> None:
+    """One agent conversation whose call i goes to clients[i % len(clients)], carrying each answer back."""
+    messages: list[Any] = [{"role": "user", "content": "Fix the build."}]
+    for turn in range(turns):
+        client = clients[turn % len(clients)]
+        out = client.chat.completions.create(model=model, messages=messages, tools=TOOLS, max_tokens=6, seed=turn)
+        message = out.choices[0].message.model_dump(exclude_none=True)
+        messages += [message, {"role": "user", "content": f"output of step {turn}: ok"}]
+
+
+def exact_calls(store_url: str, rollout_id: str) -> tuple[int, int]:
+    """(calls, calls that continue the previous call's exact ids in its segment); equal when all are exact."""
+    engine = open_engine(store_url)
+    try:
+        with session_scope(engine) as session:
+            query = select(ModelCall).where(ModelCall.rollout_id == rollout_id).order_by(ModelCall.id)  # type: ignore[arg-type]
+            calls = list(session.exec(query).all())
+    finally:
+        engine.dispose()
+    exact, before = 0, None
+    for call in calls:
+        prompt = decode_ids(call.prompt_ids)
+        if before is None:
+            exact += call.segment_break is None and call.segment_index == 0
+        else:
+            reused = decode_ids(before.prompt_ids) + decode_ids(before.completion_ids)
+            exact += (
+                call.segment_index == 0
+                and call.segment_break is None
+                and call.reused_prefix_len == len(reused)
+                and prompt[: len(reused)] == reused
+            )
+        before = call
+    return len(calls), exact
+
+
+def _rollout_id(proxy: Proxy) -> tuple[str, str]:
+    rollout = proxy.new_rollout()
+    return rollout["id"], rollout["base_url"]
+
+
+def test_round_robin_replicas_splice_exactly(
+    start_proxy: Callable[..., Proxy], engine_url: str, served_model: str, any_store_url: str
+) -> None:
+    replicas = [start_proxy(engine_url, store_url=any_store_url) for _ in range(2)]
+    for _ in range(2):
+        rollout_id, base = _rollout_id(replicas[0])
+        bases = [base.replace(replicas[0].url, r.url) for r in replicas]
+        clients = [openai.OpenAI(base_url=b, api_key="unused", max_retries=0) for b in bases]
+        _converse(clients, served_model)
+        assert exact_calls(any_store_url, rollout_id) == (TURNS, TURNS)
+
+
+def test_without_a_shared_store_check_round_robin_is_not_exact(
+    start_proxy: Callable[..., Proxy], engine_url: str, served_model: str, store_url: str
+) -> None:
+    """What the check prevents: a replica that trusts its own cache splices onto a call it saw, not the last."""
+    replicas = [start_proxy(engine_url, store_url=store_url, shared_store=False) for _ in range(2)]
+    rollout_id, base = _rollout_id(replicas[0])
+    clients = [openai.OpenAI(base_url=base.replace(replicas[0].url, r.url), api_key="u") for r in replicas]
+    _converse(clients, served_model)
+    calls, exact = exact_calls(store_url, rollout_id)
+    assert calls == TURNS and exact < TURNS
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_cli_workers_splice_exactly(engine_url: str, served_model: str, tiny_model_dir: Path, store_url: str) -> None:
+    port = _port()
+    argv = [sys.executable, "-m", "rollwire.cli", "proxy", "--port", str(port), "--upstream", engine_url]
+    argv += ["--db", store_url, "--model", str(tiny_model_dir), "--operator-key", "k", "--workers", "2"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ})
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            if line.startswith("  workers: 2"):
+                break
+        else:
+            raise AssertionError(f"proxy exited before it started its workers (rc {proc.wait()})")
+        url = f"http://127.0.0.1:{port}"
+        admin = httpx.Client(base_url=url, headers={"Authorization": "Bearer k"}, timeout=60)
+        run = admin.post("/admin/v1/runs", json={}).json()["id"]
+        rollouts = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": 8}).json()
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert len(children) == 2
+
+        def one(rollout: dict[str, Any]) -> tuple[int, int]:
+            # a fresh client per call: a new connection each time, so the kernel may hand it to either worker
+            clients = [
+                openai.OpenAI(base_url=rollout["base_url"], api_key="u", http_client=httpx.Client(limits=NO_KEEPALIVE))
+                for _ in range(TURNS)
+            ]
+            _converse(clients, served_model)
+            return exact_calls(store_url, rollout["id"])
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(one, rollouts))
+        assert results == [(TURNS, TURNS)] * len(rollouts)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.stdout.read()
+        rc = proc.wait(30)
+        proc.stdout.close()
+    assert rc == 0, rest
+    assert "Traceback" not in rest
+
+
+NO_KEEPALIVE = httpx.Limits(max_keepalive_connections=0)
