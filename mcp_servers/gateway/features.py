@@ -51,7 +51,8 @@ def _template_prefix(template: str) -> str:
 
 
 class Features:
-    """The non-tool handlers of the gateway's MCP server."""
+    """The non-tool handlers of the gateway's MCP server. Subscriptions and the log level go out as plain requests:
+    the SDK's helpers for them are deprecated for 2026-07-28, yet 2025-era servers need them."""
 
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
@@ -132,7 +133,7 @@ class Features:
         if conn.client is None or not (conn.capabilities.resources and conn.capabilities.resources.subscribe):
             raise _invalid(f"the MCP server of {params.uri!r} does not take subscriptions")
         with conn.relay.serving(ctx):
-            return await conn.client.subscribe_resource(params.uri)  # pyright: ignore[reportDeprecated]
+            return await conn.client.session.send_request(types.SubscribeRequest(params=params), types.EmptyResult)
 
     async def unsubscribe(
         self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
@@ -141,7 +142,7 @@ class Features:
         if conn.client is None or not (conn.capabilities.resources and conn.capabilities.resources.subscribe):
             raise _invalid(f"the MCP server of {params.uri!r} does not take subscriptions")
         with conn.relay.serving(ctx):
-            return await conn.client.unsubscribe_resource(params.uri)  # pyright: ignore[reportDeprecated]
+            return await conn.client.session.send_request(types.UnsubscribeRequest(params=params), types.EmptyResult)
 
     # -- prompts and completions ---------------------------------------------------------------------------
 
@@ -209,7 +210,7 @@ class Features:
         for _name, conn in await self._with(ctx, "logging"):
             assert conn.client is not None
             with conn.relay.serving(ctx):
-                await conn.client.set_logging_level(params.level)  # pyright: ignore[reportDeprecated]
+                await conn.client.session.send_request(types.SetLevelRequest(params=params), types.EmptyResult)
         return types.EmptyResult()
 
 

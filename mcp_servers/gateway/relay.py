@@ -5,14 +5,15 @@ the harness as the gateway's own requests, their answers sent back). Each upstre
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import warnings
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.session import ServerSession
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.message import ServerMessageMetadata
 from rollwire.mcp_servers.gateway.messages import MessageLog
 
@@ -20,6 +21,14 @@ log = logging.getLogger(__name__)
 
 UPSTREAM_IN = "upstream->harness"
 HARNESS_BACK = "harness->upstream"
+
+
+def deprecated_call(method: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Awaitable[Any]:
+    """A call the SDK marks deprecated for 2026-07-28 (logging, roots, subscriptions) but that 2025-era harnesses
+    and servers use: made without the warning (only the call is wrapped, the await runs outside)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        return method(*args, **kwargs)
 
 
 def declared(session: ServerSession | None) -> types.ClientCapabilities:
@@ -110,7 +119,7 @@ class Relay:
         if session is None:
             return
         try:
-            await session.send_log_message(params.level, params.data, params.logger, related_request_id=related)  # pyright: ignore[reportDeprecated]
+            await deprecated_call(session.send_log_message, params.level, params.data, params.logger, related_request_id=related)
         except Exception as exc:  # noqa: BLE001 - the harness left: the log line stays recorded
             log.debug("log message not relayed: %s", exc)
 
@@ -150,4 +159,4 @@ class Relay:
         return options
 
 
-__all__ = ["HARNESS_BACK", "UPSTREAM_IN", "Relay", "declared"]
+__all__ = ["HARNESS_BACK", "UPSTREAM_IN", "Relay", "declared", "deprecated_call"]
