@@ -12,7 +12,7 @@ import tempfile
 import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,8 @@ class RolloutInfo:
     """How to reach each of its servers (the gateway's, plus those its suite declares)."""
     error: str | None = None
     """Why the rollout cannot be served (it names an MCP server nobody declared)."""
+    task_servers: frozenset[str] = frozenset()
+    """The servers its task names: ``tools`` narrows these; servers added by ``meta.mcp_servers`` show in full."""
 
 
 @dataclass
@@ -123,6 +125,7 @@ class Gateway:
             except (RollwireError, KeyError):
                 log.warning("rollout %s names an unknown task", identity.rollout_id)
                 ref = None
+        task_servers = frozenset(servers)
         servers += [s for s in identity.meta.get("mcp_servers", []) if s not in servers]
         unknown = [s for s in servers if s not in specs]
         error = None
@@ -131,7 +134,8 @@ class Gateway:
                 f"rollout {identity.rollout_id} names MCP server(s) {', '.join(map(repr, unknown))} that neither the "
                 f"gateway (--mcp-config) nor its suite declares (known: {', '.join(sorted(specs))})"
             )
-        return RolloutInfo(identity.rollout_id, ref, tuple(servers), tools, None, {s: specs[s] for s in servers if s in specs}, error)
+        known = {s: specs[s] for s in servers if s in specs}
+        return RolloutInfo(identity.rollout_id, ref, tuple(servers), tools, None, known, error, task_servers)
 
     async def rollout_for(self, token: str) -> RolloutInfo:
         """The token's rollout: 401 unknown, 403 once it ended (``rollwire.rollouts``), 400 if it cannot be served."""
@@ -142,7 +146,7 @@ class Gateway:
             self._infos[identity.rollout_id] = info
         if info.error:
             raise InvalidRequest(info.error)
-        return RolloutInfo(info.rollout_id, info.task_ref, info.servers, info.tools, identity, info.specs)
+        return replace(info, identity=identity)
 
     def info_of(self, ctx: ServerRequestContext[Any, Any]) -> RolloutInfo:
         info = getattr(ctx.request, "scope", {}).get(SCOPE_KEY)
@@ -185,7 +189,8 @@ class Gateway:
         for server, tools in per_server.items():
             for tool in tools:
                 exposed = f"{server}{SEP}{tool.name}" if counts[tool.name] > 1 else tool.name
-                if self.limits.allows_tool(exposed) and (info.tools is None or exposed in info.tools):
+                narrowed = info.tools is not None and server in info.task_servers
+                if self.limits.allows_tool(exposed) and (not narrowed or exposed in info.tools):  # type: ignore[operator]
                     result.tools.append(tool.model_copy(update={"name": exposed}))
                     result.targets[exposed] = (server, tool.name)
         return result
