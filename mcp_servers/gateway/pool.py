@@ -138,6 +138,11 @@ class UpstreamPool:
         conn.last_used = time.monotonic()
         return conn
 
+    @property
+    def task_group(self) -> TaskGroup:
+        """The gateway's task group (tool calls that outlive one harness request run in it)."""
+        return self._tg
+
     def open(self, rollout_id: str) -> list[Connection]:
         """The rollout's live connections (for features that fan out: resources, prompts, log level)."""
         return [c for (r, _n), c in self._conns.items() if r == rollout_id and c.alive]

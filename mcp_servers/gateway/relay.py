@@ -16,6 +16,7 @@ from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.message import ServerMessageMetadata
 from rollwire.mcp_servers.gateway.messages import MessageLog
+from rollwire.mcp_servers.gateway.rounds import Rounds
 
 log = logging.getLogger(__name__)
 
@@ -43,22 +44,28 @@ class Relay:
 
     def __init__(self, rollout_id: str, server: str, messages: MessageLog) -> None:
         self.rollout_id, self.server, self.messages = rollout_id, server, messages
-        self._active: list[ServerRequestContext[Any, Any]] = []
+        self._active: list[ServerRequestContext[Any, Any] | Rounds] = []
         self.session: ServerSession | None = None
         self.on_list_changed: list[Any] = []
         """Called (no arguments) when the upstream says its tools, prompts or resources changed."""
 
     @contextmanager
-    def serving(self, ctx: ServerRequestContext[Any, Any]) -> Iterator[None]:
-        self._active.append(ctx)
-        self.session = ctx.session
+    def serving(self, target: ServerRequestContext[Any, Any] | Rounds) -> Iterator[None]:
+        """Relay to ``target`` while the block runs: a harness request, or a call's input-required rounds."""
+        self._active.append(target)
+        self.session = target.ctx.session if isinstance(target, Rounds) else target.session
         try:
             yield
         finally:
-            self._active.remove(ctx)
+            self._active.remove(target)
+
+    def _rounds(self) -> Rounds | None:
+        target = self._active[-1] if self._active else None
+        return target if isinstance(target, Rounds) else None
 
     def _current(self) -> ServerRequestContext[Any, Any] | None:
-        return self._active[-1] if self._active else None
+        target = self._active[-1] if self._active else None
+        return target.ctx if isinstance(target, Rounds) else target
 
     def _record(self, direction: str, kind: str, method: str, body: Any, request_id: Any = None) -> None:
         self.messages.add(self.rollout_id, direction, kind, method, body, self.server, request_id)
@@ -69,6 +76,12 @@ class Relay:
         method = request.method
         params = request.params.model_dump(mode="json", by_alias=True, exclude_none=True) if request.params else {}
         self._record(UPSTREAM_IN, "request", method, params)
+        rounds = self._rounds()
+        if rounds is not None and rounds.ctx.session.check_client_capability(needs):
+            answer = await rounds.ask(request)
+            kind = "error" if isinstance(answer, types.ErrorData) else "response"
+            self._record(HARNESS_BACK, kind, method, answer.model_dump(mode="json", by_alias=True, exclude_none=True))
+            return answer
         ctx = self._current()
         session = ctx.session if ctx is not None else self.session  # outside a request: the harness's session
         if session is None or not session.check_client_capability(needs):

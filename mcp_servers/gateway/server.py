@@ -13,6 +13,7 @@ import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from rollwire.mcp_servers.gateway.messages import HARNESS_IN, HARNESS_OUT, Messa
 from rollwire.mcp_servers.gateway.pool import Connection, UpstreamPool, reap
 from rollwire.mcp_servers.gateway.recorder import ToolCallRecord, ToolRecorder
 from rollwire.mcp_servers.gateway.relay import declared
+from rollwire.mcp_servers.gateway.rounds import RoundBook, Rounds, needs_rounds
 from rollwire.mcp_servers.gateway.upstreams import UpstreamSpec, parse_servers
 from rollwire.mcp_servers.tasks.loader import load_suite
 from sqlalchemy.engine import Engine
@@ -106,6 +108,7 @@ class Gateway:
         self.tokens = TokenIndex(engine)
         self.budgets = Budgets(engine, "gateway")
         self.features = Features(self)
+        self.rounds = RoundBook()
         self.pool: UpstreamPool | None = None
         self._infos: dict[str, RolloutInfo] = {}
 
@@ -196,10 +199,14 @@ class Gateway:
         return result
 
     async def call(
-        self, info: RolloutInfo, name: str, arguments: dict[str, Any], ctx: ServerRequestContext[Any, Any] | None = None
-    ) -> types.CallToolResult:
+        self, info: RolloutInfo, name: str, arguments: dict[str, Any], ctx: ServerRequestContext[Any, Any] | None = None,
+        params: types.CallToolRequestParams | None = None,
+    ) -> types.CallToolResult | types.InputRequiredResult:
         """One budgeted, recorded call; every failure is a tool error the model can read. A refused call is
-        recorded as a Refusal (why), not as a ToolEvent."""
+        recorded as a Refusal (why), not as a ToolEvent. A harness on 2026-07-28 gets the upstream's own requests
+        as input-required rounds (``rounds``); its retry resumes the call."""
+        if ctx is not None and params is not None and params.request_state is not None:
+            return await self.rounds.resume(info.rollout_id, params.request_state, ctx, params.input_responses)
         started = now_ns()
         who = info.identity or Identity(info.rollout_id, "", RolloutStatus.RUNNING)
         target = (await self.tool_map(info, ctx)).targets.get(name)
@@ -211,8 +218,20 @@ class Gateway:
         if refused is not None:
             return _error(refused)
         server, tool = target
+        if ctx is not None and needs_rounds(ctx):
+            rounds = Rounds(info.rollout_id, ctx, self.settings.call_timeout_s)
+            run = partial(self._complete, info, server, tool, arguments, ctx, rounds, started)
+            return await self.rounds.start(self._pool().task_group, rounds, run)
+        return await self._complete(info, server, tool, arguments, ctx, ctx, started)
+
+    async def _complete(
+        self, info: RolloutInfo, server: str, tool: str, arguments: dict[str, Any],
+        ctx: ServerRequestContext[Any, Any] | None, relay_to: ServerRequestContext[Any, Any] | Rounds | None,
+        started: int,
+    ) -> types.CallToolResult:  # fmt: skip
+        """Forward, cap and record one call."""
         try:
-            result = await self._forward(info, server, tool, arguments, ctx)
+            result = await self._forward(info, server, tool, arguments, ctx, relay_to)
         except anyio.get_cancelled_exc_class():  # the harness cancelled the call: it is recorded as such
             with anyio.CancelScope(shield=True):
                 why = "cancelled by the harness"
@@ -236,8 +255,9 @@ class Gateway:
         return result
 
     async def _forward(
-        self, info: RolloutInfo, server: str, tool: str, arguments: dict[str, Any], ctx: ServerRequestContext[Any, Any] | None
-    ) -> types.CallToolResult:
+        self, info: RolloutInfo, server: str, tool: str, arguments: dict[str, Any],
+        ctx: ServerRequestContext[Any, Any] | None, relay_to: ServerRequestContext[Any, Any] | Rounds | None,
+    ) -> types.CallToolResult:  # fmt: skip
         pool = self._pool()
         try:
             conn = await pool.get(info.rollout_id, info.task_ref, info.specs[server], declared(ctx.session if ctx else None))
@@ -247,9 +267,9 @@ class Gateway:
         progress = conn.relay.progress if _wants_progress(ctx) else None
         try:
             with anyio.fail_after(self.settings.call_timeout_s):
-                if ctx is None:
+                if relay_to is None:
                     return await conn.client.call_tool(tool, arguments)
-                with conn.relay.serving(ctx):
+                with conn.relay.serving(relay_to):
                     return await conn.client.call_tool(tool, arguments, progress_callback=progress, meta=_upstream_meta(ctx))  # type: ignore[arg-type]
         except TimeoutError:
             pool.drop(info.rollout_id, server)
@@ -308,8 +328,10 @@ def build_mcp(gateway: Gateway) -> Server[Any]:
     async def list_tools(ctx: ServerRequestContext[Any, Any], _params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=(await gateway.tool_map(gateway.info_of(ctx), ctx)).tools)
 
-    async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
-        return await gateway.call(gateway.info_of(ctx), params.name, dict(params.arguments or {}), ctx)
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        return await gateway.call(gateway.info_of(ctx), params.name, dict(params.arguments or {}), ctx, params)
 
     f = gateway.features
     with warnings.catch_warnings():  # logging/setLevel is deprecated in 2026-07-28, yet what today's harnesses send
@@ -376,6 +398,7 @@ def build_gateway_app(
                         yield
                     finally:
                         gateway.pool.close_all()
+                        gateway.rounds.cancel_all()
                         loops.cancel()
                         await gateway.messages.flush()
         finally:

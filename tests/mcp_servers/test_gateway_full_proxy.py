@@ -3,9 +3,9 @@ official ``mcp`` client in front: resources (templates, reads, a subscription's 
 logging, progress delivered to the client, cancellation, and the server's sampling, elicitation and roots requests
 relayed to the harness (which declared them). Every message is recorded, in order, with the ToolEvents.
 
-The harness client speaks the 2025 handshake era (``mode="legacy"``), as Codex CLI and Claude Code do today: on a
-2026-07-28 connection a server may not send requests of its own (no back-channel), so sampling, elicitation and
-roots could not be relayed that way."""
+The first test's harness speaks the 2025 handshake era (``mode="legacy"``), as Codex CLI and Claude Code do today;
+the second negotiates 2026-07-28 (the client's default), where a server has no back-channel: the upstream's
+requests reach the harness as input-required rounds, and logging is opted into per request."""
 
 from __future__ import annotations
 
@@ -44,6 +44,12 @@ def _poll(read: Any, ok: Any, deadline_s: float = 10.0) -> Any:
         time.sleep(0.05)
 
 
+async def _cancel_recorded(stack: GatewayStack, rollout_id: str, deadline_s: float = 20.0) -> None:
+    with anyio.fail_after(deadline_s):
+        while not any(e.error == "cancelled by the harness" for e in await anyio.to_thread.run_sync(stack.events, rollout_id)):
+            await anyio.sleep(0.05)
+
+
 class Harness:
     """What a harness with sampling, elicitation and roots answers, and what it was sent."""
 
@@ -75,10 +81,11 @@ class Harness:
             self.updated.append(str(message.params.uri))
             self.got_update.set()
 
-    def client(self, url: str) -> Client:
+    def client(self, url: str, mode: str = "legacy") -> Client:
         return Client(
-            url, mode="legacy", sampling_callback=self.sampling, elicitation_callback=self.elicitation,
+            url, mode=mode, sampling_callback=self.sampling, elicitation_callback=self.elicitation,
             list_roots_callback=self.roots, logging_callback=self.logging, message_handler=self.messages,
+            log_level="debug",
         )  # fmt: skip
 
 
@@ -135,6 +142,7 @@ def test_everything_server_through_the_gateway(env_servers: EnvServers, store_ur
 
                     await client.call_tool("trigger-long-running-operation", {"duration": 20, "steps": 20}, progress_callback=cancel_on_progress)
                 seen["cancelled"] = scope.cancelled_caught
+                await _cancel_recorded(stack, "full")  # with the session still open: the cancel came as a message
             return seen
 
         seen = anyio.run(scenario)
@@ -180,3 +188,51 @@ def _check_order(messages: list[McpMessage], events: list[ToolEvent]) -> None:
     cancel = next(i for i, m in enumerate(messages) if m.method == "notifications/cancelled")
     assert messages[cancel].direction == "harness->gateway"
     assert any(m.kind == "cancelled" and m.method == "tools/call" for m in messages[cancel - 1 :])
+
+
+def test_a_2026_harness_answers_server_requests_in_rounds(env_servers: EnvServers, store_url: str, tmp_path: Path) -> None:
+    spec = UpstreamSpec.from_dict("everything", {"command": npm_server("mcp-server-everything"), "args": ["stdio"]})
+    server, stack = gateway_stack(env_servers, store_url, {"everything": spec}, rollouts_dir=str(tmp_path / "r"))
+    harness = Harness()
+    with server:
+        token = stack.add_rollout("modern", servers=["everything"])
+
+        async def scenario() -> dict[str, Any]:
+            seen: dict[str, Any] = {}
+            async with harness.client(stack.mcp_url(token), mode="auto") as client:
+                seen["version"] = client.protocol_version
+                seen["sampled"] = _text(await client.call_tool("trigger-sampling-request", {"prompt": "hi", "maxTokens": 5}))
+                seen["elicited"] = _text(await client.call_tool("trigger-elicitation-request", {}))
+                seen["roots"] = _text(await client.call_tool("get-roots-list", {}))
+                progress: list[float] = []
+
+                async def on_progress(value: float, _total: float | None, _message: str | None) -> None:
+                    progress.append(value)
+
+                await client.call_tool("trigger-long-running-operation", {"duration": 1, "steps": 2}, progress_callback=on_progress)
+                seen["progress"] = progress
+                with anyio.CancelScope() as scope:
+
+                    async def cancel_on_progress(_value: float, _total: float | None, _message: str | None) -> None:
+                        scope.cancel()
+
+                    await client.call_tool("trigger-long-running-operation", {"duration": 20, "steps": 20}, progress_callback=cancel_on_progress)
+                seen["cancelled"] = scope.cancelled_caught
+                await _cancel_recorded(stack, "modern")
+            return seen
+
+        seen = anyio.run(scenario)
+        assert seen["version"] == "2026-07-28"
+        assert "harness-sampled" in seen["sampled"] and "teal" in seen["elicited"] and "harness-root" in seen["roots"]
+        assert seen["progress"] == [1.0, 2.0] and seen["cancelled"]
+        events = _poll(lambda: stack.events("modern"), lambda e: any(x.error == "cancelled by the harness" for x in e))
+        assert [(e.tool, e.is_error) for e in events[:4]] == [
+            ("trigger-sampling-request", False), ("trigger-elicitation-request", False), ("get-roots-list", False),
+            ("trigger-long-running-operation", False),
+        ]  # fmt: skip
+        assert events[-1].error == "cancelled by the harness"
+        flow = [(m.direction, m.kind, m.method) for m in _messages(stack, "modern") if "sampling" in m.method or m.method == "tools/call"][:4]
+        assert flow == [
+            ("harness->gateway", "request", "tools/call"), ("upstream->harness", "request", "sampling/createMessage"),
+            ("gateway->harness", "response", "tools/call"), ("harness->gateway", "request", "tools/call"),
+        ]  # fmt: skip
