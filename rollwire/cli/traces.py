@@ -98,7 +98,11 @@ def _show(engine: Any, args: argparse.Namespace, settings: Settings) -> int:
         f"rollout {trajectory.rollout_id}  run {trajectory.run_id}  status {trajectory.status}  reward {trajectory.reward}"
     )
     timeline = trajectory.metadata.get("timeline") or []
-    print(f"\n── timeline: {len(timeline)} model calls and tool calls in the order they started (start, duration)")
+    kinds = [e["kind"] for e in timeline]
+    print(
+        f"\n── timeline: {kinds.count('model_call')} model call(s) and {kinds.count('tool_event')} tool call(s) in the "
+        "order they started (start, duration)"
+    )
     for entry in timeline:
         print(format_entry(entry))
     for n, segment in enumerate(trajectory.segments):
