@@ -196,6 +196,14 @@ def test_a_2026_harness_answers_server_requests_in_rounds(env_servers: EnvServer
     harness = Harness()
     with server:
         token = stack.add_rollout("modern", servers=["everything"])
+        plain = stack.add_rollout("plain", servers=["everything"])
+
+        async def plain_tools() -> set[str]:  # a harness that declares no sampling/elicitation/roots
+            async with Client(stack.mcp_url(plain)) as client:
+                return {t.name for t in (await client.list_tools()).tools}
+
+        shown = anyio.run(plain_tools)
+        assert "echo" in shown and not shown & {"trigger-sampling-request", "trigger-elicitation-request", "get-roots-list"}
 
         async def scenario() -> dict[str, Any]:
             seen: dict[str, Any] = {}
