@@ -49,12 +49,13 @@ def test_up_with_mcp_config_serves_the_files_servers(tmp_path: Path) -> None:
         names, graph = anyio.run(scenario)
         assert {"create_entities", "write_file"} <= names and "from-up" in graph  # the task's tools and the file's
         assert "from-up" in (tmp_path / "rollouts" / rollout / "memory" / "graph.jsonl").read_text()
-        assert processes_mentioning(str(tmp_path / "rollouts"))
+        assert processes_mentioning(str(tmp_path / "rollouts" / rollout / "memory"))  # the rollout's own server
     finally:
         process.send_signal(signal.SIGTERM)
         rest, _ = process.communicate(timeout=60)
     assert process.returncode == 0, rest[-2000:]
     assert not processes_mentioning(str(tmp_path / "rollouts")), "the stack stopped: its MCP servers too"
+    assert not (tmp_path / "home" / "stack.json").exists()
 
 
 def test_up_bad_mcp_config_is_one_line(tmp_path: Path) -> None:
