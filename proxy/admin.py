@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from rollwire.errors import InvalidRequest, NotFound
 from rollwire.reconstruct import load_calls, reconstruct
 from rollwire.side_calls import rules_from
+from rollwire.timeline import build_timeline, load_tool_events
 from rollwire.rollouts import RolloutBook, parse_status
 from rollwire.rollouts.budgets import parse_budgets
 from rollwire.store import Rollout, Run, decode_ids, session_scope
@@ -89,6 +90,7 @@ def rollout_view(engine: Engine, rollout_id: str) -> dict[str, Any]:
         rollout = session.get(Rollout, rollout_id)
     if rollout is None:
         raise NotFound(f"no rollout {rollout_id!r}")
+    model_calls = load_calls(engine, rollout_id)
     calls = [
         {
             "id": c.id,
@@ -104,10 +106,16 @@ def rollout_view(engine: Engine, rollout_id: str) -> dict[str, Any]:
             "started_ns": c.started_ns,
             "status": c.status,
         }
-        for c in load_calls(engine, rollout_id)
+        for c in model_calls
     ]
     data = rollout.model_dump(exclude={"token_hash"})
-    return {**data, "calls": calls}
+    events = load_tool_events(engine, rollout_id)
+    return {
+        **data,
+        "calls": calls,
+        "tool_events": [e.model_dump() for e in events],
+        "timeline": build_timeline(model_calls, events),
+    }
 
 
 async def _json(request: Request) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from rollwire.errors import InvalidRequest, NotFound
 from rollwire.reconstruct import build_trajectory, load_calls
+from rollwire.timeline import load_tool_events
 from rollwire.store import Rollout, Run, session_scope
 from rollwire.trajectory import INFRASTRUCTURE
 
@@ -50,7 +51,10 @@ def finished_after(engine: Engine, run: str, after: int) -> list[str]:
             .limit(BATCH)
         )
         rollouts = list(session.exec(query).all())
-    return [json.dumps(build_trajectory(r, load_calls(engine, r.id)).to_dict()) for r in rollouts]
+    return [
+        json.dumps(build_trajectory(r, load_calls(engine, r.id), load_tool_events(engine, r.id)).to_dict())
+        for r in rollouts
+    ]
 
 
 async def stream_route(request: Request) -> Response:

@@ -16,7 +16,8 @@ from sqlmodel import select
 
 from rollwire.errors import NotFound
 from rollwire.side_calls import MAIN
-from rollwire.store import ModelCall, Rollout, decode_floats, decode_ids, session_scope
+from rollwire.store import ModelCall, Rollout, ToolEvent, decode_floats, decode_ids, session_scope
+from rollwire.timeline import build_timeline, load_tool_events
 from rollwire.trajectory import Segment, Trajectory, failure_cause
 
 
@@ -85,7 +86,9 @@ def segments_from_calls(calls: Sequence[ModelCall]) -> list[Segment]:
     return [b.segment() for b in order]
 
 
-def build_trajectory(rollout: Rollout, calls: Sequence[ModelCall]) -> Trajectory:
+def build_trajectory(rollout: Rollout, calls: Sequence[ModelCall], events: Sequence[ToolEvent] = ()) -> Trajectory:
+    """The trajectory of a rollout; its ``metadata["timeline"]`` holds the model calls and tool events in causal
+    order with timing (``rollwire.timeline``)."""
     return Trajectory(
         rollout_id=rollout.id,
         run_id=rollout.run_id,
@@ -104,6 +107,7 @@ def build_trajectory(rollout: Rollout, calls: Sequence[ModelCall]) -> Trajectory
             "error": rollout.error,
             "failure_cause": failure_cause(str(getattr(rollout.status, "value", rollout.status)), rollout.error),
             **({"meta": rollout.meta} if rollout.meta else {}),
+            "timeline": build_timeline(calls, events),
         },
     )
 
@@ -120,7 +124,7 @@ def reconstruct(engine: Engine, rollout_id: str) -> Trajectory:
         rollout = session.get(Rollout, rollout_id)
     if rollout is None:
         raise NotFound(f"no rollout {rollout_id!r}")
-    return build_trajectory(rollout, load_calls(engine, rollout_id))
+    return build_trajectory(rollout, load_calls(engine, rollout_id), load_tool_events(engine, rollout_id))
 
 
 __all__ = ["build_trajectory", "load_calls", "reconstruct", "segments_from_calls"]

@@ -206,7 +206,9 @@ class GatewaySettings(BaseModel):
     host: str = Field("127.0.0.1", description="Interface the MCP gateway binds to.")
     port: int = Field(8300, description="Port of the MCP gateway.")
     env_url: str = Field("http://127.0.0.1:8200", description="Base URL of our env servers (hosted under /<name>/mcp).")
-    upstreams_file: str = Field("", description="JSON file of extra upstream MCP servers {name: {command|url,...}}.")
+    upstreams_file: str = Field(
+        "", description='JSON file of third-party MCP servers: {"mcpServers": {NAME: {"command", "args", "env"} | {"url", "headers"}}}.'
+    )
     max_tool_calls: int = Field(
         200, description="Tool calls one rollout may make unless its budgets say otherwise; later calls get a tool error."
     )
@@ -222,6 +224,13 @@ class GatewaySettings(BaseModel):
     )
     allowed_tools: list[str] = Field(default_factory=list, description="If set, only these (namespaced) tools are served.")
     idle_close_s: float = Field(900.0, description="Upstream connections of a rollout idle this long are closed.")
+    reap_interval_s: float = Field(
+        1.0, gt=0, description="How often the store is asked which rollouts ended (their MCP servers are then closed)."
+    )
+    rollouts_dir: str = Field(
+        "", description="Where each rollout's stdio MCP servers get their working folder ({rollout_dir}); empty: a "
+        "temporary folder removed when the gateway stops.",
+    )
     allowed_hosts: list[str] = Field(
         default_factory=lambda: ["127.0.0.1:*", "localhost:*"], description="Host headers accepted ('*' turns the check off)."
     )

@@ -135,10 +135,13 @@ class LocalStack:
         proxy_env: Mapping[str, str] | None = None,
         start_timeout_s: float = 180.0,
         engine: str = "bundled",
+        mcp_config: Path | None = None,
     ) -> None:
         if engine not in ENGINES:
             raise InvalidRequest(f"unknown engine {engine!r} ({', '.join(ENGINES)})", param="engine")
         self.engine = engine
+        self.mcp_config = mcp_config
+        """Third-party MCP servers for the gateway (``{"mcpServers": ...}``)."""
         self.settings = settings
         self.upstream = upstream.rstrip("/") if upstream else None
         self.model = model
@@ -174,7 +177,8 @@ class LocalStack:
             elif self.upstream is None:
                 self._spawn("engine", url["engine"], ["engine", *self._engine_flags(), *self.engine_args])
             self._spawn("env", url["env"], ["mcp", "serve", "all", "--state-dir", str(self.state_dir)])
-            self._spawn("gateway", url["gateway"], ["mcp", "gateway", "--env-url", url["env"], "--db", self.db_url])
+            mcp_config = ["--mcp-config", str(self.mcp_config)] if self.mcp_config else []
+            self._spawn("gateway", url["gateway"], ["mcp", "gateway", "--env-url", url["env"], "--db", self.db_url, *mcp_config])
             proxy = ["proxy", "--upstream", engine_url, "--gateway-url", url["gateway"], "--db", self.db_url]
             self._spawn("proxy", url["proxy"], [*proxy, f"--operator-key={self.operator_key}", *self.proxy_args])
             for child in self._children:

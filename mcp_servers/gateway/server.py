@@ -1,27 +1,40 @@
-"""The gateway app: MCP streamable HTTP at ``/r/{token}/mcp``; each request is authenticated by its rollout token
-(``rollwire.rollouts``: 401 unknown, 403 once the rollout ended), sees the tools of its task's servers
-(namespaced on clashes), is held to the rollout's budgets, and has every call recorded (a refused one as a
-``Refusal``, a result over the cap cut and marked truncated)."""
+"""The gateway app: MCP streamable HTTP at ``/r/{token}/mcp``, a complete MCP proxy over a rollout's servers.
+Each request is authenticated by its rollout token (``rollwire.rollouts``: 401 unknown, 403 once the rollout
+ended; 400 when the rollout names an MCP server nobody declared), sees the tools, resources and prompts of its
+task's servers (namespaced on clashes), is held to the rollout's budgets, and has every call recorded (a ToolEvent;
+a refused one as a ``Refusal``; a result over the cap cut and marked truncated) with every message relayed."""
 
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
+import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
+from mcp.server.context import CallNext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
 from rollwire.mcp_servers.envs.app import SERVERS, security
+from rollwire.mcp_servers.gateway.features import SEP, Features
 from rollwire.mcp_servers.gateway.limits import RolloutLimits, cap_result
 from rollwire.mcp_servers.gateway.metrics import GatewayMetrics, classify
+from rollwire.mcp_servers.gateway.messages import HARNESS_IN, HARNESS_OUT, MessageLog
+from rollwire.mcp_servers.gateway.pool import Connection, UpstreamPool, reap
 from rollwire.mcp_servers.gateway.recorder import ToolCallRecord, ToolRecorder
-from rollwire.mcp_servers.gateway.upstreams import UpstreamPool, UpstreamSpec
-from rollwire.mcp_servers.tasks.loader import resolve_task
+from rollwire.mcp_servers.gateway.relay import declared
+from rollwire.mcp_servers.gateway.rounds import RoundBook, Rounds, needs_rounds
+from rollwire.mcp_servers.gateway.upstreams import UpstreamSpec, parse_servers
+from rollwire.mcp_servers.tasks.loader import load_suite
 from sqlalchemy.engine import Engine
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -30,7 +43,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from rollwire.errors import RollwireError, Unauthorized
+from rollwire.errors import InvalidRequest, RollwireError, Unauthorized
 from rollwire.metrics import HttpMetricsMiddleware, metrics_endpoint
 from rollwire.rollouts import Identity, TokenIndex
 from rollwire.rollouts.budgets import Budgets
@@ -39,7 +52,7 @@ from rollwire.store import RolloutStatus, now_ns
 
 log = logging.getLogger(__name__)
 SCOPE_KEY = "rollwire.rollout"
-SEP = "__"
+LOG_LEVEL_META = "io.modelcontextprotocol/logLevel"
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,12 @@ class RolloutInfo:
     tools: frozenset[str] | None = None
     """The task's own tool allow-list (exposed names); None shows every tool of its servers."""
     identity: Identity | None = None
+    specs: dict[str, UpstreamSpec] = field(default_factory=dict)
+    """How to reach each of its servers (the gateway's, plus those its suite declares)."""
+    error: str | None = None
+    """Why the rollout cannot be served (it names an MCP server nobody declared)."""
+    task_servers: frozenset[str] = frozenset()
+    """The servers its task names: ``tools`` narrows these; servers added by ``meta.mcp_servers`` show in full."""
 
 
 @dataclass
@@ -62,8 +81,20 @@ def _error(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
+def _upstream_meta(ctx: ServerRequestContext[Any, Any] | None) -> dict[str, Any] | None:
+    """The harness's log-level opt-in (2026-07-28 servers log only for requests that carry it), passed on."""
+    meta = ctx.meta if ctx is not None else None
+    level = meta.get(LOG_LEVEL_META) if isinstance(meta, dict) else getattr(meta, LOG_LEVEL_META, None)
+    return {LOG_LEVEL_META: level} if level else None
+
+
+def _wants_progress(ctx: ServerRequestContext[Any, Any] | None) -> bool:
+    meta = ctx.meta if ctx is not None else None
+    return isinstance(meta, dict) and (meta.get("progress_token") is not None or meta.get("progressToken") is not None)
+
+
 class Gateway:
-    """Rollout lookup, tool aggregation and recorded, limited tool calls."""
+    """Rollout lookup, upstream connections, and recorded, limited calls."""
 
     def __init__(self, settings: GatewaySettings, engine: Engine, extra: dict[str, UpstreamSpec]) -> None:
         self.settings = settings
@@ -76,53 +107,86 @@ class Gateway:
         self.specs.update(extra)
         self.limits = RolloutLimits(settings)
         self.recorder = ToolRecorder(engine)
+        self.messages = MessageLog(engine)
         self.tokens = TokenIndex(engine)
         self.budgets = Budgets(engine, "gateway")
+        self.features = Features(self)
+        self.rounds = RoundBook()
         self.pool: UpstreamPool | None = None
         self._infos: dict[str, RolloutInfo] = {}
 
     def _info(self, identity: Identity) -> RolloutInfo:
-        """The task's servers and tools (read once per rollout: a task does not change)."""
-        suite = identity.meta.get("suite")
-        ref = f"{suite}:{identity.task_id}" if suite and identity.task_id else None
+        """The task's servers, tools and server specs (read once per rollout: a task does not change)."""
+        suite_name = identity.meta.get("suite")
+        ref = f"{suite_name}:{identity.task_id}" if suite_name and identity.task_id else None
         servers: list[str] = []
         tools: frozenset[str] | None = None
+        specs = dict(self.specs)
         if ref:
             try:
-                task = resolve_task(ref)
+                suite = load_suite(str(suite_name))
+                task = suite.task(str(identity.task_id))
                 servers, tools = list(task.servers), frozenset(task.tools) if task.tools is not None else None
-            except RollwireError:
+                specs.update(parse_servers(suite.mcp_servers, f"suite {suite.name!r}"))
+            except (RollwireError, KeyError):
                 log.warning("rollout %s names an unknown task", identity.rollout_id)
                 ref = None
+        task_servers = frozenset(servers)
         servers += [s for s in identity.meta.get("mcp_servers", []) if s not in servers]
-        return RolloutInfo(identity.rollout_id, ref, tuple(servers), tools)
+        unknown = [s for s in servers if s not in specs]
+        error = None
+        if unknown:
+            error = (
+                f"rollout {identity.rollout_id} names MCP server(s) {', '.join(map(repr, unknown))} that neither the "
+                f"gateway (--mcp-config) nor its suite declares (known: {', '.join(sorted(specs))})"
+            )
+        known = {s: specs[s] for s in servers if s in specs}
+        return RolloutInfo(identity.rollout_id, ref, tuple(servers), tools, None, known, error, task_servers)
 
     async def rollout_for(self, token: str) -> RolloutInfo:
-        """The token's rollout: 401 unknown, 403 once it ended (``rollwire.rollouts``)."""
+        """The token's rollout: 401 unknown, 403 once it ended (``rollwire.rollouts``), 400 if it cannot be served."""
         identity = await self.tokens.resolve(token)
         info = self._infos.get(identity.rollout_id)
         if info is None:
             info = await anyio.to_thread.run_sync(self._info, identity)
             self._infos[identity.rollout_id] = info
-        return RolloutInfo(info.rollout_id, info.task_ref, info.servers, info.tools, identity)
+        if info.error:
+            raise InvalidRequest(info.error)
+        return replace(info, identity=identity)
+
+    def info_of(self, ctx: ServerRequestContext[Any, Any]) -> RolloutInfo:
+        info = getattr(ctx.request, "scope", {}).get(SCOPE_KEY)
+        if not isinstance(info, RolloutInfo):
+            raise Unauthorized("no rollout on this request")
+        return info
+
+    def forget(self, rollout_id: str) -> None:
+        """Drop what is cached for a rollout that ended."""
+        self._infos.pop(rollout_id, None)
+        self.features.forget(rollout_id)
 
     def _pool(self) -> UpstreamPool:
         if self.pool is None:
             raise RollwireError("the gateway is not running (no lifespan)")
         return self.pool
 
-    async def tool_map(self, info: RolloutInfo) -> ToolMap:
-        """The rollout's tools; a name served by two servers becomes ``server__tool`` for both."""
-        per_server: dict[str, list[types.Tool]] = {}
+    async def connections(
+        self, info: RolloutInfo, ctx: ServerRequestContext[Any, Any] | None = None
+    ) -> dict[str, Connection]:
+        """The rollout's live upstream connections, opened with the harness's capabilities; a server that cannot
+        be reached is left out (and logged)."""
+        caps = declared(ctx.session if ctx is not None else None)
+        found: dict[str, Connection] = {}
         for name in info.servers:
-            spec = self.specs.get(name)
-            if spec is None:
-                log.warning("rollout %s needs unknown MCP server %r", info.rollout_id, name)
-                continue
             try:
-                per_server[name] = (await self._pool().get(info.rollout_id, info.task_ref, spec)).tools
+                found[name] = await self._pool().get(info.rollout_id, info.task_ref, info.specs[name], caps)
             except RollwireError as exc:
                 log.warning("rollout %s: %s", info.rollout_id, exc.message)
+        return found
+
+    async def tool_map(self, info: RolloutInfo, ctx: ServerRequestContext[Any, Any] | None = None) -> ToolMap:
+        """The rollout's tools; a name served by two servers becomes ``server__tool`` for both."""
+        per_server = {name: conn.tools for name, conn in (await self.connections(info, ctx)).items()}
         counts: dict[str, int] = {}
         for tools in per_server.values():
             for tool in tools:
@@ -131,17 +195,24 @@ class Gateway:
         for server, tools in per_server.items():
             for tool in tools:
                 exposed = f"{server}{SEP}{tool.name}" if counts[tool.name] > 1 else tool.name
-                if self.limits.allows_tool(exposed) and (info.tools is None or exposed in info.tools):
+                narrowed = info.tools is not None and server in info.task_servers
+                if self.limits.allows_tool(exposed) and (not narrowed or exposed in info.tools):  # type: ignore[operator]
                     result.tools.append(tool.model_copy(update={"name": exposed}))
                     result.targets[exposed] = (server, tool.name)
         return result
 
-    async def call(self, info: RolloutInfo, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call(
+        self, info: RolloutInfo, name: str, arguments: dict[str, Any], ctx: ServerRequestContext[Any, Any] | None = None,
+        params: types.CallToolRequestParams | None = None,
+    ) -> types.CallToolResult | types.InputRequiredResult:
         """One budgeted, recorded call; every failure is a tool error the model can read. A refused call is
-        recorded as a Refusal (why), not as a ToolEvent."""
+        recorded as a Refusal (why), not as a ToolEvent. A harness on 2026-07-28 gets the upstream's own requests
+        as input-required rounds (``rounds``); its retry resumes the call."""
+        if ctx is not None and params is not None and params.request_state is not None:
+            return await self.rounds.resume(info.rollout_id, params.request_state, ctx, params.input_responses)
         started = now_ns()
         who = info.identity or Identity(info.rollout_id, "", RolloutStatus.RUNNING)
-        target = (await self.tool_map(info)).targets.get(name)
+        target = (await self.tool_map(info, ctx)).targets.get(name)
         if not self.limits.allows_tool(name):
             return _error(await self.budgets.refuse_tool(who, "tool_not_allowed", name, f"tool {name!r} is not allowed for this rollout"))
         if target is None:
@@ -150,7 +221,27 @@ class Gateway:
         if refused is not None:
             return _error(refused)
         server, tool = target
-        result = await self._forward(info, server, tool, arguments)
+        if ctx is not None and needs_rounds(ctx):
+            rounds = Rounds(info.rollout_id, ctx, self.settings.call_timeout_s)
+            run = partial(self._complete, info, server, tool, arguments, ctx, rounds, started)
+            return await self.rounds.start(self._pool().task_group, rounds, run)
+        return await self._complete(info, server, tool, arguments, ctx, ctx, started)
+
+    async def _complete(
+        self, info: RolloutInfo, server: str, tool: str, arguments: dict[str, Any],
+        ctx: ServerRequestContext[Any, Any] | None, relay_to: ServerRequestContext[Any, Any] | Rounds | None,
+        started: int,
+    ) -> types.CallToolResult:  # fmt: skip
+        """Forward, cap and record one call."""
+        try:
+            result = await self._forward(info, server, tool, arguments, ctx, relay_to)
+        except anyio.get_cancelled_exc_class():  # the harness cancelled the call: it is recorded as such
+            with anyio.CancelScope(shield=True):
+                why = "cancelled by the harness"
+                await self.recorder.record(
+                    ToolCallRecord(info.rollout_id, server, tool, arguments, None, True, why, started, now_ns())
+                )
+            raise
         dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
         capped = cap_result(dumped, self.settings.max_result_bytes)
         if capped.truncated:
@@ -167,44 +258,96 @@ class Gateway:
         return result
 
     async def _forward(
-        self, info: RolloutInfo, server: str, tool: str, arguments: dict[str, Any]
-    ) -> types.CallToolResult:
+        self, info: RolloutInfo, server: str, tool: str, arguments: dict[str, Any],
+        ctx: ServerRequestContext[Any, Any] | None, relay_to: ServerRequestContext[Any, Any] | Rounds | None,
+    ) -> types.CallToolResult:  # fmt: skip
         pool = self._pool()
         try:
-            conn = await pool.get(info.rollout_id, info.task_ref, self.specs[server])
+            conn = await pool.get(info.rollout_id, info.task_ref, info.specs[server], declared(ctx.session if ctx else None))
         except RollwireError as exc:
             return _error(exc.message)
         assert conn.client is not None
+        progress = conn.relay.progress if _wants_progress(ctx) else None
         try:
             with anyio.fail_after(self.settings.call_timeout_s):
-                return await conn.client.call_tool(tool, arguments)
+                if relay_to is None:
+                    return await conn.client.call_tool(tool, arguments)
+                with conn.relay.serving(relay_to):
+                    return await conn.client.call_tool(tool, arguments, progress_callback=progress, meta=_upstream_meta(ctx))  # type: ignore[arg-type]
         except TimeoutError:
             pool.drop(info.rollout_id, server)
             return _error(f"tool {tool!r} on {server!r} timed out after {self.settings.call_timeout_s:g}s")
+        except MCPError as exc:
+            if exc.error.code != types.CONNECTION_CLOSED:  # the upstream answered with an error: the model reads it
+                return _error(f"MCP server {server!r} refused {tool!r}: {exc.error.message}")
+            pool.drop(info.rollout_id, server)
+            return _error(f"MCP server {server!r} failed during {tool!r}: {exc.error.message}")
         except Exception as exc:  # noqa: BLE001 - an upstream crash or protocol break: report it, reconnect next time
             pool.drop(info.rollout_id, server)
             log.info("upstream %s failed mid-call: %s", server, exc.__class__.__name__)
             return _error(f"MCP server {server!r} failed during {tool!r}: {exc.__class__.__name__}: {exc}")
 
 
-def _info(ctx: ServerRequestContext[Any, Any]) -> RolloutInfo:
-    request = ctx.request
-    info = getattr(request, "scope", {}).get(SCOPE_KEY)
-    if not isinstance(info, RolloutInfo):
-        raise Unauthorized("no rollout on this request")
-    return info
+def _dump(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return value
+
+
+class _Recording:
+    """Server middleware: every message from the harness and every answer the gateway gives, in order."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+        info = getattr(ctx.request, "scope", {}).get(SCOPE_KEY)
+        if not isinstance(info, RolloutInfo):
+            return await call_next(ctx)
+        messages, rid = self.gateway.messages, info.rollout_id
+        kind = "notification" if ctx.request_id is None else "request"
+        messages.add(rid, HARNESS_IN, kind, ctx.method, dict(ctx.params or {}), request_id=ctx.request_id)
+        try:
+            result = await call_next(ctx)
+        except MCPError as exc:
+            messages.add(rid, HARNESS_OUT, "error", ctx.method, _dump(exc.error), request_id=ctx.request_id)
+            raise
+        except RollwireError as exc:
+            messages.add(rid, HARNESS_OUT, "error", ctx.method, {"message": exc.message}, request_id=ctx.request_id)
+            raise MCPError(code=types.INVALID_PARAMS, message=exc.message) from None
+        except anyio.get_cancelled_exc_class():
+            messages.add(rid, HARNESS_OUT, "cancelled", ctx.method, {}, request_id=ctx.request_id)
+            raise
+        else:
+            if ctx.request_id is not None:
+                messages.add(rid, HARNESS_OUT, "response", ctx.method, _dump(result), request_id=ctx.request_id)
+            return result
+        finally:
+            with anyio.CancelScope(shield=True):
+                await messages.flush()
 
 
 def build_mcp(gateway: Gateway) -> Server[Any]:
     async def list_tools(ctx: ServerRequestContext[Any, Any], _params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=(await gateway.tool_map(_info(ctx))).tools)
+        return types.ListToolsResult(tools=(await gateway.tool_map(gateway.info_of(ctx), ctx)).tools)
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
-        return await gateway.call(_info(ctx), params.name, dict(params.arguments or {}))
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        return await gateway.call(gateway.info_of(ctx), params.name, dict(params.arguments or {}), ctx, params)
 
-    return Server("rollwire-gateway", on_list_tools=list_tools, on_call_tool=call_tool)
+    f = gateway.features
+    with warnings.catch_warnings():  # logging/setLevel is deprecated in 2026-07-28, yet what today's harnesses send
+        warnings.simplefilter("ignore")
+        server: Server[Any] = Server(
+            "rollwire-gateway", on_list_tools=list_tools, on_call_tool=call_tool,
+            on_list_resources=f.list_resources, on_list_resource_templates=f.list_resource_templates,
+            on_read_resource=f.read_resource, on_subscribe_resource=f.subscribe, on_unsubscribe_resource=f.unsubscribe,
+            on_list_prompts=f.list_prompts, on_get_prompt=f.get_prompt, on_completion=f.complete,
+            on_set_logging_level=f.set_level,
+        )  # fmt: skip
+    server.middleware.append(_Recording(gateway))
+    return server
 
 
 class _Endpoint:
@@ -239,13 +382,34 @@ def build_gateway_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with anyio.create_task_group() as tg, manager.run():
-            gateway.pool = UpstreamPool(tg, settings.connect_timeout_s, settings.idle_close_s)
-            app.state.gateway = gateway
-            try:
-                yield
-            finally:
-                gateway.pool.close_all()
+        own_root = not settings.rollouts_dir
+        root = Path(settings.rollouts_dir or tempfile.mkdtemp(prefix="rollwire-gateway-"))
+        root.mkdir(parents=True, exist_ok=True)
+        loops = anyio.CancelScope()
+
+        async def background() -> None:
+            with loops:
+                async with anyio.create_task_group() as inner:
+                    assert gateway.pool is not None
+                    inner.start_soon(reap, gateway.pool, engine, settings.reap_interval_s, gateway.forget)
+                    inner.start_soon(gateway.messages.run)
+
+        try:
+            async with anyio.create_task_group() as tg:  # waits, at stop, until every upstream has shut down
+                async with manager.run():
+                    gateway.pool = UpstreamPool(tg, gateway.messages, root, settings.connect_timeout_s, settings.idle_close_s)
+                    tg.start_soon(background)
+                    app.state.gateway = gateway
+                    try:
+                        yield
+                    finally:
+                        gateway.pool.close_all()
+                        gateway.rounds.cancel_all()
+                        loops.cancel()
+                        await gateway.messages.flush()
+        finally:
+            if own_root:
+                shutil.rmtree(root, ignore_errors=True)
 
     routes = [
         Route("/health", health),

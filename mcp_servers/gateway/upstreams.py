@@ -1,27 +1,46 @@
-"""The upstream MCP servers behind the gateway: specs (ours over HTTP with the rollout's identity, third-party
-over stdio or HTTP) and one live connection set per rollout, each connection owned by its own task."""
+"""The upstream MCP servers behind the gateway: how each is reached (ours over HTTP with the rollout's identity,
+third-party ones over stdio or HTTP), read from the common ``{"mcpServers": {NAME: ...}}`` format, and made
+per rollout: a stdio server runs in the rollout's own folder with ``{rollout_id}`` / ``{rollout_dir}`` filled in
+its args and env, an HTTP one gets the rollout's identity in a header."""
 
 from __future__ import annotations
 
 import json
-import logging
-import time
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import anyio
-import mcp_types as types
-from anyio.abc import TaskGroup
-from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from rollwire.mcp_servers.state import ROLLOUT_HEADER, SECRET_HEADER, TASK_HEADER
 
-from rollwire.errors import InvalidRequest, UpstreamError
+from rollwire.errors import InvalidRequest
 
-log = logging.getLogger(__name__)
+PLACEHOLDERS = ("rollout_id", "rollout_dir", "task")
+"""What ``{...}`` may name in a server's args, env, url and headers; each is filled per rollout."""
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_]+)\}")
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class RolloutVars:
+    """The values a rollout's servers are started with."""
+
+    rollout_id: str
+    rollout_dir: str
+    task: str = ""
+
+    def fill(self, text: str) -> str:
+        values = {"rollout_id": self.rollout_id, "rollout_dir": self.rollout_dir, "task": self.task}
+        return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), text)
+
+
+def _check_placeholders(name: str, texts: list[str]) -> None:
+    for text in texts:
+        for found in _PLACEHOLDER.findall(text):
+            if found not in PLACEHOLDERS:
+                known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
+                raise InvalidRequest(f"MCP server {name!r}: unknown placeholder {{{found}}} in {text!r} (known: {known})")
 
 
 @dataclass(frozen=True)
@@ -33,139 +52,87 @@ class UpstreamSpec:
     command: str = ""
     args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()
     forward_identity: bool = False
+    """Our env servers: the rollout and task headers plus the shared secret."""
     secret: str = ""
     """Sent to our env servers (with the identity) so they know the call comes from the gateway."""
 
     @classmethod
-    def from_dict(cls, name: str, raw: dict[str, Any]) -> UpstreamSpec:
+    def from_dict(cls, name: str, raw: Any) -> UpstreamSpec:
+        """One entry of an ``mcpServers`` map: ``{"command", "args", "env"}`` or ``{"url", "headers"}``."""
+        if not isinstance(raw, dict):
+            raise InvalidRequest(f"MCP server {name!r} must be an object with 'command' or 'url'")
         if bool(raw.get("url")) == bool(raw.get("command")):
-            raise InvalidRequest(f"upstream {name!r} needs exactly one of 'url' or 'command'")
+            raise InvalidRequest(f"MCP server {name!r} needs exactly one of 'url' or 'command'")
+        args, env, headers = raw.get("args") or [], raw.get("env") or {}, raw.get("headers") or {}
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise InvalidRequest(f"MCP server {name!r}: 'args' must be a list of strings")
+        for field_name, mapping in (("env", env), ("headers", headers)):
+            if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
+                raise InvalidRequest(f"MCP server {name!r}: {field_name!r} must map names to strings")
+        url, command = str(raw.get("url") or ""), str(raw.get("command") or "")
+        _check_placeholders(name, [url, *args, *env.values(), *headers.values()])
         return cls(
-            name,
-            raw.get("url", ""),
-            raw.get("command", ""),
-            tuple(raw.get("args", [])),
-            tuple(sorted((raw.get("env") or {}).items())),
+            name, url, command, tuple(args), tuple(sorted(env.items())), tuple(sorted(headers.items())),
             bool(raw.get("forward_identity", False)),
+        )  # fmt: skip
+
+    def for_rollout(self, rollout: RolloutVars) -> UpstreamSpec:
+        """This server as one rollout starts it: its placeholders filled."""
+        return replace(
+            self,
+            url=rollout.fill(self.url),
+            args=tuple(rollout.fill(a) for a in self.args),
+            env=tuple((k, rollout.fill(v)) for k, v in self.env),
+            headers=tuple((k, rollout.fill(v)) for k, v in self.headers),
         )
+
+    def stdio_params(self, cwd: Path) -> StdioServerParameters:
+        """A stdio server started in the rollout's folder (its relative paths land there)."""
+        return StdioServerParameters(command=self.command, args=list(self.args), env=dict(self.env) or None, cwd=cwd)
+
+    def http_headers(self, rollout_id: str, task_ref: str | None) -> dict[str, str]:
+        """Every HTTP upstream learns which rollout calls (servers that keep state per rollout key it on this);
+        ours also get the task and the shared secret."""
+        headers = {**dict(self.headers), ROLLOUT_HEADER: rollout_id}
+        if self.forward_identity and task_ref:
+            headers[TASK_HEADER] = task_ref
+        if self.secret:
+            headers[SECRET_HEADER] = self.secret
+        return headers
+
+
+def parse_servers(raw: Any, where: str) -> dict[str, UpstreamSpec]:
+    """Servers from ``{"mcpServers": {NAME: ...}}`` (what Claude Code, Cursor and others write), or the bare map."""
+    if isinstance(raw, dict) and "mcpServers" in raw:
+        raw = raw["mcpServers"]
+    if not isinstance(raw, dict):
+        raise InvalidRequest(f"{where}: expected {{\"mcpServers\": {{NAME: {{\"command\"|\"url\": ...}}}}}}")
+    for name in raw:
+        if not _SAFE_ID.match(str(name)):
+            raise InvalidRequest(f"{where}: MCP server name {name!r} must be letters, digits, '.', '_' or '-'")
+    return {name: UpstreamSpec.from_dict(name, spec) for name, spec in raw.items()}
 
 
 def load_upstreams(path: str) -> dict[str, UpstreamSpec]:
-    """Extra upstreams from a JSON file ``{name: {"command": ..., "args": [...]} | {"url": ...}}``."""
+    """Extra upstreams from a JSON file in the common ``mcpServers`` format."""
     if not path:
         return {}
     try:
         raw = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
-        raise InvalidRequest(f"cannot read upstreams file {path}: {exc}") from None
-    return {name: UpstreamSpec.from_dict(name, spec) for name, spec in raw.items()}
+        raise InvalidRequest(f"cannot read MCP config {path}: {exc}") from None
+    return parse_servers(raw, f"MCP config {path}")
 
 
-@dataclass
-class Connection:
-    """One open client to one upstream, kept alive by its owner task until ``closed`` is set."""
-
-    spec: UpstreamSpec
-    client: Client | None = None
-    tools: list[types.Tool] = field(default_factory=list)
-    ready: anyio.Event = field(default_factory=anyio.Event)
-    closed: anyio.Event = field(default_factory=anyio.Event)
-    error: str | None = None
-    last_used: float = field(default_factory=time.monotonic)
-
-    @property
-    def alive(self) -> bool:
-        return self.client is not None and not self.closed.is_set()
+def rollout_folder(root: Path, rollout_id: str, server: str) -> Path:
+    """``<root>/<rollout>/<server>``: the working folder of one rollout's stdio server (made on first use)."""
+    if not _SAFE_ID.match(rollout_id) or not _SAFE_ID.match(server):
+        raise InvalidRequest(f"rollout id {rollout_id[:80]!r} cannot name a folder")
+    folder = root / rollout_id / server
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
-def _client(spec: UpstreamSpec, rollout_id: str, task_ref: str | None) -> tuple[Client, Any]:
-    if spec.command:
-        params = StdioServerParameters(command=spec.command, args=list(spec.args), env=dict(spec.env) or None)
-        return Client(params), None
-    headers = (
-        {ROLLOUT_HEADER: rollout_id, **({TASK_HEADER: task_ref} if task_ref else {})} if spec.forward_identity else {}
-    )
-    if spec.secret:
-        headers[SECRET_HEADER] = spec.secret
-    http = create_mcp_http_client(headers=headers)
-    return Client(streamable_http_client(spec.url, http_client=http)), http
-
-
-async def _own(conn: Connection, rollout_id: str, task_ref: str | None) -> None:
-    """Open, list tools, hold the connection until closed; every failure becomes ``conn.error``."""
-    try:
-        client, http = _client(conn.spec, rollout_id, task_ref)
-        if http is not None:
-            async with http, client:
-                await _hold(conn, client)
-        else:
-            async with client:
-                await _hold(conn, client)
-    except Exception as exc:  # noqa: BLE001 - any transport failure is recorded on the connection, never raised
-        conn.error = f"upstream {conn.spec.name!r} failed: {exc.__class__.__name__}: {exc}".strip()
-        log.info("upstream %s closed: %s", conn.spec.name, exc.__class__.__name__)
-    finally:
-        conn.client = None
-        conn.closed.set()
-        conn.ready.set()
-
-
-async def _hold(conn: Connection, client: Client) -> None:
-    conn.tools = list((await client.list_tools()).tools)
-    conn.client = client
-    conn.ready.set()
-    await conn.closed.wait()
-
-
-class UpstreamPool:
-    """The connections of each rollout, opened on first use inside the gateway's task group."""
-
-    def __init__(self, task_group: TaskGroup, connect_timeout_s: float = 30.0, idle_s: float = 900.0) -> None:
-        self._tg = task_group
-        self._timeout = connect_timeout_s
-        self._idle_s = idle_s
-        self._conns: dict[tuple[str, str], Connection] = {}
-        self._lock = anyio.Lock()
-
-    async def get(self, rollout_id: str, task_ref: str | None, spec: UpstreamSpec) -> Connection:
-        """A live connection (reopened if the last one died); UpstreamError if it cannot be opened."""
-        key = (rollout_id, spec.name)
-        self.close_idle()
-        async with self._lock:
-            conn = self._conns.get(key)
-            if conn is None or conn.closed.is_set():
-                conn = Connection(spec)
-                self._conns[key] = conn
-                self._tg.start_soon(_own, conn, rollout_id, task_ref)
-        with anyio.move_on_after(self._timeout):
-            await conn.ready.wait()
-        if not conn.alive:
-            raise UpstreamError(conn.error or f"upstream {spec.name!r} did not start within {self._timeout}s")
-        conn.last_used = time.monotonic()
-        return conn
-
-    def close_idle(self, now: float | None = None) -> int:
-        """Close connections (and their stdio processes) of rollouts idle longer than ``idle_s``."""
-        now = time.monotonic() if now is None else now
-        idle = [k for k, c in self._conns.items() if now - c.last_used > self._idle_s]
-        for rollout, name in idle:
-            self.drop(rollout, name)
-        return len(idle)
-
-    def drop(self, rollout_id: str, name: str) -> None:
-        """Close one connection (after it failed mid-call) so the next call reopens it."""
-        conn = self._conns.pop((rollout_id, name), None)
-        if conn is not None:
-            conn.closed.set()
-
-    def close_rollout(self, rollout_id: str) -> None:
-        for rollout, name in [k for k in self._conns if k[0] == rollout_id]:
-            self.drop(rollout, name)
-
-    def close_all(self) -> None:
-        for rollout, name in list(self._conns):
-            self.drop(rollout, name)
-
-
-__all__ = ["Connection", "UpstreamPool", "UpstreamSpec", "load_upstreams"]
+__all__ = ["PLACEHOLDERS", "RolloutVars", "UpstreamSpec", "load_upstreams", "parse_servers", "rollout_folder"]

@@ -49,7 +49,28 @@ def _load(path: str) -> Suite:
     ids = [t.id for t in suite.tasks]
     if len(ids) != len(set(ids)):
         raise InvalidRequest(f"suite {suite.name!r} has duplicate task ids")
+    _check_servers(suite, file.name)
     return suite
+
+
+def _check_servers(suite: Suite, where: str) -> None:
+    """Every server a task names is an env server or one the suite declares (a typo fails here, not as an empty
+    tool list in some rollout later)."""
+    from rollwire.mcp_servers.envs.app import SERVERS
+    from rollwire.mcp_servers.gateway.upstreams import parse_servers
+
+    declared = parse_servers(suite.mcp_servers, f"suite file {where}")
+    clash = sorted(set(declared) & set(SERVERS))
+    if clash:
+        raise InvalidRequest(f"suite file {where}: mcpServers may not redefine the env server(s) {', '.join(clash)}")
+    known = {*SERVERS, *declared}
+    for task in suite.tasks:
+        unknown = [s for s in task.servers if s not in known]
+        if unknown:
+            raise InvalidRequest(
+                f"suite file {where}: task {task.id!r} names unknown MCP server(s) {', '.join(map(repr, unknown))} "
+                f"(known: {', '.join(sorted(known))}; declare third-party ones under \"mcpServers\")"
+            )
 
 
 def resolve_task(ref: str) -> Task:

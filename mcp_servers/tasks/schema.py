@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollwire.errors import InvalidRequest
 from rollwire.rollouts.budgets import parse_budgets
@@ -44,8 +44,16 @@ class Task(BaseModel):
 
 
 class Suite(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
     name: str
     description: str = ""
+    mcp_servers: dict[str, Any] = Field(
+        default_factory=dict,
+        alias="mcpServers",
+        description='Third-party MCP servers its tasks may name, in the common format: {NAME: {"command", "args", '
+        '"env"} | {"url", "headers"}}; {rollout_id} and {rollout_dir} are filled per rollout.',
+    )
     budgets: dict[str, Any] = Field(
         default_factory=dict, description="Per-rollout budgets of a run of this suite (see rollwire.rollouts.budgets)."
     )

@@ -112,9 +112,6 @@ def rollout_detail(engine: Engine, rollout_id: str) -> dict[str, Any]:
     view = rollout_view(engine, rollout_id)
     extra = {c.id: {"error": c.error, "ended_ns": c.ended_ns} for c in load_calls(engine, rollout_id)}
     view["calls"] = [{**c, **extra.get(c["id"], {})} for c in view["calls"]]
-    with session_scope(engine) as session:
-        query = select(ToolEvent).where(ToolEvent.rollout_id == rollout_id).order_by(ToolEvent.started_ns)
-        view["tool_events"] = [e.model_dump() for e in session.exec(query).all()]
     return view
 
 

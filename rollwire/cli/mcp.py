@@ -31,7 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gateway.add_argument("--host", default=None, help=f"{gw['host'].description} (default 127.0.0.1)")
     gateway.add_argument("--port", type=int, default=None, help=f"{gw['port'].description} (default 8300)")
     gateway.add_argument("--env-url", default=None, help=gw["env_url"].description)
-    gateway.add_argument("--upstreams", default=None, dest="upstreams_file", help=gw["upstreams_file"].description)
+    gateway.add_argument(
+        "--mcp-config", "--upstreams", default=None, dest="upstreams_file", metavar="FILE", help=gw["upstreams_file"].description
+    )
+    gateway.add_argument("--rollouts-dir", default=None, dest="rollouts_dir", help=gw["rollouts_dir"].description)
     gateway.add_argument("--max-tool-calls", type=int, default=None, help=gw["max_tool_calls"].description)
     gateway.add_argument(
         "--call-timeout", type=float, default=None, dest="call_timeout_s", help=gw["call_timeout_s"].description
@@ -84,7 +87,7 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
     from rollwire.store.db import open_engine
 
     gw = _pick(
-        settings.mcp.gateway, args, ("host", "port", "env_url", "upstreams_file", "max_tool_calls", "call_timeout_s")
+        settings.mcp.gateway, args, ("host", "port", "env_url", "upstreams_file", "rollouts_dir", "max_tool_calls", "call_timeout_s")
     )
     _check_port(gw.port)
     if len(gw.env_secret) < 16:
@@ -95,7 +98,7 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
     extra = load_upstreams(gw.upstreams_file)
     app = build_gateway_app(gw, open_engine(args.db or settings.store_url()), extra)
     logger.info(
-        "gateway: http://%s:%s/r/<token>/mcp  (env servers at %s; extra upstreams: %s)",
+        "gateway: http://%s:%s/r/<token>/mcp  (env servers at %s; third-party MCP servers: %s)",
         gw.host, gw.port, gw.env_url, ", ".join(extra) or "none",
     )  # fmt: skip
     uvicorn.run(app, host=gw.host, port=gw.port, log_level="warning", log_config=None)
@@ -112,7 +115,10 @@ def _suites(args: argparse.Namespace) -> int:
                 f"{name:10} {len(suite.split('train')):4} train {len(suite.split('held_out')):4} held-out  {suite.description}"
             )
         return 0
-    suite = load_suite(args.name)
+    suite = load_suite(args.name)  # checks that every server a task names is known
+    for name, spec in sorted(suite.mcp_servers.items()):
+        how = spec.get("url") or " ".join([spec.get("command", ""), *spec.get("args", [])])
+        print(f"server {name}: {how}")
     for task in suite.tasks:
         print(f"{task.id:24} {task.split:8} {','.join(task.servers):22} {task.instruction}")
     return 0

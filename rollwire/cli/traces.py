@@ -90,12 +90,21 @@ def _ls(engine: Any, args: argparse.Namespace) -> int:
 
 def _show(engine: Any, args: argparse.Namespace, settings: Settings) -> int:
     from rollwire.reconstruct import reconstruct
+    from rollwire.timeline import format_entry
 
     trajectory = reconstruct(engine, args.rollout)
     decode = (lambda ids: " ".join(map(str, ids))) if args.ids else _decoder(args, settings)
     print(
         f"rollout {trajectory.rollout_id}  run {trajectory.run_id}  status {trajectory.status}  reward {trajectory.reward}"
     )
+    timeline = trajectory.metadata.get("timeline") or []
+    kinds = [e["kind"] for e in timeline]
+    print(
+        f"\n── timeline: {kinds.count('model_call')} model call(s) and {kinds.count('tool_event')} tool call(s) in the "
+        "order they started (start, duration)"
+    )
+    for entry in timeline:
+        print(format_entry(entry))
     for n, segment in enumerate(trajectory.segments):
         why = f"  (new segment: {segment.break_reason})" if segment.break_reason else ""
         print(

@@ -61,6 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "what a prompt leaves are clamped to it)")  # fmt: skip
     add("--default-max-output-tokens", type=int, default=512, help="output cap for requests that set none "
         "(Codex never does; default 512)")  # fmt: skip
+    add("--mcp-config", default=None, metavar="FILE", help='third-party MCP servers for the gateway, in the common '
+        '{"mcpServers": {NAME: {"command", "args", "env"} | {"url", "headers"}}} format; a rollout names them in '
+        "meta.mcp_servers (docs/architecture.md, \"Third-party MCP servers\")")  # fmt: skip
     add(
         "--stack-file",
         default=None,
@@ -69,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _ready_rollout(info, suite: str, task: str) -> dict:  # type: ignore[no-untyped-def]
+def _ready_rollout(info, suite: str, task: str, servers: list[str] | None = None) -> dict:  # type: ignore[no-untyped-def]
     import httpx
 
     from rollwire.errors import InvalidRequest
@@ -80,7 +83,8 @@ def _ready_rollout(info, suite: str, task: str) -> dict:  # type: ignore[no-unty
         run = admin.post("/admin/v1/runs", json={"name": "up", "kind": "adhoc"})
         if run.status_code != 201:
             raise InvalidRequest(f"the proxy refused to create a run: {run.text[:200]}")
-        body = {"task_id": task, "meta": {"suite": suite_ref(suite)}}
+        meta: dict = {"suite": suite_ref(suite), **({"mcp_servers": servers} if servers else {})}
+        body = {"task_id": task, "meta": meta}
         rollouts = admin.post(f"/admin/v1/runs/{run.json()['id']}/rollouts", json=body)
         if rollouts.status_code != 201:
             raise InvalidRequest(f"the proxy refused to create a rollout: {rollouts.text[:200]}")
@@ -116,6 +120,7 @@ def _interrupt(signum: int, frame: object) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from rollwire.errors import InvalidRequest
     from rollwire.orchestrator.suite_run import select_tasks
+    from rollwire.mcp_servers.gateway.upstreams import load_upstreams
     from rollwire.stack import LocalStack, stack_file
 
     ports = {part: getattr(args, f"{part}_port") for part in DEFAULT_PORTS}
@@ -125,6 +130,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.max_model_len < 1 or args.default_max_output_tokens < 1:
         raise InvalidRequest("--max-model-len and --default-max-output-tokens must be positive")
     (task,) = select_tasks(args.suite, None, [args.task])
+    mcp_config = Path(args.mcp_config).expanduser().resolve() if args.mcp_config else None
+    third_party = load_upstreams(str(mcp_config)) if mcp_config else {}  # a bad file fails here, before anything starts
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
@@ -135,7 +142,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         ports={part: port for part, port in ports.items() if port},
         engine_args=["--max-model-len", str(args.max_model_len)] if args.upstream is None else [],
         proxy_env={"ROLLWIRE_PROXY__DEFAULT_MAX_OUTPUT_TOKENS": str(args.default_max_output_tokens)},
-        engine=args.engine,
+        engine=args.engine, mcp_config=mcp_config,
     )  # fmt: skip
     for signum in (signal.SIGTERM, signal.SIGINT):  # `kill` stops the stack as cleanly as Ctrl-C
         signal.signal(signum, _interrupt)
@@ -143,9 +150,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     with stack as info:
         info.save(path)
         try:
-            rollout = _ready_rollout(info, args.suite, args.task)
+            rollout = _ready_rollout(info, args.suite, args.task, list(third_party))  # it sees --mcp-config's servers
             print(f"  proxy     {info.proxy_url}   (OpenAI Chat Completions + Responses, Anthropic Messages)")
-            print(f"  gateway   {info.gateway_url}/r/<token>/mcp")
+            print(f"  gateway   {info.gateway_url}/r/<token>/mcp   (third-party MCP servers: {', '.join(third_party) or 'none'})")
             print(f"  engine    {info.engine_url}   serving model '{info.model}'")
             print(f"  store     {info.db_url}")
             print(f"  operator key  {info.operator_key}   (viewer: {info.proxy_url}/ui/?key={info.operator_key})")

@@ -2,9 +2,10 @@
 
 from rollwire.store.codec import decode_floats, decode_ids, encode_floats, encode_ids
 from rollwire.store.db import open_engine, session_scope
-from rollwire.store.schema import ModelCall, Refusal, Rollout, RolloutStatus, Run, ToolEvent, now_ns
+from rollwire.store.schema import McpMessage, ModelCall, Refusal, Rollout, RolloutStatus, Run, ToolEvent, now_ns
 
 __all__ = [
+    "McpMessage",
     "ModelCall",
     "Refusal",
     "Rollout",

@@ -134,6 +134,23 @@ class ToolEvent(SQLModel, table=True):
     ended_ns: int = Field(default_factory=now_ns, sa_type=BIG)
 
 
+class McpMessage(SQLModel, table=True):
+    """One MCP message the gateway relayed for a rollout, in order: the harness's requests and notifications, the
+    gateway's answers, and what upstream servers sent back (progress, logs, sampling/elicitation/roots requests and
+    the harness's answers to them). A tool call's messages sit between its ToolEvent's ``started_ns`` and
+    ``ended_ns``."""
+
+    id: int | None = Field(default=None, primary_key=True, sa_type=ROW_ID)
+    rollout_id: str = Field(foreign_key="rollout.id", index=True)
+    direction: str = Field(default="", description="harness->gateway, gateway->harness, upstream->harness, harness->upstream")
+    kind: str = Field(default="", description="request, response, error or notification")
+    method: str = ""
+    server: str = Field(default="", description="the upstream server it came from or went to; empty for the gateway")
+    request_id: str | None = Field(default=None, description="the JSON-RPC id of the request (or of the one answered)")
+    body_json: str = ""
+    at_ns: int = Field(default_factory=now_ns, index=True, sa_type=BIG)
+
+
 class Refusal(SQLModel, table=True):
     """A call the proxy or gateway refused for a rollout (budget spent, token ended): why, never a ToolEvent."""
 
@@ -154,4 +171,4 @@ class SchemaVersion(SQLModel, table=True):
     version: int = Field(default=0)
 
 
-__all__ = ["ModelCall", "Refusal", "Rollout", "RolloutStatus", "Run", "SchemaVersion", "ToolEvent", "now_ns"]
+__all__ = ["McpMessage", "ModelCall", "Refusal", "Rollout", "RolloutStatus", "Run", "SchemaVersion", "ToolEvent", "now_ns"]

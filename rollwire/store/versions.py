@@ -19,7 +19,7 @@ from sqlmodel import SQLModel
 from rollwire.errors import StoreError
 from rollwire.store.schema import SchemaVersion
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Bump with a new entry in ``MIGRATIONS`` whenever a table or column changes."""
 TABLES = {"run", "rollout", "modelcall", "toolevent"}
 """Tables of every schema version: their presence without a version row means a store from before versions."""
@@ -58,7 +58,11 @@ def _v0_to_v1(conn: Connection) -> None:
             conn.execute(text("ALTER TABLE rollout ALTER COLUMN status TYPE VARCHAR(16) USING status::text"))
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {0: _v0_to_v1}
+def _v1_to_v2(_conn: Connection) -> None:
+    """The gateway's relayed MCP messages (``mcpmessage``): a new table, created by ``create_all`` after the steps."""
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {0: _v0_to_v1, 1: _v1_to_v2}
 """version -> the function that moves a store from it to version + 1."""
 
 

@@ -1,16 +1,20 @@
 """Must-show 3: a rollout driven through proxy (model calls) and gateway (tool calls) on one store: every tool call
-is a ToolEvent, and model calls and tool events interleave by started_ns in the order they happened."""
+is a ToolEvent, and model calls and tool events interleave by started_ns in the order they happened, the same in
+``rollwire traces show``, the admin rollout view and the trajectory export (each with timing)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import anyio
 import httpx
 import openai
+import pytest
 from mcp import Client
 from sqlmodel import select
 
+from rollwire.cli.__main__ import main
 from rollwire.serving import ServerThread
 from rollwire.settings import EngineSettings, ProxySettings
 from rollwire.store import ModelCall, ToolEvent, session_scope
@@ -20,7 +24,7 @@ KEY = "operator-test-key"
 
 
 def test_model_and_tool_calls_interleave(
-    env_servers: EnvServers, tiny_model_dir: Path, tmp_path: Path, store_url: str
+    env_servers: EnvServers, tiny_model_dir: Path, tmp_path: Path, store_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from rollwire.engine import create_app as create_engine
     from rollwire.proxy.app import create_app as create_proxy
@@ -49,6 +53,7 @@ def test_model_and_tool_calls_interleave(
                         await tools.call_tool("write_file", {"path": "answer.txt", "content": word})
 
             anyio.run(agent)
+            view = admin.get(f"/admin/v1/rollouts/{rollout['id']}").json()
             admin.close()
     with session_scope(stack.engine) as session:
         calls = session.exec(select(ModelCall).where(ModelCall.rollout_id == rollout["id"])).all()
@@ -56,3 +61,21 @@ def test_model_and_tool_calls_interleave(
         timeline = sorted([(c.started_ns, "model") for c in calls] + [(e.started_ns, e.tool) for e in events])
     assert [kind for _, kind in timeline] == ["model", "write_file", "model", "write_file"]
     assert all(e.server == "workspace" and not e.is_error for e in events)
+
+    expected = ["model_call", "tool_event", "model_call", "tool_event"]
+    timeline = view["timeline"]
+    assert [e["kind"] for e in timeline] == expected and [e["tool"] for e in view["tool_events"]] == ["write_file"] * 2
+    assert timeline[0]["offset_ms"] == 0 and all(a["offset_ms"] <= b["offset_ms"] for a, b in zip(timeline, timeline[1:]))
+    assert all(e["latency_ms"] > 0 for e in timeline) and timeline[1]["arguments"] == {"path": "answer.txt", "content": "key"}
+
+    capsys.readouterr()
+    assert main(["traces", "--db", store_url, "show", rollout["id"], "--ids"]) == 0
+    shown = capsys.readouterr().out
+    lines = [ln for ln in shown.splitlines() if ln.rstrip().endswith(("-> ok", "-> length", "-> stop"))]
+    assert [("tool" if " tool " in ln else "model") for ln in lines] == ["model", "tool", "model", "tool"]
+    assert "workspace.write_file" in lines[1] and "ms" in lines[1]
+
+    out = tmp_path / "trajectories.jsonl"
+    assert main(["export", "--db", store_url, "--all", "--flavor", "trajectory", "--out", str(out)]) == 0
+    exported = json.loads(out.read_text().splitlines()[0])["metadata"]["timeline"]
+    assert [e["kind"] for e in exported] == expected and [e["started_ns"] for e in exported] == [e["started_ns"] for e in timeline]
