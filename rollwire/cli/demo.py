@@ -20,6 +20,7 @@ import dataclasses
 import time
 from pathlib import Path
 
+from rollwire.cli.interrupt import stop_on_sigterm
 from rollwire.settings import Settings
 
 HELP = "run the main job: teacher SFT, then GRPO through the real local stack, evaluation and a report"
@@ -143,6 +144,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         tracker = open_tracker(args.tracker, run)
         console.print(f"tracker: {args.tracker} run in {rich_escape(str(run.folder))}")
     line = _LiveLine(console)
+    stop_on_sigterm()
     try:
         with line.live:
             result = Demo(config, settings, out, line, tracker).run()

@@ -10,11 +10,11 @@ What was recorded: `rollwire traces --db <store> ls`, or the viewer at <proxy>/u
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import time
 from pathlib import Path
 
+from rollwire.cli.interrupt import stop_on_sigterm
 from rollwire.settings import Settings
 
 HELP = "start the local stack (engine, env servers, gateway, proxy) for real harnesses; Ctrl-C stops it"
@@ -113,10 +113,6 @@ def examples(info, rollout: dict, prompt: str) -> list[tuple[str, str]]:  # type
             ("Claude Code", claude_line)]  # fmt: skip
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from rollwire.errors import InvalidRequest
     from rollwire.orchestrator.suite_run import select_tasks
@@ -144,8 +140,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         proxy_env={"ROLLWIRE_PROXY__DEFAULT_MAX_OUTPUT_TOKENS": str(args.default_max_output_tokens)},
         engine=args.engine, mcp_config=mcp_config,
     )  # fmt: skip
-    for signum in (signal.SIGTERM, signal.SIGINT):  # `kill` stops the stack as cleanly as Ctrl-C
-        signal.signal(signum, _interrupt)
+    stop_on_sigterm()
     print("rollwire up: starting engine, env servers, gateway and proxy ...", flush=True)
     with stack as info:
         info.save(path)

@@ -123,3 +123,52 @@ def test_help_lists_every_command() -> None:
     assert result.returncode == 0
     for command in ("demo", "up", "engine", "proxy", "train", "traces"):
         assert command in result.stdout
+
+
+def _descendants(pid: int) -> set[int]:
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        with contextlib.suppress(OSError):
+            for child in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
+                found.add(int(child))
+                todo.append(int(child))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_sigterm_stops_the_demo_and_its_whole_stack(tmp_path: Path) -> None:
+    """`kill` on the demo (not on its process group) stops the engine, env servers, gateway and proxy it
+    started, as Ctrl-C does; before, they were left running."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ROLLWIRE_HOME": str(tmp_path / "home")}
+    argv = [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "demo", *DEMO, "--out", str(tmp_path / "o")]
+    with subprocess.Popen(argv, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as process:  # fmt: skip
+        try:
+            assert process.stdout is not None
+            seen: list[str] = []
+            for line in process.stdout:  # the stack is up once its phase is reported done
+                seen.append(line)
+                if "done: starting the stack" in line:
+                    break
+            else:
+                raise AssertionError(f"the demo ended before its stack was up: {''.join(seen)[-2000:]}")
+            stack = _descendants(process.pid)
+            assert len(stack) >= 4, stack  # engine, env servers, gateway, proxy (and their helpers)
+            process.send_signal(signal.SIGTERM)
+            rest, _ = process.communicate(timeout=120)
+            assert process.returncode == 130, rest[-2000:]
+            left = {pid for pid in stack if _alive(pid)}
+            assert not left, [Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ")[:120] for p in left]
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
