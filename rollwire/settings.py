@@ -67,6 +67,9 @@ class KubernetesSettings(BaseModel):
     context: str = Field("", description="kubeconfig context to use; empty means the current one.")
     image: str = Field("ghcr.io/rollwire/rollwire:0.1.0", description="Default rollout image when the adapter names none.")
     image_pull_policy: str = Field("IfNotPresent", description="imagePullPolicy of rollout pods.")
+    image_registry: str = Field(
+        "", description="Registry (and path) replacing ghcr.io/rollwire in every rollwire image: stack and rollouts."
+    )
     cpu: str = Field("500m", description="CPU request (and limit) of one rollout pod.")
     memory: str = Field("1Gi", description="Memory request (and limit) of one rollout pod.")
     service_account: str = Field("rollwire-rollout", description="ServiceAccount rollout pods run as (no API rights).")

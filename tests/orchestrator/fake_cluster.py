@@ -28,8 +28,9 @@ LOG_PATH = re.compile(r"/api/v1/namespaces/[^/]+/pods/[^/]+/log")
 class FakeApiServer(kmock.KubernetesEmulator):
     """The emulator, plus what a real API server adds on create (uid), pod logs, injected 429s, and counters.
 
-    kmock matches every request against its whole request history (quadratic in requests); this fake
-    keeps only the current one, counts what the tests need itself, and answers logs and throttling directly.
+    kmock matches every request against its whole request history (quadratic in requests) and keeps deleted
+    objects; this fake keeps only the current request, forgets deleted objects, counts what the tests need
+    itself, and answers logs and throttling directly.
     """
 
     def __init__(self) -> None:
@@ -57,7 +58,16 @@ class FakeApiServer(kmock.KubernetesEmulator):
             meta.setdefault("resourceVersion", "1")
             self.posts[(plural, meta.get("name", ""))] += 1
             self.owners.setdefault(plural, set()).update(ref["uid"] for ref in meta.get("ownerReferences", []))
-        return await super()._handle(request)
+        response = await super()._handle(request)
+        if request.action == kmock.action.DELETE and request.resource is not None and request.name is not None:
+            self._forget(request.resource, request.namespace, request.name)
+        return response
+
+    def _forget(self, resource: Any, namespace: str | None, name: str) -> None:
+        """Drop a deleted object, as an API server does (kmock keeps it, and scans every object on each request)."""
+        key = (resource, namespace, name)
+        if key in self._objects and self._objects[key].deleted:
+            del self._objects[key]
 
 
 class FakeKubelet:
