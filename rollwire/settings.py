@@ -78,6 +78,12 @@ class KubernetesSettings(BaseModel):
     api_backoff_s: float = Field(0.2, description="First back-off after a 429/5xx; doubles each attempt, capped at 10 s.")
     api_concurrency: int = Field(16, description="Most Kubernetes API calls in flight at once from one orchestrator.")
     watch_timeout_s: int = Field(60, description="Server-side timeout of one pod watch before it is reopened.")
+    warm_pool: int = Field(
+        0,
+        description="Ready rollout pods kept per image (0: none): a rollout claims one (its Secret, then a label "
+        "patch) instead of waiting for a new pod to be scheduled, pulled and started.",
+    )
+    warm_pool_idle_s: int = Field(1800, description="Longest a warm pod waits unclaimed before the kubelet ends it.")
 
 
 class OrchestratorSettings(BaseModel):
