@@ -8,7 +8,8 @@ each without and with the bubblewrap sandbox (the sandbox's start-up cost beside
 Loopback only. Kubernetes: each rollout is the full lifecycle (claim, Secret + Pod create, watch to the end,
 log tail, delete, score, final state in a SQLite store) against kmock's emulator and a fake kubelet served by a
 process of their own (an API server is never in the orchestrator's process; in one process the emulator's CPU
-was counted as the orchestrator's). "CPU ms/rollout" is this process's (the orchestrator's) alone. The warm-pool
+was counted as the orchestrator's). "CPU ms/rollout" is this process's (the orchestrator's) alone, "API CPU
+ms/rollout" the emulated API server's and kubelet's. The warm-pool
 table gives every new pod a modelled start (``--start-delay``: scheduling, image pull, container start) and
 every harness a modelled run (``--run-time``, longer than a start, as real rollouts are), and compares start latency (``start()`` called -> harness running) with cold pods against a pool of ready pods. Local: each rollout is a process that imports what
 the reference agent imports (the CLI parser, openai, mcp) and writes its answer; CPU is every process's own
@@ -93,7 +94,8 @@ async def cluster_stats(url: str) -> dict[str, Any]:
 async def one(
     rollouts: int, concurrency: int, folder: Path, warm_pool: int = 0, start_delay_s: float = 0.0, run_s: float = 0.0
 ) -> dict[str, float]:
-    """One run: rollouts/s, peak pods, this process's CPU ms per rollout, and start latencies (start -> harness)."""
+    """One run: rollouts/s, peak pods, CPU ms per rollout of this process and of the API server's, start latencies."""
+    children = _children_cpu()
     async with cluster_process(start_delay_s, run_s) as url:
         kube = KubernetesSettings(
             namespace=NAMESPACE, api_backoff_s=0.01, api_concurrency=min(64, concurrency), warm_pool=warm_pool
@@ -124,9 +126,11 @@ async def one(
             elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         assert progress.finished == rollouts, progress
         stats = await cluster_stats(url)
+    api_cpu = _children_cpu() - children  # the API server process, now exited
     latencies = sorted(stats["started"][ref] - asked[ref] for ref in asked)
     return {
         "rate": rollouts / elapsed, "peak": stats["peak"], "cpu_ms": 1000 * cpu / rollouts,
+        "api_cpu_ms": 1000 * api_cpu / rollouts,
         "p50": latencies[len(latencies) // 2], "p95": latencies[int(len(latencies) * 0.95)],
     }  # fmt: skip
 
@@ -242,11 +246,14 @@ def main(argv: list[str] | None = None) -> int:
         for level in args.concurrency:
             rows.append((level, asyncio.run(one(args.rollouts, level, Path(tmp)))))
     base = rows[0][1]["rate"]
-    print(f"{'concurrency':>12} {'rollouts':>9} {'rollouts/s':>11} {'peak pods':>10} {'CPU ms/rollout':>15} {'vs first':>9}")
+    print(
+        f"{'concurrency':>12} {'rollouts':>9} {'rollouts/s':>11} {'peak pods':>10} {'CPU ms/rollout':>15}"
+        f" {'API CPU ms/rollout':>19} {'vs first':>9}"
+    )
     for level, row in rows:
         print(
             f"{level:>12} {args.rollouts:>9} {row['rate']:>11.1f} {row['peak']:>10} {row['cpu_ms']:>15.2f}"
-            f" {row['rate'] / base:>8.2f}x"
+            f" {row['api_cpu_ms']:>19.2f} {row['rate'] / base:>8.2f}x"
         )
     if args.warm_rollouts > 0:
         print()

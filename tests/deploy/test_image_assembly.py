@@ -22,7 +22,7 @@ from rollwire.settings import KubernetesSettings
 from tests.deploy.tools import ROOT
 
 SCRIPT = ROOT / "containers" / "assemble-stack.sh"
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # the assembly: minutes (torch and all)
 
 
 def _why_not() -> str | None:

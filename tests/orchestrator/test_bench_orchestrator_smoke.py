@@ -20,9 +20,12 @@ def test_bench_smoke() -> None:
         capture_output=True, text=True, timeout=180, check=True,
     ).stdout
     kube, warm, local = (part.strip().splitlines() for part in out.strip().split("\n\n"))
-    assert kube[0].split() == ["concurrency", "rollouts", "rollouts/s", "peak", "pods", "CPU", "ms/rollout", "vs", "first"]
+    assert kube[0].split() == [
+        "concurrency", "rollouts", "rollouts/s", "peak", "pods", "CPU", "ms/rollout", "API", "CPU", "ms/rollout", "vs",
+        "first",
+    ]  # fmt: skip
     assert [line.split()[0] for line in kube[1:]] == ["2", "4"]
-    assert all(float(line.split()[2]) > 0 and float(line.split()[4]) > 0 for line in kube[1:])
+    assert all(float(line.split()[2]) > 0 and float(line.split()[4]) > 0 < float(line.split()[5]) for line in kube[1:])
     assert warm[0].split()[:3] == ["kubernetes", "pod", "start"] and len(warm) == 3
     cold, pool = (line.split() for line in warm[1:])
     assert cold[:2] == ["cold", "pods"] and pool[:2] == ["pool", "2"]
