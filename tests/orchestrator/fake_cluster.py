@@ -42,9 +42,10 @@ ROLLOUT_LABEL = "rollwire.dev/rollout"
 class FakeApiServer(kmock.KubernetesEmulator):
     """The emulator, plus what a real API server adds on create (uid), pod logs, injected 429s, and counters.
 
-    kmock matches every request against its whole request history (quadratic in requests) and keeps deleted
-    objects; this fake keeps only the current request, forgets deleted objects, counts what the tests need
-    itself, and answers logs and throttling directly.
+    kmock matches every request against its whole request history (quadratic in requests), keeps deleted
+    objects and scans all objects to find the one a request names; this fake keeps only the current request,
+    forgets deleted objects, finds a named object by key, counts what the tests need itself, and answers logs
+    and throttling directly.
     """
 
     def __init__(self) -> None:
@@ -79,6 +80,15 @@ class FakeApiServer(kmock.KubernetesEmulator):
         if request.action == kmock.action.DELETE and request.resource is not None and request.name is not None:
             self._forget(request.resource, request.namespace, request.name)
         return response
+
+    def _KubernetesEmulator__get_objs(self, request: Any, strict: bool) -> list[Any]:
+        """kmock's object lookup scans every object per request; one that names its object is one dict lookup here
+        (a miss still scans, so what matches is kmock's own rule)."""
+        if request.name is not None and request.namespace is not None:
+            found = self._objects._objects.get((request.resource, request.namespace, request.name))
+            if found is not None:
+                return [found]
+        return list(super()._KubernetesEmulator__get_objs(request, strict))  # type: ignore[misc]
 
     def _forget(self, resource: Any, namespace: str | None, name: str) -> None:
         """Drop a deleted object, as an API server does (kmock keeps it, and scans every object on each request)."""
