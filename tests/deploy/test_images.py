@@ -89,3 +89,18 @@ def test_stack_commands_are_cli_commands() -> None:
             seen.append(args.command)
     assert sorted(seen) == ["mcp", "mcp", "proxy", "train"], seen
     assert 'ENTRYPOINT ["rollwire"]' in (CONTAINERS / "rollwire.Containerfile").read_text()
+
+
+def test_rollout_pods_run_the_images_python_and_registry() -> None:
+    """A host interpreter path becomes the image's ``python``; image_registry moves our images and no others."""
+    import sys
+
+    from rollwire.orchestrator.runtimes.pod_spec import pod_argv, pod_image
+
+    assert pod_argv((sys.executable, "-m", "rollwire.cli", "agent")) == ["python", "-m", "rollwire.cli", "agent"]
+    assert pod_argv(("/opt/venvs/mini/bin/python3.11", "runner.py")) == ["python", "runner.py"]
+    assert pod_argv(("sh", "-c", "codex exec")) == ["sh", "-c", "codex exec"]
+    moved = KubernetesSettings(image_registry="reg.local/team/")
+    assert pod_image(default_image("codex"), moved) == f"reg.local/team/rollout-codex:{VERSION}-0.171.0"
+    assert pod_image("busybox:1.36", moved) == "busybox:1.36"
+    assert pod_image(None, KubernetesSettings()) == STACK_IMAGE
