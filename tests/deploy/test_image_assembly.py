@@ -22,6 +22,7 @@ from rollwire.settings import KubernetesSettings
 from tests.deploy.tools import ROOT
 
 SCRIPT = ROOT / "containers" / "assemble-stack.sh"
+TAG = "rollwire:ci"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # the assembly: minutes (torch and all)
 
 
@@ -43,7 +44,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         pytest.skip(why)
     out = tmp_path_factory.mktemp("image")
     env = {**os.environ, "PYTHON": sys.executable}
-    result = subprocess.run([str(SCRIPT), str(out), "rollwire:ci"], capture_output=True, text=True, timeout=900, env=env)
+    result = subprocess.run([str(SCRIPT), str(out), TAG], capture_output=True, text=True, timeout=1500, env=env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     yield out
     shutil.rmtree(out, ignore_errors=True)
@@ -55,7 +56,7 @@ def _config(layout: Path) -> dict[str, Any]:
         return dict(json.loads((layout / "blobs" / algo / hexa).read_text()))
 
     index = json.loads((layout / "index.json").read_text())
-    refs = [m for m in index["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == "ci"]
+    refs = [m for m in index["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == TAG]
     assert len(refs) == 1, index
     return blob(blob(refs[0]["digest"])["config"]["digest"])
 
