@@ -130,7 +130,7 @@ async def one(
     latencies = sorted(stats["started"][ref] - asked[ref] for ref in asked)
     return {
         "rate": rollouts / elapsed, "peak": stats["peak"], "cpu_ms": 1000 * cpu / rollouts,
-        "api_cpu_ms": 1000 * api_cpu / rollouts,
+        "api_cpu_ms": 1000 * api_cpu / rollouts, "claimed": sum(ref.startswith("rw-warm-") for ref in asked),
         "p50": latencies[len(latencies) // 2], "p95": latencies[int(len(latencies) * 0.95)],
     }  # fmt: skip
 
@@ -219,12 +219,13 @@ def warm_table(rollouts: int, concurrency: int, start_delay_s: float, run_s: flo
     cold = rows[0]
     lines = [
         f"{'kubernetes':>12} {'pod start':>10} {'harness':>8} {'concurrency':>12} {'rollouts':>9} {'rollouts/s':>11}"
-        f" {'start p50 s':>12} {'start p95 s':>12} {'p50 gain':>9} {'rate gain':>10}"
+        f" {'claimed':>8} {'start p50 s':>12} {'start p95 s':>12} {'p50 gain':>9} {'rate gain':>10}"
     ]
     for pool, row in rows.items():
         mode = f"pool {pool}" if pool else "cold pods"
         lines.append(
             f"{mode:>12} {start_delay_s:>9.2f}s {run_s:>7.2f}s {concurrency:>12} {rollouts:>9} {row['rate']:>11.1f}"
+            f" {row['claimed']:>8}"
             f" {row['p50']:>12.3f} {row['p95']:>12.3f} {cold['p50'] / row['p50']:>8.1f}x {row['rate'] / cold['rate']:>9.2f}x"
         )
     return lines

@@ -77,19 +77,23 @@ class KubePodPool:
         return True
 
     def take(self, image: str, owner: Mapping[str, Any], deadline_s: float) -> tuple[str, float] | None:
-        """A ready pod for ``image`` and its age in seconds, or None (the pool for it starts filling)."""
+        """A ready pod for ``image`` and its age in seconds, or None. Call ``refill`` once the claim's calls are made
+        (replacements created before would queue ahead of them for the API connections)."""
         state = self._images.setdefault(image, _Image(owner, deadline_s))
         while state.ready:
             name = state.ready.pop(0)
             age = time.monotonic() - self._born[name]
             self._image_of.pop(name, None)
             self._born.pop(name, None)
-            self._fill(image)
             if age < self._settings.warm_pool_idle_s - CLAIM_MARGIN_S:
                 return name, age
             self._group.start_soon(self._delete, name)
-        self._fill(image)
         return None
+
+    def refill(self, image: str) -> None:
+        """Create pods (in the background) until ``image`` has ``warm_pool`` of them ready or starting."""
+        if image in self._images:
+            self._fill(image)
 
     async def prewarm(self, image: str, owner: Mapping[str, Any], deadline_s: float) -> None:
         """Fill the pool for ``image`` and wait until every pod of it is ready."""

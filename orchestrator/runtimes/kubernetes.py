@@ -143,8 +143,10 @@ class KubernetesRuntime:
     async def _claim(self, job: RolloutJob, owner: dict[str, Any]) -> Handle | None:
         """Hand the rollout a ready pool pod (its claim Secret, then the patch); None when none is ready or it vanished."""
         assert self._pool is not None
-        taken = self._pool.take(job.launch.image or self._settings.image, owner, job.deadline_s)
+        image = job.launch.image or self._settings.image
+        taken = self._pool.take(image, owner, job.deadline_s)
         if taken is None:
+            self._pool.refill(image)
             return None
         name, age = taken
         namespace = self._settings.namespace
@@ -160,6 +162,8 @@ class KubernetesRuntime:
             self._tracks.pop(name, None)
             await self._delete(claim_secret_name(name), "delete_namespaced_secret")
             return None
+        finally:
+            self._pool.refill(image)
         logger.info("rollout claimed warm pod %s", name, extra={"rollout_id": job.rollout_id})
         return Handle(job.rollout_id, name)
 
