@@ -2,10 +2,16 @@
 concurrencies, and with the local runtime, a real ``python -m`` harness per rollout with the warm pool on and off,
 each without and with the bubblewrap sandbox (the sandbox's start-up cost beside the unsandboxed figure).
 
-    python bench/orchestrator.py [--rollouts N] [--concurrency 8 64 256] [--local-rollouts N] [--local-concurrency C]
+    python bench/orchestrator.py [--rollouts N] [--concurrency 8 64 256] [--warm-rollouts N] [--warm-concurrency C]
+        [--start-delay S] [--run-time S] [--local-rollouts N] [--local-concurrency C]
 
 Loopback only. Kubernetes: each rollout is the full lifecycle (claim, Secret + Pod create, watch to the end,
-log tail, delete, score, final state in a SQLite store). Local: each rollout is a process that imports what
+log tail, delete, score, final state in a SQLite store) against kmock's emulator and a fake kubelet served by a
+process of their own (an API server is never in the orchestrator's process; in one process the emulator's CPU
+was counted as the orchestrator's). "CPU ms/rollout" is this process's (the orchestrator's) alone, "API CPU
+ms/rollout" the emulated API server's and kubelet's. The warm-pool
+table gives every new pod a modelled start (``--start-delay``: scheduling, image pull, container start) and
+every harness a modelled run (``--run-time``, longer than a start, as real rollouts are), and compares start latency (``start()`` called -> harness running) with cold pods against a pool of ready pods. Local: each rollout is a process that imports what
 the reference agent imports (the CLI parser, openai, mcp) and writes its answer; CPU is every process's own
 (the orchestrator's children, the fork server's included), so the pool's one-off start-up is counted.
 Sandboxed, each rollout also gets its bwrap namespaces, mounts, rlimits and the proxy/gateway relay (two
@@ -19,16 +25,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import resource
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "orchestrator"))
 
-from fake_cluster import NAMESPACE, fake_cluster  # noqa: E402
+from fake_cluster import NAMESPACE, STATS_PATH  # noqa: E402
 
 from rollwire.harness_adapters.base import Launch, RolloutContext  # noqa: E402
 from rollwire.orchestrator.lifecycle import RolloutBook  # noqa: E402
@@ -44,27 +55,84 @@ from rollwire.store.db import open_engine  # noqa: E402
 
 class OkAdapter:
     name = "bench"
+    image = "img/ok"
 
     def launch(self, ctx: RolloutContext) -> Launch:
-        return Launch(argv=("harness",), env={"OPENAI_BASE_URL": ctx.base_url}, image="img/ok")
+        return Launch(argv=("harness",), env={"OPENAI_BASE_URL": ctx.base_url}, image=self.image)
 
 
-async def one(rollouts: int, concurrency: int, folder: Path) -> tuple[float, int]:
-    async with fake_cluster() as (_api, url, kubelet):
-        kube = KubernetesSettings(namespace=NAMESPACE, api_backoff_s=0.01, api_concurrency=min(64, concurrency))
+FAKE_CLUSTER = Path(__file__).resolve().parents[1] / "tests" / "orchestrator" / "fake_cluster.py"
+
+
+@contextlib.asynccontextmanager
+async def cluster_process(start_delay_s: float = 0.0, run_s: float = 0.0) -> AsyncIterator[str]:
+    """The emulated API server and kubelet in a process of their own (as a real API server is): its URL."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(FAKE_CLUSTER), "--start-delay", str(start_delay_s), "--run-time", str(run_s),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        if not line.startswith("READY "):
+            raise RuntimeError(f"the fake cluster did not start: {line!r}")
+        yield line.split()[1]
+    finally:
+        proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 30)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+async def cluster_stats(url: str) -> dict[str, Any]:
+    async with httpx.AsyncClient() as http:
+        return dict((await http.get(url + STATS_PATH)).json())
+
+
+async def one(
+    rollouts: int, concurrency: int, folder: Path, warm_pool: int = 0, start_delay_s: float = 0.0, run_s: float = 0.0
+) -> dict[str, float]:
+    """One run: rollouts/s, peak pods, CPU ms per rollout of this process and of the API server's, start latencies."""
+    children = _children_cpu()
+    async with cluster_process(start_delay_s, run_s) as url:
+        kube = KubernetesSettings(
+            namespace=NAMESPACE, api_backoff_s=0.01, api_concurrency=min(64, concurrency), warm_pool=warm_pool
+        )
         settings = OrchestratorSettings(concurrency=concurrency, deadline_s=120.0, kubernetes=kube)
-        book = RolloutBook(open_engine(f"sqlite:///{folder / f'c{concurrency}.db'}"))
-        plan = RunPlan(run_id=f"bench-{concurrency}", tasks=[TaskSpec("t", "p")], group_size=rollouts, harness="bench")
-        started = time.perf_counter()
+        name = f"c{concurrency}-w{warm_pool}"
+        book = RolloutBook(open_engine(f"sqlite:///{folder / f'{name}.db'}"))
+        plan = RunPlan(run_id=f"bench-{name}", tasks=[TaskSpec("t", "p")], group_size=rollouts, harness="bench")
         async with KubernetesRuntime(kube, api_client_from_settings(kube, host=url)) as runtime:
+            if warm_pool:
+                await runtime.prewarm(plan.run_id, OkAdapter.image, settings.deadline_s)
+            asked: dict[str, float] = {}
+            start = runtime.start
+
+            async def timed_start(job: Any) -> Any:
+                began = time.monotonic()
+                handle = await start(job)
+                asked[handle.ref] = began
+                return handle
+
+            runtime.start = timed_start  # type: ignore[method-assign]
             scheduler = Scheduler(
                 book=book, runtime=runtime, adapter=OkAdapter(), scorer=ExitCodeScorer(), settings=settings,
                 endpoints=Endpoints("http://proxy:8000", "http://gateway:8001"),
-            )
+            )  # fmt: skip
+            cpu, started = time.process_time(), time.perf_counter()
             progress = await scheduler.run(plan)
-        elapsed = time.perf_counter() - started
+            elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         assert progress.finished == rollouts, progress
-        return rollouts / elapsed, kubelet.peak
+        stats = await cluster_stats(url)
+    api_cpu = _children_cpu() - children  # the API server process, now exited
+    latencies = sorted(stats["started"][ref] - asked[ref] for ref in asked)
+    return {
+        "rate": rollouts / elapsed, "peak": stats["peak"], "cpu_ms": 1000 * cpu / rollouts,
+        "api_cpu_ms": 1000 * api_cpu / rollouts, "claimed": sum(ref.startswith("rw-warm-") for ref in asked),
+        "p50": latencies[len(latencies) // 2], "p95": latencies[int(len(latencies) * 0.95)],
+    }  # fmt: skip
 
 
 REFERENCE_LIKE = """
@@ -142,22 +210,55 @@ def local_table(rollouts: int, concurrency: int) -> list[str]:
     return lines
 
 
+def warm_table(rollouts: int, concurrency: int, start_delay_s: float, run_s: float) -> list[str]:
+    """Cold pods vs a warm pool (one ready pod per slot), with a modelled pod start and harness run."""
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for pool in (0, concurrency):
+            rows[pool] = asyncio.run(one(rollouts, concurrency, Path(tmp), pool, start_delay_s, run_s))
+    cold = rows[0]
+    lines = [
+        f"{'kubernetes':>12} {'pod start':>10} {'harness':>8} {'concurrency':>12} {'rollouts':>9} {'rollouts/s':>11}"
+        f" {'claimed':>8} {'start p50 s':>12} {'start p95 s':>12} {'p50 gain':>9} {'rate gain':>10}"
+    ]
+    for pool, row in rows.items():
+        mode = f"pool {pool}" if pool else "cold pods"
+        lines.append(
+            f"{mode:>12} {start_delay_s:>9.2f}s {run_s:>7.2f}s {concurrency:>12} {rollouts:>9} {row['rate']:>11.1f}"
+            f" {row['claimed']:>8}"
+            f" {row['p50']:>12.3f} {row['p95']:>12.3f} {cold['p50'] / row['p50']:>8.1f}x {row['rate'] / cold['rate']:>9.2f}x"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=256, help="rollouts per concurrency level")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 64, 256])
+    parser.add_argument("--warm-rollouts", type=int, default=96, help="rollouts per warm-pool mode (0: skip)")
+    parser.add_argument("--warm-concurrency", type=int, default=32, help="concurrency and pool size of that table")
+    parser.add_argument("--start-delay", type=float, default=1.0, help="modelled seconds before a new pod runs")
+    parser.add_argument("--run-time", type=float, default=2.0, help="modelled seconds a harness runs (warm table)")
     parser.add_argument("--local-rollouts", type=int, default=24, help="local runtime rollouts per mode (0: skip)")
     parser.add_argument("--local-concurrency", type=int, default=2, help="local runtime concurrency (default 2)")
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for level in args.concurrency:
-            rate, peak = asyncio.run(one(args.rollouts, level, Path(tmp)))
-            rows.append((level, rate, peak))
-    base = rows[0][1]
-    print(f"{'concurrency':>12} {'rollouts':>9} {'rollouts/s':>11} {'peak pods':>10} {'vs first':>9}")
-    for level, rate, peak in rows:
-        print(f"{level:>12} {args.rollouts:>9} {rate:>11.1f} {peak:>10} {rate / base:>8.2f}x")
+            rows.append((level, asyncio.run(one(args.rollouts, level, Path(tmp)))))
+    base = rows[0][1]["rate"]
+    print(
+        f"{'concurrency':>12} {'rollouts':>9} {'rollouts/s':>11} {'peak pods':>10} {'CPU ms/rollout':>15}"
+        f" {'API CPU ms/rollout':>19} {'vs first':>9}"
+    )
+    for level, row in rows:
+        print(
+            f"{level:>12} {args.rollouts:>9} {row['rate']:>11.1f} {row['peak']:>10} {row['cpu_ms']:>15.2f}"
+            f" {row['api_cpu_ms']:>19.2f} {row['rate'] / base:>8.2f}x"
+        )
+    if args.warm_rollouts > 0:
+        print()
+        print("\n".join(warm_table(args.warm_rollouts, args.warm_concurrency, args.start_delay, args.run_time)))
     if args.local_rollouts > 0:
         print()
         print("\n".join(local_table(args.local_rollouts, args.local_concurrency)))

@@ -26,6 +26,7 @@ import json
 from collections.abc import Sequence
 
 from rollwire.harness_adapters.base import Launch, RolloutContext
+from rollwire.harness_adapters.images import default_image
 
 MCP_CONFIG = ".rollwire/claude-mcp.json"
 FINAL_ANSWER = "final_answer.txt"
@@ -76,6 +77,7 @@ class ClaudeCodeAdapter:
         system_prompt: str | None = None,
         command: str = "claude",
         extra_args: Sequence[str] = (),
+        image: str | None = None,
     ) -> None:
         if max_turns < 1:
             raise ValueError("max_turns must be at least 1")
@@ -87,6 +89,7 @@ class ClaudeCodeAdapter:
         self.system_prompt = system_prompt
         self.command = command
         self.extra_args = tuple(extra_args)
+        self.image = image or default_image(self.name)
 
     def launch(self, ctx: RolloutContext) -> Launch:
         claude = [
@@ -114,6 +117,7 @@ class ClaudeCodeAdapter:
             env=env,
             files={MCP_CONFIG: mcp_config(ctx)},
             final_answer_path=FINAL_ANSWER,
+            image=self.image,
         )
 
 

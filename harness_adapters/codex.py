@@ -26,6 +26,7 @@ import json
 from collections.abc import Sequence
 
 from rollwire.harness_adapters.base import Launch, RolloutContext
+from rollwire.harness_adapters.images import default_image
 
 CODEX_HOME = ".codex"
 """Workspace-relative CODEX_HOME."""
@@ -98,6 +99,7 @@ class CodexAdapter:
         mcp: bool = True,
         mcp_startup_timeout_s: float = 20.0,
         tool_timeout_s: float = 60.0,
+        image: str | None = None,
     ) -> None:
         if sandbox is not None and sandbox not in SANDBOX_MODES:
             raise ValueError(f"sandbox must be one of {', '.join(SANDBOX_MODES)}, not {sandbox!r}")
@@ -108,6 +110,7 @@ class CodexAdapter:
         self.mcp = mcp
         self.mcp_startup_timeout_s = mcp_startup_timeout_s
         self.tool_timeout_s = tool_timeout_s
+        self.image = image or default_image(self.name)
 
     def launch(self, ctx: RolloutContext) -> Launch:
         config = codex_config(
@@ -130,6 +133,7 @@ class CodexAdapter:
             env=env,
             files={f"{CODEX_HOME}/config.toml": config},
             final_answer_path=FINAL_ANSWER,
+            image=self.image,
         )
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from rollwire.harness_adapters.base import Launch, RolloutContext
+from rollwire.harness_adapters.images import default_image
 from rollwire.harness_adapters.mini_swe_runner import PYTHON_ENV
 
 CONFIG = "mini-swe-agent.yaml"
@@ -95,6 +96,7 @@ class MiniSweAgentAdapter:
         temperature: float = 1.0,
         command_timeout_s: int = 30,
         python: str | None = None,
+        image: str | None = None,
     ) -> None:
         if max_turns < 1 or max_tokens < 1:
             raise ValueError("max_turns and max_tokens must be at least 1")
@@ -104,6 +106,7 @@ class MiniSweAgentAdapter:
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.command_timeout_s = command_timeout_s
+        self.image = image or default_image(self.name)  # its `python` is the one with mini-swe-agent
 
     def launch(self, ctx: RolloutContext) -> Launch:
         config = mini_config(
@@ -117,7 +120,7 @@ class MiniSweAgentAdapter:
         argv = (self.python, RUNNER, "--config", CONFIG, "--final-answer", FINAL_ANSWER, "--", ctx.prompt)
         env = {**QUIET_ENV, "OPENAI_API_KEY": ctx.token}
         files = {CONFIG: yaml.safe_dump(config, sort_keys=False), RUNNER: runner_source()}
-        return Launch(argv=argv, env=env, files=files, final_answer_path=FINAL_ANSWER)
+        return Launch(argv=argv, env=env, files=files, final_answer_path=FINAL_ANSWER, image=self.image)
 
 
 __all__ = ["PYTHON_ENV", "MiniSweAgentAdapter", "harness_python", "mini_config"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 
 from rollwire.harness_adapters.base import Launch, RolloutContext
+from rollwire.harness_adapters.images import default_image
 
 FINAL_ANSWER = "final_answer.txt"
 RUNNER = "rollwire.harness_adapters.openai_agents_runner"
@@ -24,7 +25,12 @@ class OpenAIAgentsAdapter:
     name = "openai-agents"
 
     def __init__(
-        self, model: str | None = None, max_turns: int = 8, max_tokens: int = 256, temperature: float = 1.0
+        self,
+        model: str | None = None,
+        max_turns: int = 8,
+        max_tokens: int = 256,
+        temperature: float = 1.0,
+        image: str | None = None,
     ) -> None:
         if max_turns < 1 or max_tokens < 1:
             raise ValueError("max_turns and max_tokens must be at least 1")
@@ -32,6 +38,7 @@ class OpenAIAgentsAdapter:
         self.max_turns = max_turns
         self.max_tokens = max_tokens
         self.temperature = temperature
+        self.image = image or default_image(self.name)
 
     def launch(self, ctx: RolloutContext) -> Launch:
         argv = (
@@ -44,7 +51,7 @@ class OpenAIAgentsAdapter:
             "--", ctx.prompt,
         )  # fmt: skip
         env = {"OPENAI_BASE_URL": ctx.base_url, "OPENAI_API_KEY": ctx.token, "ROLLWIRE_MCP_URL": ctx.mcp_url}
-        return Launch(argv=argv, env=env, final_answer_path=FINAL_ANSWER)
+        return Launch(argv=argv, env=env, final_answer_path=FINAL_ANSWER, image=self.image)
 
 
 __all__ = ["OpenAIAgentsAdapter"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from rollwire.harness_adapters.base import Launch, RolloutContext
+from rollwire.harness_adapters.images import default_image
 
 
 class ReferenceAgentAdapter:
@@ -13,8 +14,14 @@ class ReferenceAgentAdapter:
     name = "reference"
 
     def __init__(
-        self, max_turns: int = 4, max_tokens: int = 128, temperature: float = 1.0, model: str | None = None
+        self,
+        max_turns: int = 4,
+        max_tokens: int = 128,
+        temperature: float = 1.0,
+        model: str | None = None,
+        image: str | None = None,
     ) -> None:
+        self.image = image or default_image(self.name)  # Kubernetes: the stack image has `rollwire agent`
         self.model = model  # None: the agent's own default name (the proxy's alias table maps it)
         self.max_turns = max_turns
         self.max_tokens = max_tokens
@@ -31,7 +38,7 @@ class ReferenceAgentAdapter:
             "--", ctx.prompt,
         )  # fmt: skip
         env = {"OPENAI_BASE_URL": ctx.base_url, "OPENAI_API_KEY": ctx.token, "ROLLWIRE_MCP_URL": ctx.mcp_url}
-        return Launch(argv=argv, env=env, final_answer_path="final_answer.txt")
+        return Launch(argv=argv, env=env, final_answer_path="final_answer.txt", image=self.image)
 
 
 __all__ = ["ReferenceAgentAdapter"]

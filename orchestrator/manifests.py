@@ -1,4 +1,5 @@
-"""Renders the kustomize base in ``k8s/`` with the user's settings (namespace, images), for ``rollwire k8s render``."""
+"""Renders the kustomize base in ``k8s/`` with the user's settings (namespace, images), and an example rollout Pod
+of any adapter, for ``rollwire k8s render``."""
 
 from __future__ import annotations
 
@@ -8,9 +9,15 @@ from typing import Any
 import yaml
 
 from rollwire.errors import NotFound
+from rollwire.harness_adapters.base import RolloutContext
+from rollwire.harness_adapters.images import STACK_IMAGE, in_registry
+from rollwire.harness_adapters.registry import get_adapter
+from rollwire.orchestrator.runtimes.base import RolloutJob
+from rollwire.orchestrator.runtimes.pod_spec import build_pod, build_secret, run_configmap
 from rollwire.settings import KubernetesSettings
 
-DEFAULT_IMAGE = "ghcr.io/rollwire/rollwire:0.1.0"
+DEFAULT_IMAGE = STACK_IMAGE
+EXAMPLE_UID = "00000000-0000-0000-0000-000000000000"
 
 
 def k8s_dir() -> Path:
@@ -45,11 +52,28 @@ def _apply(doc: dict[str, Any], settings: KubernetesSettings) -> dict[str, Any]:
     for container in pod.get("containers", []):
         if container.get("image") == DEFAULT_IMAGE:
             container["image"] = settings.image
+        container["image"] = in_registry(container["image"], settings.image_registry)
     return doc
+
+
+def example_rollout(harness: str, settings: KubernetesSettings, proxy: str, gateway: str) -> list[dict[str, Any]]:
+    """The run ConfigMap, Secret and Pod the Kubernetes runtime would create for one rollout of ``harness``
+    (a placeholder token and uid): for review, a security scan, or a dry-run apply."""
+    adapter = get_adapter(harness)
+    token = "example-token"
+    ctx = RolloutContext(
+        run_id="example", rollout_id="example-0", task_id="task", prompt="Write cat to answer.txt.", token=token,
+        base_url=f"{proxy}/r/{token}/v1", anthropic_base_url=f"{proxy}/r/{token}", mcp_url=f"{gateway}/r/{token}/mcp",
+        deadline_s=900.0,
+    )  # fmt: skip
+    owner = run_configmap(ctx.run_id, settings.namespace)
+    owner["metadata"]["uid"] = EXAMPLE_UID
+    job = RolloutJob(ctx.run_id, ctx.rollout_id, adapter.launch(ctx), ctx.deadline_s)
+    return [owner, build_secret(job, settings.namespace, owner), build_pod(job, settings, owner)]
 
 
 def render_yaml(settings: KubernetesSettings) -> str:
     return yaml.safe_dump_all(render(settings), sort_keys=False)
 
 
-__all__ = ["k8s_dir", "render", "render_yaml"]
+__all__ = ["example_rollout", "k8s_dir", "render", "render_yaml"]

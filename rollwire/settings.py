@@ -77,6 +77,9 @@ class KubernetesSettings(BaseModel):
     context: str = Field("", description="kubeconfig context to use; empty means the current one.")
     image: str = Field("ghcr.io/rollwire/rollwire:0.1.0", description="Default rollout image when the adapter names none.")
     image_pull_policy: str = Field("IfNotPresent", description="imagePullPolicy of rollout pods.")
+    image_registry: str = Field(
+        "", description="Registry (and path) replacing ghcr.io/rollwire in every rollwire image: stack and rollouts."
+    )
     cpu: str = Field("500m", description="CPU request (and limit) of one rollout pod.")
     memory: str = Field("1Gi", description="Memory request (and limit) of one rollout pod.")
     service_account: str = Field("rollwire-rollout", description="ServiceAccount rollout pods run as (no API rights).")
@@ -85,6 +88,12 @@ class KubernetesSettings(BaseModel):
     api_backoff_s: float = Field(0.2, description="First back-off after a 429/5xx; doubles each attempt, capped at 10 s.")
     api_concurrency: int = Field(16, description="Most Kubernetes API calls in flight at once from one orchestrator.")
     watch_timeout_s: int = Field(60, description="Server-side timeout of one pod watch before it is reopened.")
+    warm_pool: int = Field(
+        0,
+        description="Ready rollout pods kept per image (0: none): a rollout claims one (its Secret, then a label "
+        "patch) instead of waiting for a new pod to be scheduled, pulled and started.",
+    )
+    warm_pool_idle_s: int = Field(1800, description="Longest a warm pod waits unclaimed before the kubelet ends it.")
 
 
 class OrchestratorSettings(BaseModel):

@@ -1,8 +1,11 @@
-"""The one place the ``kubernetes`` client is called: off the event loop, with back-off on 429/5xx, errors translated once.
+"""The one place the Kubernetes API is called: async HTTP with keep-alive, back-off on 429/5xx, errors translated once.
 
-Calls use ``_preload_content=False`` and parse JSON themselves (no model deserialization on the hot
-path); ``ApiException``/urllib3 errors become rollwire errors here. ``PodWatch`` runs the client's pod
-watch on a worker thread and hands each event to the event loop, reopening it when it drops.
+Calls are plain REST on one ``aiohttp`` session (a kept-alive connection pool, no thread per call): the
+configuration (host, TLS, credentials, refreshed by the client's own hooks) comes from the official
+``kubernetes`` client, which also runs the pod watch (``PodWatch``, on a worker thread, reopened when it
+drops). At 256 rollouts in flight the client's per-call thread hop, urllib3 and model serialization cost more
+CPU than the rest of a rollout's lifecycle (httpx's pool, tried too, scans its connections per request); the
+REST paths are the CoreV1 ones the client's methods of the same name use.
 """
 
 from __future__ import annotations
@@ -10,14 +13,15 @@ from __future__ import annotations
 import json
 import logging
 import random
+import ssl
 import threading
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import anyio
 import anyio.from_thread
 import anyio.to_thread
+import aiohttp
 import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
@@ -30,6 +34,24 @@ logger = logging.getLogger(__name__)
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_BACKOFF_S = 10.0
 REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read
+
+_NS = "/api/v1/namespaces/{namespace}"
+ROUTES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    # CoreV1Api method name -> (HTTP method, path, its positional arguments)
+    "create_namespaced_pod": ("POST", _NS + "/pods", ("namespace", "body")),
+    "read_namespaced_pod": ("GET", _NS + "/pods/{name}", ("name", "namespace")),
+    "patch_namespaced_pod": ("PATCH", _NS + "/pods/{name}", ("name", "namespace", "body")),
+    "delete_namespaced_pod": ("DELETE", _NS + "/pods/{name}", ("name", "namespace")),
+    "read_namespaced_pod_log": ("GET", _NS + "/pods/{name}/log", ("name", "namespace")),
+    "create_namespaced_secret": ("POST", _NS + "/secrets", ("namespace", "body")),
+    "replace_namespaced_secret": ("PUT", _NS + "/secrets/{name}", ("name", "namespace", "body")),
+    "delete_namespaced_secret": ("DELETE", _NS + "/secrets/{name}", ("name", "namespace")),
+    "create_namespaced_config_map": ("POST", _NS + "/configmaps", ("namespace", "body")),
+    "read_namespaced_config_map": ("GET", _NS + "/configmaps/{name}", ("name", "namespace")),
+    "delete_namespaced_config_map": ("DELETE", _NS + "/configmaps/{name}", ("name", "namespace")),
+}
+QUERY = {"container": "container", "tail_lines": "tailLines"}
+"""Keyword arguments sent as query parameters (client name -> API name)."""
 
 
 def api_client_from_settings(settings: KubernetesSettings, host: str | None = None) -> client.ApiClient:
@@ -69,32 +91,85 @@ def _translate(status: int, body: bytes, what: str) -> RollwireError:
     return UpstreamError(text)
 
 
+def _tls(configuration: client.Configuration) -> ssl.SSLContext | bool:
+    """The client configuration's TLS settings as one SSL context (verification, CA, client certificate)."""
+    if not configuration.host.startswith("https"):
+        return True  # plain HTTP: nothing to verify
+    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
+    if not configuration.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif configuration.assert_hostname is False:
+        context.check_hostname = False
+    if configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, configuration.key_file or None)
+    return context
+
+
+def _retry_after(value: str | None) -> float | None:
+    return float(value) if value and value.replace(".", "", 1).isdigit() else None
+
+
 class KubeApi:
     """CoreV1 calls with retries; ``retried`` counts back-offs taken (for tests and metrics)."""
 
     def __init__(self, api_client: client.ApiClient, settings: KubernetesSettings) -> None:
-        self.core = client.CoreV1Api(api_client)
+        self.core = client.CoreV1Api(api_client)  # the watch's client
+        self._configuration = api_client.configuration
         self._settings = settings
-        self._limiter = anyio.CapacityLimiter(settings.api_concurrency)
+        self._base = self._configuration.host.rstrip("/")
+        self._http: aiohttp.ClientSession | None = None
         self.retried = 0
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._http is None:  # made on the event loop that uses it
+            connector = aiohttp.TCPConnector(limit=self._settings.api_concurrency, ssl=_tls(self._configuration))
+            timeout = aiohttp.ClientTimeout(sock_connect=REQUEST_TIMEOUT[0], sock_read=REQUEST_TIMEOUT[1])
+            self._http = aiohttp.ClientSession(connector=connector, timeout=timeout, skip_auto_headers=("User-Agent",))
+        return self._http
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": "rollwire"}
+        for auth in self._configuration.auth_settings().values():  # runs the client's token refresh hooks
+            if auth.get("in") == "header" and auth.get("value"):
+                headers[auth["key"]] = auth["value"]
+        return headers
+
+    async def _send(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, bytes, float | None]:
+        verb, path, names = ROUTES[method]
+        values = dict(zip(names, args, strict=False))
+        body = values.pop("body", kwargs.pop("body", None))
+        params = {QUERY[key]: str(value) for key, value in kwargs.items() if key in QUERY}
+        unknown = set(kwargs) - set(QUERY)
+        if unknown:
+            raise TypeError(f"{method}: unsupported arguments {sorted(unknown)}")
+        headers = self._headers()
+        content = None
+        if body is not None:
+            content = json.dumps(body).encode()
+            headers["Content-Type"] = "application/merge-patch+json" if verb == "PATCH" else "application/json"
+        url = self._base + path.format(**values)
+        proxy = self._configuration.proxy or None
+        async with self._client().request(verb, url, params=params, data=content, headers=headers, proxy=proxy) as response:
+            return response.status, await response.read(), _retry_after(response.headers.get("Retry-After"))
 
     async def call(self, method: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
         body = await self.raw(method, *args, **kwargs)
         return dict(json.loads(body)) if body else {}
 
     async def raw(self, method: str, *args: Any, **kwargs: Any) -> bytes:
-        """Call ``CoreV1Api.<method>``; retry transient failures with capped exponential back-off + jitter."""
-        fn = partial(getattr(self.core, method), *args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
+        """``CoreV1Api.<method>``'s request; retry transient failures with capped exponential back-off + jitter."""
         delay = self._settings.api_backoff_s
         for attempt in range(1, self._settings.api_retries + 1):
             try:
-                status, body, retry_after = await anyio.to_thread.run_sync(_send, fn, limiter=self._limiter)
-            except ApiException as exc:  # this client raises on non-2xx even without preloading
-                status, body = int(exc.status or 0), (exc.body if isinstance(exc.body, bytes) else str(exc.body or exc.reason).encode())
-                header = (exc.headers or {}).get("Retry-After")
-                retry_after = float(header) if header and header.replace(".", "", 1).isdigit() else None
-            except (urllib3.exceptions.HTTPError, OSError) as exc:
-                status, body, retry_after = 0, str(exc).encode(), None
+                status, body, retry_after = await self._send(method, args, dict(kwargs))
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                status, body, retry_after = 0, (str(exc) or exc.__class__.__name__).encode(), None
             if 200 <= status < 300:
                 return body
             if status and status not in TRANSIENT_STATUSES:
@@ -107,17 +182,6 @@ class KubeApi:
             await anyio.sleep(min(wait, MAX_BACKOFF_S))
             delay = min(delay * 2, MAX_BACKOFF_S)
         raise UpstreamError(f"{method}: no attempts configured")  # api_retries < 1
-
-
-def _send(fn: Callable[[], Any]) -> tuple[int, bytes, float | None]:
-    response = fn()
-    try:
-        data = response.data
-        header = response.headers.get("Retry-After")
-        retry_after = float(header) if header and header.replace(".", "", 1).isdigit() else None
-        return int(response.status), bytes(data or b""), retry_after
-    finally:
-        response.release_conn()
 
 
 class PodWatch:

@@ -1,5 +1,8 @@
 """The Kubernetes runtime: one Pod per rollout, followed by one pod watch (never polled), deleted once it has ended.
 
+With ``warm_pool`` > 0 a rollout claims a ready pod of its image instead (``kube_pool``), skipping the
+cluster's pod start; the claimed pod is then followed and deleted like any other.
+
 A rollout's Pod and Secret are named after the rollout id, so a second ``start`` (an orchestrator that
 restarted mid-start) adopts the existing Pod instead of creating a duplicate, and ``attach`` re-joins a Pod
 a previous orchestrator left running. Every API call goes through ``KubeApi`` (off the loop, with back-off).
@@ -19,6 +22,7 @@ from kubernetes import client
 from rollwire.errors import Conflict, NotFound, RollwireError, UpstreamError
 from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob
 from rollwire.orchestrator.runtimes.kube_api import KubeApi, PodWatch
+from rollwire.orchestrator.runtimes.kube_pool import KubePodPool
 from rollwire.orchestrator.runtimes.pod_spec import (
     HARNESS,
     build_pod,
@@ -30,6 +34,7 @@ from rollwire.orchestrator.runtimes.pod_spec import (
     secret_name,
     selector,
 )
+from rollwire.orchestrator.runtimes.warm_pod import build_claim, claim_patch, claim_secret_name
 from rollwire.settings import KubernetesSettings
 
 logger = logging.getLogger(__name__)
@@ -57,22 +62,30 @@ class KubernetesRuntime:
         self._owner_lock = anyio.Lock()
         self._watch = PodWatch(self.api, settings, selector())
         self._group: anyio.abc.TaskGroup | None = None
+        self._pool: KubePodPool | None = None
 
     async def __aenter__(self) -> Self:
         self._group = anyio.create_task_group()
         await self._group.__aenter__()
         self._group.start_soon(self._watch.run, self._on_event)
+        if self._settings.warm_pool > 0:
+            self._pool = KubePodPool(self.api, self._settings, self._group)
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if self._pool is not None:
+            await self._pool.close()
         self._watch.stop()
         assert self._group is not None
         self._group.cancel_scope.cancel()
         await self._group.__aexit__(exc_type, exc, tb)
+        await self.api.aclose()
 
     def _on_event(self, kind: str, pod: dict[str, Any]) -> None:
+        if self._pool is not None and self._pool.observe(kind, pod):
+            return
         track = self._tracks.get((pod.get("metadata") or {}).get("name", ""))
         if track is None or track.ended.is_set():
             return
@@ -100,8 +113,18 @@ class KubernetesRuntime:
                 self._owners[run_id] = owner
             return self._owners[run_id]
 
+    async def prewarm(self, run_id: str, image: str, deadline_s: float) -> None:
+        """Fill the warm pool for ``image`` (owned by ``run_id``'s ConfigMap) and wait until its pods are ready."""
+        if self._pool is None:
+            raise RollwireError("prewarm needs a warm pool (KubernetesSettings.warm_pool > 0)")
+        await self._pool.prewarm(image, await self._owner(run_id), deadline_s)
+
     async def start(self, job: RolloutJob) -> Handle:
         owner = await self._owner(job.run_id)
+        if self._pool is not None:
+            claimed = await self._claim(job, owner)
+            if claimed is not None:
+                return claimed
         namespace = self._settings.namespace
         name = pod_name(job.rollout_id)
         self._tracks.setdefault(name, _Track())
@@ -115,6 +138,33 @@ class KubernetesRuntime:
         except Conflict:  # adopt: the same rollout's pod already exists (a restart, or a lost create response)
             self._on_event("MODIFIED", await self.api.call("read_namespaced_pod", name, namespace))
         logger.info("rollout pod %s created", name, extra={"rollout_id": job.rollout_id})
+        return Handle(job.rollout_id, name)
+
+    async def _claim(self, job: RolloutJob, owner: dict[str, Any]) -> Handle | None:
+        """Hand the rollout a ready pool pod (its claim Secret, then the patch); None when none is ready or it vanished."""
+        assert self._pool is not None
+        image = job.launch.image or self._settings.image
+        taken = self._pool.take(image, owner, job.deadline_s)
+        if taken is None:
+            self._pool.refill(image)
+            return None
+        name, age = taken
+        namespace = self._settings.namespace
+        self._tracks[name] = _Track()
+        secret = build_claim(job, name, namespace, owner)
+        try:
+            await self.api.call("create_namespaced_secret", namespace, secret)
+        except Conflict:
+            await self.api.call("replace_namespaced_secret", claim_secret_name(name), namespace, secret)
+        try:
+            await self.api.call("patch_namespaced_pod", name, namespace, claim_patch(job, age))
+        except NotFound:  # it ended between ready and claimed: start the rollout cold
+            self._tracks.pop(name, None)
+            await self._delete(claim_secret_name(name), "delete_namespaced_secret")
+            return None
+        finally:
+            self._pool.refill(image)
+        logger.info("rollout claimed warm pod %s", name, extra={"rollout_id": job.rollout_id})
         return Handle(job.rollout_id, name)
 
     async def wait(self, handle: Handle, timeout_s: float) -> Ended:
@@ -135,20 +185,21 @@ class KubernetesRuntime:
         return "\n".join(data.decode("utf-8", errors="replace").splitlines()[-lines:])
 
     async def stop(self, handle: Handle) -> None:
-        namespace = self._settings.namespace
-        body = {"gracePeriodSeconds": 0, "propagationPolicy": "Background"}
+        warm = handle.ref != pod_name(handle.rollout_id)  # a claimed pool pod: its Secret is named after it
+        secret = claim_secret_name(handle.ref) if warm else secret_name(handle.rollout_id)
         with anyio.CancelScope(shield=True):
-            for method, name in (
-                ("delete_namespaced_pod", handle.ref),
-                ("delete_namespaced_secret", secret_name(handle.rollout_id)),
-            ):
-                try:
-                    await self.api.call(method, name, namespace, body=body)
-                except NotFound:
-                    pass
-                except RollwireError as exc:  # the owner reference still collects it with the run
-                    logger.warning("could not delete %s: %s", name, exc.message)
+            await self._delete(handle.ref, "delete_namespaced_pod")
+            await self._delete(secret, "delete_namespaced_secret")
         self._tracks.pop(handle.ref, None)
+
+    async def _delete(self, name: str, method: str) -> None:
+        body = {"gracePeriodSeconds": 0, "propagationPolicy": "Background"}
+        try:
+            await self.api.call(method, name, self._settings.namespace, body=body)
+        except NotFound:
+            pass
+        except RollwireError as exc:  # the owner reference still collects it with the run
+            logger.warning("could not delete %s: %s", name, exc.message)
 
     async def attach(self, rollout_id: str, ref: str) -> Handle | None:
         name = ref or pod_name(rollout_id)

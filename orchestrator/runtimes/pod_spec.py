@@ -9,10 +9,13 @@ termination message. Pods and Secrets are owned by the run's ConfigMap: deleting
 from __future__ import annotations
 
 import math
+import os
 import re
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rollwire.harness_adapters.images import in_registry
 from rollwire.orchestrator.runtimes.base import Ended, EndKind, RolloutJob
 from rollwire.settings import KubernetesSettings
 
@@ -23,6 +26,10 @@ MANAGED = {"app.kubernetes.io/managed-by": "rollwire", "rollwire.dev/component":
 RUN_LABEL = "rollwire.dev/run"
 ROLLOUT_LABEL = "rollwire.dev/rollout"
 DEADLINE_BACKSTOP_S = 30
+RUN_AS = 10001
+"""The uid/gid every rollwire image runs as (``containers/``): non-root, above the host's system range."""
+IN_IMAGE_PYTHON = "python"
+"""What a host interpreter path in a launch becomes in the pod: each rollout image puts its harness's Python first."""
 """activeDeadlineSeconds = deadline + this: the orchestrator stops pods itself; the kubelet covers a dead orchestrator."""
 
 IMAGE_PULL_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff"})
@@ -103,15 +110,53 @@ def build_secret(job: RolloutJob, namespace: str, owner: Mapping[str, Any]) -> d
     }
 
 
+def pod_image(image: str | None, settings: KubernetesSettings) -> str:
+    """The adapter's image (else the default), moved to ``settings.image_registry`` when it is one of ours."""
+    return in_registry(image or settings.image, settings.image_registry)
+
+
+def pod_argv(argv: Sequence[str]) -> list[str]:
+    """The launch's command as the image runs it: an absolute path to a Python interpreter on the orchestrator's
+    machine (``sys.executable``, a harness venv's python) means "the harness's Python", which is ``python`` on
+    the image's PATH; every other command is kept as is."""
+    first = argv[0]
+    if first == sys.executable or (os.path.isabs(first) and os.path.basename(first).startswith("python")):
+        return [IN_IMAGE_PYTHON, *argv[1:]]
+    return list(argv)
+
+
+def pod_security() -> dict[str, Any]:
+    """Pod-level security: a non-root uid/gid, the workspace volume group-owned by it, the runtime's seccomp profile."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "fsGroup": RUN_AS,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security() -> dict[str, Any]:
+    """Every rollout container: no privilege, no escalation, no capabilities, a read-only root (it writes to volumes)."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
 def build_pod(job: RolloutJob, settings: KubernetesSettings, owner: Mapping[str, Any]) -> dict[str, Any]:
     """One rollout Pod: the adapter's image, env (by Secret reference) and command, fenced by resources and a deadline."""
     launch = job.launch
-    image = launch.image or settings.image
+    image = pod_image(launch.image, settings)
     secret = secret_name(job.rollout_id)
     env = [{"name": "ROLLWIRE_WORKSPACE", "value": WORKSPACE}, {"name": "HOME", "value": WORKSPACE}]
     env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}} for key in sorted(launch.env)]
     resources = {"cpu": settings.cpu, "memory": settings.memory}
-    volumes: list[dict[str, Any]] = [{"name": "workspace", "emptyDir": {}}]
+    volumes: list[dict[str, Any]] = [{"name": "workspace", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}]
     init: list[dict[str, Any]] = []
     if launch.files:
         items = [{"key": key, "path": path} for key, path in _file_keys(job).items()]
@@ -126,7 +171,8 @@ def build_pod(job: RolloutJob, settings: KubernetesSettings, owner: Mapping[str,
                     {"name": "workspace", "mountPath": WORKSPACE},
                     {"name": "files", "mountPath": FILES_MOUNT, "readOnly": True},
                 ],
-                "resources": {"requests": resources, "limits": resources},
+                "resources": {"requests": dict(resources), "limits": dict(resources)},
+                "securityContext": container_security(),
             }
         )
     deadline = launch.deadline_s if launch.deadline_s is not None else job.deadline_s
@@ -137,21 +183,24 @@ def build_pod(job: RolloutJob, settings: KubernetesSettings, owner: Mapping[str,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 5,
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": pod_security(),
         "volumes": volumes,
         "containers": [
             {
                 "name": HARNESS,
                 "image": image,
                 "imagePullPolicy": settings.image_pull_policy,
-                "command": list(launch.argv),
+                "command": pod_argv(launch.argv),
                 "workingDir": WORKSPACE,
                 "env": env,
-                "resources": {"requests": resources, "limits": resources},
-                "volumeMounts": [{"name": "workspace", "mountPath": WORKSPACE}],
+                "resources": {"requests": dict(resources), "limits": dict(resources)},
+                "volumeMounts": [
+                    {"name": "workspace", "mountPath": WORKSPACE},
+                    {"name": "tmp", "mountPath": "/tmp"},
+                ],
                 "terminationMessagePath": f"{WORKSPACE}/{launch.final_answer_path}",
                 "terminationMessagePolicy": "File",
-                "securityContext": {"allowPrivilegeEscalation": False},
+                "securityContext": container_security(),
             }
         ],
     }

@@ -17,12 +17,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     render = sub.add_parser("render", help="print every manifest as one multi-document YAML stream")
     render.add_argument("--namespace", default=None, help="namespace (default: settings, 'rollwire')")
     render.add_argument("--image", default=None, help="rollwire image for proxy, gateway, MCP envs and trainer")
+    render.add_argument(
+        "--image-registry", default=None, help="registry replacing ghcr.io/rollwire in every rollwire image (stack, rollouts)"
+    )
+    render.add_argument(
+        "--rollout-pod", metavar="HARNESS", default=None,
+        help="print instead the ConfigMap, Secret and Pod of one example rollout of this harness adapter",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from rollwire.orchestrator.manifests import render_yaml
+    import yaml
+
+    from rollwire.orchestrator.manifests import example_rollout, render_yaml
 
     kube = settings.orchestrator.kubernetes
-    updates = {key: value for key, value in {"namespace": args.namespace, "image": args.image}.items() if value}
-    print(render_yaml(kube.model_copy(update=updates)), end="")
+    given = {"namespace": args.namespace, "image": args.image, "image_registry": args.image_registry}
+    kube = kube.model_copy(update={key: value for key, value in given.items() if value})
+    if args.rollout_pod is None:
+        print(render_yaml(kube), end="")
+        return 0
+    namespace = kube.namespace
+    proxy = settings.orchestrator.proxy_url or f"http://proxy.{namespace}:8000"
+    gateway = settings.orchestrator.gateway_url or f"http://gateway.{namespace}:8001"
+    print(yaml.safe_dump_all(example_rollout(args.rollout_pod, kube, proxy, gateway), sort_keys=False), end="")
     return 0

@@ -4,15 +4,26 @@ The kubelet watches pods over HTTP like a real one and patches ``pods/<name>/sta
 pod's image: ``img/ok`` runs and succeeds with the final answer ``42``, ``img/fail``
 exits 3, ``img/missing`` never pulls, ``img/deadline`` hits activeDeadlineSeconds, ``img/hang`` runs
 forever, ``img/hold`` runs until ``release`` is set, ``img/evict-once`` is evicted the first time.
-It also counts what a test asserts on: pods alive at once (peak) and create requests per pod name.
+``start_delay_s`` models what a real node spends before a container runs (scheduling, image pull, start),
+``run_s`` how long a harness runs.
+A warm-pool pod (label ``rollwire.dev/warm``) runs its waiter and starts the harness only once it is
+claimed: its claim Secret exists and the pod carries the rollout label.
+It also counts what a test asserts on: pods alive at once (peak), create requests per pod name, and when
+each harness started (``started``, monotonic clock).
+
+``python fake_cluster.py [--start-delay S] [--run-time S]`` serves one in a process of its own (as an API server is never in
+the orchestrator's process), prints ``READY <url>``, answers ``GET /_fake/stats``, and exits when stdin closes.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
 import re
+import sys
+import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -23,13 +34,18 @@ import kmock
 
 NAMESPACE = "rw-test"
 LOG_PATH = re.compile(r"/api/v1/namespaces/[^/]+/pods/[^/]+/log")
+STATS_PATH = "/_fake/stats"
+WARM_LABEL = "rollwire.dev/warm"
+ROLLOUT_LABEL = "rollwire.dev/rollout"
 
 
 class FakeApiServer(kmock.KubernetesEmulator):
     """The emulator, plus what a real API server adds on create (uid), pod logs, injected 429s, and counters.
 
-    kmock matches every request against its whole request history (quadratic in requests); this fake
-    keeps only the current one, counts what the tests need itself, and answers logs and throttling directly.
+    kmock matches every request against its whole request history (quadratic in requests), keeps deleted
+    objects and scans all objects to find the one a request names; this fake keeps only the current request,
+    forgets deleted objects, finds a named object by key, counts what the tests need itself, and answers logs
+    and throttling directly.
     """
 
     def __init__(self) -> None:
@@ -38,9 +54,12 @@ class FakeApiServer(kmock.KubernetesEmulator):
         self.throttle: Counter[tuple[str, str]] = Counter()  # (method, plural) -> 429s still to answer
         self.throttled = 0
         self.owners: dict[str, set[str]] = {}  # plural -> owner uids named by created objects
+        self.stats: Any = dict  # set by fake_cluster: the kubelet's figures, served at STATS_PATH
 
     async def _handle(self, request: Any) -> Any:
         self._requests[:] = [request]
+        if request.url.path == STATS_PATH:
+            return aiohttp.web.json_response(self.stats())
         plural = request.resource.plural if request.resource is not None else ""
         key = (str(request.method.value).lower(), plural)
         if self.throttle[key] > 0:
@@ -57,13 +76,41 @@ class FakeApiServer(kmock.KubernetesEmulator):
             meta.setdefault("resourceVersion", "1")
             self.posts[(plural, meta.get("name", ""))] += 1
             self.owners.setdefault(plural, set()).update(ref["uid"] for ref in meta.get("ownerReferences", []))
-        return await super()._handle(request)
+        response = await super()._handle(request)
+        if request.action == kmock.action.DELETE and request.resource is not None and request.name is not None:
+            self._forget(request.resource, request.namespace, request.name)
+        return response
+
+    def _KubernetesEmulator__get_objs(self, request: Any, strict: bool) -> list[Any]:
+        """kmock's object lookup scans every object per request; one that names its object is one dict lookup here
+        (a miss still scans, so what matches is kmock's own rule)."""
+        if request.name is not None and request.namespace is not None:
+            found = self._objects._objects.get((request.resource, request.namespace, request.name))
+            if found is not None:
+                return [found]
+        return list(super()._KubernetesEmulator__get_objs(request, strict))  # type: ignore[misc]
+
+    def _forget(self, resource: Any, namespace: str | None, name: str) -> None:
+        """Drop a deleted object, as an API server does (kmock keeps it, and scans every object on each request)."""
+        key = (resource, namespace, name)
+        if key in self._objects and self._objects[key].deleted:
+            del self._objects[key]
+
+
+    def has(self, plural: str, name: str) -> bool:
+        return any(res.plural == plural and key == name and not obj.deleted for (res, _ns, key), obj in self._objects.items())
 
 
 class FakeKubelet:
-    def __init__(self, handler: FakeApiServer, server: kmock.Server) -> None:
+    def __init__(
+        self, handler: FakeApiServer, server: kmock.Server, start_delay_s: float = 0.0, run_s: float = 0.0
+    ) -> None:
         self._handler = handler
         self._server = server
+        self.start_delay_s = start_delay_s
+        self.run_s = run_s
+        self.started: dict[str, float] = {}  # pod name -> when its harness started (time.monotonic)
+        self._claimed: dict[str, asyncio.Event] = {}  # warm pods waiting for their rollout
         self.release = asyncio.Event()
         self.live: set[str] = set()
         self.peak = 0
@@ -92,6 +139,10 @@ class FakeKubelet:
                 elif event["type"] == "DELETED":
                     self.live.discard(name)
                     self.running.discard(name)
+                    if name in self._claimed:
+                        self._claimed.pop(name).set()
+                elif ROLLOUT_LABEL in (pod["metadata"].get("labels") or {}) and name in self._claimed:
+                    self._claimed[name].set()
                 self._notify()
 
     def _notify(self) -> None:
@@ -107,16 +158,36 @@ class FakeKubelet:
         async with self._server.client.patch(url, json={"status": status}) as response:
             assert response.status in (200, 404), await response.text()
 
+    def stats(self) -> dict[str, Any]:
+        return {"peak": self.peak, "started": dict(self.started), "pods": len(self.seen)}
+
     async def _act(self, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
         image = pod["spec"]["containers"][0]["image"]
+        warm = WARM_LABEL in (pod["metadata"].get("labels") or {})
+        claimed = self._claimed.setdefault(name, asyncio.Event()) if warm else None
+        if self.start_delay_s:
+            await asyncio.sleep(self.start_delay_s)  # a modelled cost (pull + start), not a wait for work
         if image == "img/missing":
             waiting = {"reason": "ErrImagePull", "message": f'pull access denied for "{image}"'}
             await self._patch(name, {"phase": "Pending", "containerStatuses": [_status(waiting=waiting)]})
             return
         await self._patch(name, {"phase": "Running", "containerStatuses": [_status(running={})]})
+        if claimed is not None:  # the waiter runs until the pod is claimed; the harness needs its claim Secret
+            await claimed.wait()
+            self._claimed.pop(name, None)
+            if name not in self.live:
+                return
+            claim = f"{name}-claim"
+            if not self._handler.has("secrets", claim):
+                terminated = {"exitCode": 97, "reason": "Error", "message": f"claimed without its Secret {claim}"}
+                await self._patch(name, {"phase": "Failed", "containerStatuses": [_status(terminated=terminated)]})
+                return
+        self.started[name] = time.monotonic()
         self.running.add(name)
         self._notify()
+        if self.run_s:
+            await asyncio.sleep(self.run_s)  # a modelled harness run
         if image == "img/hang":
             return
         if image == "img/hold":
@@ -153,12 +224,15 @@ def creates(handler: FakeApiServer, plural: str) -> Counter[str]:
 
 
 @contextlib.asynccontextmanager
-async def fake_cluster() -> AsyncIterator[tuple[FakeApiServer, str, FakeKubelet]]:
+async def fake_cluster(
+    start_delay_s: float = 0.0, run_s: float = 0.0
+) -> AsyncIterator[tuple[FakeApiServer, str, FakeKubelet]]:
     """(emulator, API URL, kubelet): a served emulator with a kubelet following its pods."""
     async with FakeApiServer() as handler, kmock.Server(handler) as server:
         for plural in ("pods", "secrets", "configmaps"):
             handler.resources[f"v1/{plural}"] = {}
-        kubelet = FakeKubelet(handler, server)
+        kubelet = FakeKubelet(handler, server, start_delay_s, run_s)
+        handler.stats = kubelet.stats
         watcher = asyncio.create_task(kubelet.run())
         try:
             yield handler, str(server.url).rstrip("/"), kubelet
@@ -166,3 +240,17 @@ async def fake_cluster() -> AsyncIterator[tuple[FakeApiServer, str, FakeKubelet]
             await kubelet.stop()
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
+
+
+async def _serve(start_delay_s: float, run_s: float) -> None:
+    async with fake_cluster(start_delay_s, run_s) as (_api, url, _kubelet):
+        print(f"READY {url}", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="serve the fake cluster in this process until stdin closes")
+    parser.add_argument("--start-delay", type=float, default=0.0, help="modelled seconds before a container runs")
+    parser.add_argument("--run-time", type=float, default=0.0, help="modelled seconds a harness runs")
+    args = parser.parse_args()
+    asyncio.run(_serve(args.start_delay, args.run_time))

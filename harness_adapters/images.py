@@ -1,0 +1,44 @@
+"""The container image each built-in adapter's rollouts run in on Kubernetes, and the harness version it holds.
+
+One place for both: the adapters name their image from here, ``rollwire k8s render --rollout-pod`` prints a
+Pod with it, and the image build files (``containers/``) are checked against these versions by the tests, so
+an image tag always says which harness is inside. The reference agent is the ``rollwire agent`` command, so
+its rollout image is the stack image itself. ``KubernetesSettings.image_registry`` moves every image of
+``REGISTRY`` to the registry a deployer pushed them to; an adapter's ``image`` option replaces one outright.
+"""
+
+from __future__ import annotations
+
+REGISTRY = "ghcr.io/rollwire"
+"""Where the published images live; the prefix ``image_registry`` replaces."""
+VERSION = "0.1.0"
+"""The rollwire release the images are built from (pyproject's version)."""
+STACK_IMAGE = f"{REGISTRY}/rollwire:{VERSION}"
+"""proxy, gateway, env servers, trainer, and the reference agent's rollouts."""
+
+HARNESS_VERSIONS: dict[str, str] = {
+    "codex": "0.171.0",  # npm @openai/codex
+    "claude-code": "2.1.197",  # npm @anthropic-ai/claude-code
+    "openai-agents": "0.24.0",  # PyPI openai-agents
+    "mini-swe-agent": "2.4.6",  # PyPI mini-swe-agent
+}
+"""The harness each rollout image pins, at the versions CI tests the adapters against."""
+
+
+def default_image(adapter: str) -> str:
+    """The image a built-in adapter's rollouts run in: the stack image for the reference agent, else its own."""
+    if adapter == "reference":
+        return STACK_IMAGE
+    if adapter not in HARNESS_VERSIONS:
+        raise KeyError(f"no rollout image for adapter {adapter!r}; known: reference, {', '.join(HARNESS_VERSIONS)}")
+    return f"{REGISTRY}/rollout-{adapter}:{VERSION}-{HARNESS_VERSIONS[adapter]}"
+
+
+def in_registry(image: str, registry: str) -> str:
+    """``image`` moved to ``registry`` when it is one of ours (``REGISTRY/...``); any other image as it is."""
+    if registry and image.startswith(f"{REGISTRY}/"):
+        return f"{registry.rstrip('/')}/{image[len(REGISTRY) + 1 :]}"
+    return image
+
+
+__all__ = ["HARNESS_VERSIONS", "REGISTRY", "STACK_IMAGE", "VERSION", "default_image", "in_registry"]

@@ -1,0 +1,165 @@
+"""Pure translations for the Kubernetes warm pool: a ready pod that waits for its rollout, the claim that hands it one.
+
+A warm pod is a rollout pod started before its rollout exists: same image, resources and security as
+``build_pod``, but its command is a POSIX-shell waiter that watches a Secret volume (``optional``, so the pod
+starts without it). Claiming it is two API calls, as a cold start is: create the claim Secret (the rollout's
+env, files and command as a ``launch.sh``), then patch the pod's labels and annotations (the rollout's, which
+also makes the kubelet sync the pod and so project the Secret at once rather than at its next resync) and
+shorten its ``activeDeadlineSeconds`` to the rollout's deadline. The waiter then copies the files into the
+workspace, runs the command there, and leaves the final answer where the termination message is read.
+No I/O here; ``kube_pool`` does the calls.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from rollwire.orchestrator.runtimes.base import RolloutJob
+from rollwire.orchestrator.runtimes.pod_spec import (
+    DEADLINE_BACKSTOP_S,
+    HARNESS,
+    MANAGED,
+    ROLLOUT_LABEL,
+    RUN_LABEL,
+    WORKSPACE,
+    container_security,
+    label_value,
+    owner_reference,
+    pod_argv,
+    pod_image,
+    pod_security,
+)
+from rollwire.settings import KubernetesSettings
+
+WARM_LABEL = "rollwire.dev/warm"
+"""On every pool pod: ``idle`` until claimed, then ``claimed``."""
+CLAIM_MOUNT = "/rollwire/claim"
+ANSWER = ".rollwire-final-answer"
+"""Workspace-relative termination message file of a warm pod (its rollout's answer path is not known at start)."""
+WAITER = f'until [ -f {CLAIM_MOUNT}/launch.sh ]; do sleep 0.05; done; exec sh {CLAIM_MOUNT}/launch.sh'
+"""A file test on a mounted volume every 50 ms: the pod needs no API access and no tool beyond ``sh``."""
+
+
+def warm_pod_name() -> str:
+    return f"rw-warm-{uuid.uuid4().hex[:12]}"
+
+
+def claim_secret_name(pod: str) -> str:
+    return f"{pod}-claim"
+
+
+def build_warm_pod(
+    name: str, image: str, settings: KubernetesSettings, owner: Mapping[str, Any], deadline_s: float
+) -> dict[str, Any]:
+    """A pool pod for ``image``: it lives at most ``warm_pool_idle_s`` unclaimed plus one rollout's deadline."""
+    resources = {"cpu": settings.cpu, "memory": settings.memory}
+    lifetime = settings.warm_pool_idle_s + max(1, math.ceil(deadline_s)) + DEADLINE_BACKSTOP_S
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": lifetime,
+        "serviceAccountName": settings.service_account,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 5,
+        "securityContext": pod_security(),
+        "volumes": [
+            {"name": "workspace", "emptyDir": {}},
+            {"name": "tmp", "emptyDir": {}},
+            {"name": "claim", "secret": {"secretName": claim_secret_name(name), "optional": True}},
+        ],
+        "containers": [
+            {
+                "name": HARNESS,
+                "image": pod_image(image, settings),
+                "imagePullPolicy": settings.image_pull_policy,
+                "command": ["sh", "-c", WAITER],
+                "workingDir": WORKSPACE,
+                "env": [{"name": "ROLLWIRE_WORKSPACE", "value": WORKSPACE}, {"name": "HOME", "value": WORKSPACE}],
+                "resources": {"requests": dict(resources), "limits": dict(resources)},
+                "volumeMounts": [
+                    {"name": "workspace", "mountPath": WORKSPACE},
+                    {"name": "tmp", "mountPath": "/tmp"},
+                    {"name": "claim", "mountPath": CLAIM_MOUNT, "readOnly": True},
+                ],
+                "terminationMessagePath": f"{WORKSPACE}/{ANSWER}",
+                "terminationMessagePolicy": "File",
+                "securityContext": container_security(),
+            }
+        ],
+    }
+    if settings.node_selector:
+        spec["nodeSelector"] = dict(settings.node_selector)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": settings.namespace,
+            "labels": {**MANAGED, WARM_LABEL: "idle"},
+            "ownerReferences": [owner_reference(owner)],
+        },
+        "spec": spec,
+    }
+
+
+def launch_script(job: RolloutJob) -> str:
+    """What the waiter runs: the files into the workspace, the env, the command; then the answer for the kubelet."""
+    launch = job.launch
+    lines = ["set -e", f"cd {WORKSPACE}"]
+    for index, path in enumerate(sorted(launch.files)):
+        target = shlex.quote(f"{WORKSPACE}/{path}")
+        lines.append(f'mkdir -p "$(dirname {target})" && cp {CLAIM_MOUNT}/file-{index} {target}')
+    lines += [f"export {key}={shlex.quote(value)}" for key, value in sorted(launch.env.items())]
+    lines += [
+        "set +e",
+        shlex.join(pod_argv(launch.argv)),
+        "code=$?",
+        f"[ -f {shlex.quote(launch.final_answer_path)} ] && cp {shlex.quote(launch.final_answer_path)} {ANSWER}",
+        'exit "$code"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def build_claim(job: RolloutJob, pod: str, namespace: str, owner: Mapping[str, Any]) -> dict[str, Any]:
+    """The claim Secret: ``launch.sh`` (env and command) and the files as ``file-<n>``, owned by the run."""
+    files = {f"file-{index}": job.launch.files[path] for index, path in enumerate(sorted(job.launch.files))}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": claim_secret_name(pod),
+            "namespace": namespace,
+            "labels": {**MANAGED, RUN_LABEL: label_value(job.run_id), ROLLOUT_LABEL: label_value(job.rollout_id)},
+            "ownerReferences": [owner_reference(owner)],
+        },
+        "stringData": {"launch.sh": launch_script(job), **files},
+    }
+
+
+def claim_patch(job: RolloutJob, pod_age_s: float) -> dict[str, Any]:
+    """The merge patch that gives the pod its rollout: labels, annotations, the rollout's deadline (only shortened)."""
+    deadline = job.launch.deadline_s if job.launch.deadline_s is not None else job.deadline_s
+    return {
+        "metadata": {
+            "labels": {WARM_LABEL: "claimed", RUN_LABEL: label_value(job.run_id), ROLLOUT_LABEL: label_value(job.rollout_id)},
+            "annotations": {"rollwire.dev/rollout-id": job.rollout_id, "rollwire.dev/run-id": job.run_id},
+        },
+        "spec": {"activeDeadlineSeconds": math.ceil(pod_age_s) + max(1, math.ceil(deadline)) + DEADLINE_BACKSTOP_S},
+    }
+
+
+__all__ = [
+    "ANSWER",
+    "WARM_LABEL",
+    "build_claim",
+    "build_warm_pod",
+    "claim_patch",
+    "claim_secret_name",
+    "launch_script",
+    "warm_pod_name",
+]

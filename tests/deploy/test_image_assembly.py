@@ -1,0 +1,96 @@
+"""CI assembles the stack image without a daemon (``containers/assemble-stack.sh``: mmdebstrap + buildah) and checks
+its config (entrypoint ``rollwire``, uid 10001) and that every command the stack manifests run in it is a working
+CLI command, by running each in the image's root filesystem (chroot as uid 10001; containers cannot run here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollwire.harness_adapters.images import STACK_IMAGE
+from rollwire.orchestrator.manifests import render
+from rollwire.settings import KubernetesSettings
+from tests.deploy.tools import ROOT
+
+SCRIPT = ROOT / "containers" / "assemble-stack.sh"
+TAG = "rollwire:ci"
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # the assembly: minutes (torch and all)
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "assembling a root filesystem needs root (mmdebstrap's root mode and chroot)"
+    missing = [tool for tool in ("mmdebstrap", "buildah", "chroot") if shutil.which(tool) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed (apt-get install mmdebstrap buildah; .ci/run does)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    why = _why_not()
+    if why is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    out = tmp_path_factory.mktemp("image")
+    env = {**os.environ, "PYTHON": sys.executable}
+    result = subprocess.run([str(SCRIPT), str(out), TAG], capture_output=True, text=True, timeout=1500, env=env)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    yield out
+    shutil.rmtree(out, ignore_errors=True)
+
+
+def _config(layout: Path) -> dict[str, Any]:
+    def blob(digest: str) -> dict[str, Any]:
+        algo, _, hexa = digest.partition(":")
+        return dict(json.loads((layout / "blobs" / algo / hexa).read_text()))
+
+    index = json.loads((layout / "index.json").read_text())
+    refs = [m for m in index["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == TAG]
+    assert len(refs) == 1, index
+    return blob(blob(refs[0]["digest"])["config"]["digest"])
+
+
+def _run_in(rootfs: Path, config: dict[str, Any], argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``argv`` in the image's files as its user, with its env (not a container: no namespaces, no limits)."""
+    env = [item for item in config["config"]["Env"]]
+    command = ["chroot", f"--userspec={config['config']['User']}", str(rootfs), "/usr/bin/env", "-i", *env]
+    return subprocess.run([*command, *argv], capture_output=True, text=True, timeout=300)
+
+
+def test_image_config_is_the_cli_as_non_root(image: Path) -> None:
+    config = _config(image / "oci")
+    assert config["config"]["Entrypoint"] == ["rollwire"]
+    assert config["config"]["Cmd"] == ["--help"]
+    assert config["config"]["User"] == "10001:10001"
+    result = _run_in(image / "rootfs", config, [*config["config"]["Entrypoint"], *config["config"]["Cmd"]])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert all(command in result.stdout for command in ("proxy", "mcp", "train", "agent"))
+
+
+def test_every_stack_command_runs_in_the_image(image: Path) -> None:
+    """``rollwire proxy``, ``rollwire mcp gateway``, ``rollwire mcp serve``, ``rollwire train``: each answers --help."""
+    config = _config(image / "oci")
+    commands = []
+    for doc in render(KubernetesSettings()):
+        for container in doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+            if container["image"] == STACK_IMAGE:
+                words = [word for word in container["command"] if not word.startswith("-")]
+                commands.append(words[:3] if words[1] == "mcp" else words[:2])
+    assert sorted(map(tuple, commands)) == [
+        ("rollwire", "mcp", "gateway"), ("rollwire", "mcp", "serve"), ("rollwire", "proxy"), ("rollwire", "train")
+    ]  # fmt: skip
+    for command in commands:
+        result = _run_in(image / "rootfs", config, [*command, "--help"])
+        assert result.returncode == 0, (command, result.stderr[-2000:])
+        assert result.stdout.startswith(f"usage: {' '.join(command)}"), result.stdout[:200]
