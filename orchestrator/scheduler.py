@@ -277,7 +277,10 @@ class Scheduler:
     ) -> bool:
         moved = await self._db(self._book.move, row.id, source, target, **fields)
         if moved:
-            logger.info("rollout %s", target.value, extra={"run_id": row.run_id, "rollout_id": row.id, "task_id": row.task_id})
+            # a finished rollout is the common case, shown by the progress line: its own line only at DEBUG
+            level = logging.DEBUG if target == S.FINISHED else logging.INFO
+            ids = {"run_id": row.run_id, "rollout_id": row.id, "task_id": row.task_id}
+            logger.log(level, "rollout %s", target.value, extra=ids)
         if moved and count:
             if target == S.FINISHED:
                 self.progress.finished += 1
