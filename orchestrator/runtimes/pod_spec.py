@@ -176,9 +176,38 @@ def build_pod(job: RolloutJob, settings: KubernetesSettings, owner: Mapping[str,
             }
         )
     deadline = launch.deadline_s if launch.deadline_s is not None else job.deadline_s
+    metadata = {
+        "name": pod_name(job.rollout_id),
+        "labels": _labels(job),
+        "annotations": {"rollwire.dev/rollout-id": job.rollout_id, "rollwire.dev/run-id": job.run_id},
+    }
+    return rollout_pod(
+        settings, owner, metadata, image=image, command=pod_argv(launch.argv), env=env, volumes=volumes,
+        answer_path=launch.final_answer_path, lifetime_s=max(1, math.ceil(deadline)) + DEADLINE_BACKSTOP_S, init=init,
+    )  # fmt: skip
+
+
+def rollout_pod(
+    settings: KubernetesSettings,
+    owner: Mapping[str, Any],
+    metadata: dict[str, Any],
+    *,
+    image: str,
+    command: list[str],
+    env: list[dict[str, Any]],
+    volumes: list[dict[str, Any]],
+    answer_path: str,
+    lifetime_s: int,
+    mounts: Sequence[dict[str, Any]] = (),
+    init: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    """The Pod every rollout runs in (a cold one or a warm pool's): one harness container with the workspace and
+    /tmp, hardened (no token, non-root, no escalation), fenced by resources and ``lifetime_s``; ``mounts`` are
+    added to the harness container's workspace and /tmp."""
+    resources = {"cpu": settings.cpu, "memory": settings.memory}
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "activeDeadlineSeconds": max(1, math.ceil(deadline)) + DEADLINE_BACKSTOP_S,
+        "activeDeadlineSeconds": lifetime_s,
         "serviceAccountName": settings.service_account,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
@@ -190,36 +219,28 @@ def build_pod(job: RolloutJob, settings: KubernetesSettings, owner: Mapping[str,
                 "name": HARNESS,
                 "image": image,
                 "imagePullPolicy": settings.image_pull_policy,
-                "command": pod_argv(launch.argv),
+                "command": command,
                 "workingDir": WORKSPACE,
                 "env": env,
                 "resources": {"requests": dict(resources), "limits": dict(resources)},
                 "volumeMounts": [
                     {"name": "workspace", "mountPath": WORKSPACE},
                     {"name": "tmp", "mountPath": "/tmp"},
+                    *mounts,
                 ],
-                "terminationMessagePath": f"{WORKSPACE}/{launch.final_answer_path}",
+                "terminationMessagePath": f"{WORKSPACE}/{answer_path}",
                 "terminationMessagePolicy": "File",
                 "securityContext": container_security(),
             }
         ],
     }
     if init:
-        spec["initContainers"] = init
+        spec["initContainers"] = list(init)
     if settings.node_selector:
         spec["nodeSelector"] = dict(settings.node_selector)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": pod_name(job.rollout_id),
-            "namespace": settings.namespace,
-            "labels": _labels(job),
-            "annotations": {"rollwire.dev/rollout-id": job.rollout_id, "rollwire.dev/run-id": job.run_id},
-            "ownerReferences": [owner_reference(owner)],
-        },
-        "spec": spec,
-    }
+    meta = {"name": metadata["name"], "namespace": settings.namespace}
+    meta |= {k: v for k, v in metadata.items() if k != "name"} | {"ownerReferences": [owner_reference(owner)]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
 def _waiting_failure(statuses: list[dict[str, Any]], where: str) -> Ended | None:
@@ -292,6 +313,7 @@ __all__ = [
     "pod_is_running",
     "pod_name",
     "pod_verdict",
+    "rollout_pod",
     "run_configmap",
     "run_configmap_name",
     "secret_name",

@@ -21,17 +21,15 @@ from typing import Any
 from rollwire.orchestrator.runtimes.base import RolloutJob
 from rollwire.orchestrator.runtimes.pod_spec import (
     DEADLINE_BACKSTOP_S,
-    HARNESS,
     MANAGED,
     ROLLOUT_LABEL,
     RUN_LABEL,
     WORKSPACE,
-    container_security,
     label_value,
     owner_reference,
     pod_argv,
     pod_image,
-    pod_security,
+    rollout_pod,
 )
 from rollwire.settings import KubernetesSettings
 
@@ -56,54 +54,19 @@ def build_warm_pod(
     name: str, image: str, settings: KubernetesSettings, owner: Mapping[str, Any], deadline_s: float
 ) -> dict[str, Any]:
     """A pool pod for ``image``: it lives at most ``warm_pool_idle_s`` unclaimed plus one rollout's deadline."""
-    resources = {"cpu": settings.cpu, "memory": settings.memory}
     lifetime = settings.warm_pool_idle_s + max(1, math.ceil(deadline_s)) + DEADLINE_BACKSTOP_S
-    spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "activeDeadlineSeconds": lifetime,
-        "serviceAccountName": settings.service_account,
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": 5,
-        "securityContext": pod_security(),
-        "volumes": [
-            {"name": "workspace", "emptyDir": {}},
-            {"name": "tmp", "emptyDir": {}},
-            {"name": "claim", "secret": {"secretName": claim_secret_name(name), "optional": True}},
-        ],
-        "containers": [
-            {
-                "name": HARNESS,
-                "image": pod_image(image, settings),
-                "imagePullPolicy": settings.image_pull_policy,
-                "command": ["sh", "-c", WAITER],
-                "workingDir": WORKSPACE,
-                "env": [{"name": "ROLLWIRE_WORKSPACE", "value": WORKSPACE}, {"name": "HOME", "value": WORKSPACE}],
-                "resources": {"requests": dict(resources), "limits": dict(resources)},
-                "volumeMounts": [
-                    {"name": "workspace", "mountPath": WORKSPACE},
-                    {"name": "tmp", "mountPath": "/tmp"},
-                    {"name": "claim", "mountPath": CLAIM_MOUNT, "readOnly": True},
-                ],
-                "terminationMessagePath": f"{WORKSPACE}/{ANSWER}",
-                "terminationMessagePolicy": "File",
-                "securityContext": container_security(),
-            }
-        ],
-    }
-    if settings.node_selector:
-        spec["nodeSelector"] = dict(settings.node_selector)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": settings.namespace,
-            "labels": {**MANAGED, WARM_LABEL: "idle"},
-            "ownerReferences": [owner_reference(owner)],
-        },
-        "spec": spec,
-    }
+    volumes = [
+        {"name": "workspace", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {}},
+        {"name": "claim", "secret": {"secretName": claim_secret_name(name), "optional": True}},
+    ]
+    return rollout_pod(
+        settings, owner, {"name": name, "labels": {**MANAGED, WARM_LABEL: "idle"}},
+        image=pod_image(image, settings), command=["sh", "-c", WAITER],
+        env=[{"name": "ROLLWIRE_WORKSPACE", "value": WORKSPACE}, {"name": "HOME", "value": WORKSPACE}],
+        volumes=volumes, mounts=[{"name": "claim", "mountPath": CLAIM_MOUNT, "readOnly": True}],
+        answer_path=ANSWER, lifetime_s=lifetime,
+    )  # fmt: skip
 
 
 def launch_script(job: RolloutJob) -> str:
