@@ -193,16 +193,18 @@ class WarmPool:
                         child.ended.set()
         except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError, anyio.BrokenResourceError, ValueError):
             self._give_up("the fork server exited")
+        finally:  # also when cancelled with its task group (Ctrl-C): a `wait()` on a child must not outlive the reader
+            self._give_up("the warm pool stopped reading the fork server", warn=False)
 
-    def _give_up(self, reason: str) -> None:
+    def _give_up(self, reason: str, *, warn: bool = True) -> None:
         """No more pooled launches; rollouts whose end the server would have reported are lost (retried)."""
-        if self._unavailable is None and self._wrap is None:  # a wrapped server serves one rollout, then ends
+        if warn and self._unavailable is None and self._wrap is None:  # a wrapped server serves one rollout, then ends
             logger.warning("%s; rollouts start as plain subprocesses from now on", reason)
-        self._unavailable = reason
+        self._unavailable = self._unavailable or reason
         if self._reply is not None:
             self._reply[0].set()
         for child in self._children.values():
-            child.lost = reason
+            child.lost = self._unavailable
             child.ended.set()
         self._children.clear()
 

@@ -30,9 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    import anyio
-
     from rollwire.harness_adapters.reference_agent import AgentConfig, run_agent
+    from rollwire.interrupt import run_interruptible
 
     if not args.base_url:
         raise InvalidRequest("no base URL: pass --base-url or set OPENAI_BASE_URL")
@@ -47,7 +46,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         max_tokens=args.max_tokens,
         temperature=args.temperature,
     )
-    result = anyio.run(run_agent, config, args.instruction)
+    result = run_interruptible(run_agent, config, args.instruction)
     answer = result.final_answer or ""
     if args.final_answer is not None:
         args.final_answer.write_text(answer)

@@ -20,7 +20,7 @@ import dataclasses
 import time
 from pathlib import Path
 
-from rollwire.cli.interrupt import stop_on_sigterm
+from rollwire.interrupt import stop_on_sigterm
 from rollwire.settings import Settings
 
 HELP = "run the main job: teacher SFT, then GRPO through the real local stack, evaluation and a report"
@@ -148,6 +148,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         with line.live:
             result = Demo(config, settings, out, line, tracker).run()
+    except KeyboardInterrupt:
+        console.print(f"interrupted: the stack is stopped; what ran so far is in {rich_escape(str(out))}")
+        raise
     finally:
         if tracker is not None:
             tracker.close()

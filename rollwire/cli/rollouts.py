@@ -64,11 +64,11 @@ def _resume_hint(args: argparse.Namespace, run_id: str) -> str:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    import anyio
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from rollwire.cli.stack_args import with_served_model
+    from rollwire.interrupt import run_interruptible
     from rollwire.orchestrator.scheduler import Progress as RunProgress
     from rollwire.orchestrator.suite_run import build_adapter, run_suite, select_tasks
 
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     started = time.monotonic()
     try:
         with bar:
-            result = anyio.run(
+            result = run_interruptible(
                 lambda: run_suite(
                     stack, suite=args.suite, harness=args.harness, group_size=args.group_size, split=args.split,
                     task_ids=tasks, runtime=args.runtime or orch.runtime, concurrency=orch.concurrency if args.concurrency is None else args.concurrency,

@@ -45,8 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    import anyio
-
+    from rollwire.interrupt import run_interruptible
     from rollwire.orchestrator.suite_run import build_adapter, run_suite, select_tasks
 
     if args.deadline is not None and args.deadline <= 0:
@@ -61,7 +60,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         orch = settings.orchestrator.model_copy(update={"keep_workspaces": True})
         settings = settings.model_copy(update={"orchestrator": orch})
     print(f"running {args.harness} on {args.suite}:{args.task} against {stack.proxy_url} ...", flush=True)
-    result = anyio.run(
+    result = run_interruptible(
         lambda: run_suite(
             stack, suite=args.suite, harness=args.harness, task_ids=[args.task], runtime="local", concurrency=1,
             deadline_s=args.deadline, run_name=f"run-harness {args.harness}", harness_options=options,

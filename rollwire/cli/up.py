@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from rollwire.cli.interrupt import stop_on_sigterm
+from rollwire.interrupt import stop_on_sigterm
 from rollwire.settings import Settings
 
 HELP = "start the local stack (engine, env servers, gateway, proxy) for real harnesses; Ctrl-C stops it"

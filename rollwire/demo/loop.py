@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, Protocol
 
-import anyio
-
 from rollwire.errors import InvalidRequest, RollwireError
+from rollwire.interrupt import run_interruptible
 from rollwire.orchestrator.scheduler import Progress
 from rollwire.orchestrator.suite_run import SuiteRunResult, run_suite
 from rollwire.settings import Settings, TrainerSettings
@@ -299,7 +298,7 @@ class Demo:
     ) -> PhaseResult:
         config, started = self.config, time.monotonic()
         self.report(name, Progress())
-        outcome: SuiteRunResult = anyio.run(
+        outcome: SuiteRunResult = run_interruptible(
             lambda: run_suite(
                 info, suite=config.suite, harness=config.harness, group_size=group, split=split, task_ids=task_ids or self._task_ids(split),
                 runtime=config.runtime, concurrency=config.concurrency, deadline_s=config.deadline_s,

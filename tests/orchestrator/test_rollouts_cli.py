@@ -52,6 +52,30 @@ def test_help_teaches() -> None:
         assert flag in done.stdout
 
 
+def stat(pid: int) -> tuple[str, int] | None:
+    """A process's state letter and parent pid, from /proc; None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[1])
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children, ...)."""
+    parents = {int(p.name): info[1] for p in Path("/proc").glob("[0-9]*") if (info := stat(int(p.name))) is not None}
+    found, frontier = [], [pid]
+    while frontier:
+        frontier = [child for child, parent in parents.items() if parent in frontier]
+        found += frontier
+    return found
+
+
+def running(pids: list[int]) -> list[int]:
+    """Those of ``pids`` still running (an ended child not yet reaped by its new parent is a zombie: ended)."""
+    return [pid for pid in pids if (info := stat(pid)) is not None and info[0] not in ("Z", "X")]
+
+
 @pytest.mark.slow
 def test_run_interrupt_and_resume(tmp_path: Path, tiny_model_dir: Path) -> None:
     gates: list[RolloutGate] = []
@@ -86,6 +110,8 @@ def test_run_interrupt_and_resume(tmp_path: Path, tiny_model_dir: Path) -> None:
         try:
             assert gate.held.wait(timeout=300), "no second rollout reached the proxy"
             assert process.poll() is None
+            started = descendants(process.pid)  # the held rollout's harness (and its sandbox, when there is one)
+            assert started, "the run has no child process while a rollout is held"
             process.send_signal(signal.SIGINT)
             _, err = process.communicate(timeout=60)
         finally:
@@ -93,6 +119,8 @@ def test_run_interrupt_and_resume(tmp_path: Path, tiny_model_dir: Path) -> None:
             if process.poll() is None:
                 process.kill()
         assert process.returncode == 130 and "interrupted; resume with:" in err and "--run-id cut" in err
+        assert "Traceback" not in err and "Event loop is closed" not in err
+        assert not running(started), "the interrupted run left processes"
         rows = book.rollouts("cut")
         assert any(row.status == "finished" for row in rows) and not all(row.status == "finished" for row in rows)
         resumed = rollouts(*base, "-G", "3", "--run-id", "cut")

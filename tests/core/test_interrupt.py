@@ -1,0 +1,71 @@
+"""Ctrl-C and `kill` during an event loop: the run is cancelled, its teardown runs to the end, then exit 130."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import anyio
+import pytest
+
+from rollwire.interrupt import run_interruptible
+
+WORK = """
+import signal, sys
+import anyio
+from rollwire.interrupt import run_interruptible, stop_on_sigterm
+
+if sys.argv[1] == "sigterm-handler":
+    stop_on_sigterm()
+
+async def work():
+    try:
+        print("ready", flush=True)
+        await anyio.sleep_forever()
+    finally:
+        with anyio.CancelScope(shield=True):  # a teardown that awaits, like a sandbox's: it must run to its end
+            await anyio.sleep(0.1)
+            print("teardown done", flush=True)
+
+try:
+    run_interruptible(work)
+except KeyboardInterrupt:
+    print("interrupted; handler now", signal.getsignal(signal.SIGINT).__name__, flush=True)
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("handlers", ["default", "sigterm-handler"])
+def test_a_signal_cancels_the_run_and_its_teardown_finishes(signum: int, handlers: str) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-c", WORK, handlers], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "ready\n"  # the loop runs and the receiver is in place
+        process.send_signal(signum)
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    before = "_interrupt" if handlers == "sigterm-handler" else "default_int_handler"
+    assert out.splitlines() == ["teardown done", f"interrupted; handler now {before}"]
+    assert "Traceback" not in err
+
+
+def test_a_result_and_an_error_come_through_as_themselves() -> None:
+    async def value(x: int) -> int:
+        await anyio.sleep(0)
+        return x * 2
+
+    async def fails() -> None:
+        raise ValueError("bad input")
+
+    previous = signal.getsignal(signal.SIGINT)
+    assert run_interruptible(value, 21) == 42
+    with pytest.raises(ValueError, match="bad input"):  # not wrapped in an exception group
+        run_interruptible(fails)
+    assert signal.getsignal(signal.SIGINT) is previous
