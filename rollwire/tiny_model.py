@@ -39,7 +39,7 @@ class TinyModelSpec:
     vocab_size: int = 2048
     hidden_size: int = 96
     intermediate_size: int = 256
-    num_hidden_layers: int = 2
+    num_hidden_layers: int = 3
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
     head_dim: int = 32  # vLLM's CPU attention serves head sizes 32, 64, 80, 96, ... (not 24)

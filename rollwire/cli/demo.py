@@ -42,6 +42,8 @@ RECIPE_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
     "grpo_epochs": ((), "clipped passes over each iteration's batch"),
     "groups_per_step": ((), "task groups per GRPO step, 0: all"),
     "aggregation": ((), "GRPO loss aggregation: sequence-mean or token-mean"),
+    "std_scale": ((), "divide GRPO advantages by the reward std of: group, batch or none"),
+    "clip_high": ((), "PPO clip upper bound is 1 + this"),
     "tasks_per_iteration": ((), "train tasks per GRPO iteration, in turn, 0: all"),
     "train_tasks": ((), "use only the first N train tasks, 0: all"),
     "eval_group": ((), "rollouts per held-out task, before and after RL"),

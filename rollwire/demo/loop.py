@@ -33,20 +33,24 @@ class DemoConfig:
     runtime: str = "local"
     engine: str = "bundled"
     """What serves the model without --upstream: the bundled engine or vLLM's CPU build (``vllm``)."""
-    iterations: int = 30
+    iterations: int = 12
     group_size: int = 8
     teacher_group: int = 1
-    sft_epochs: int = 38
+    sft_epochs: int = 6
     sft_batch: int = 8
     sft_lr: float = 3e-3
-    grpo_lr: float = 1e-3
+    grpo_lr: float = 3e-4
     grpo_epochs: int = 4
     groups_per_step: int = 0
+    """Task groups per GRPO optimizer step (0: the whole iteration in one step)."""
     aggregation: str = "sequence-mean"
     """GRPO loss aggregation: sequence-mean (each rollout counts once) or token-mean."""
+    std_scale: str = "group"
+    """Divide each group's advantages by its reward std (group), the batch's (batch), or not (none)."""
+    clip_high: float = 0.28
+    """PPO clip's upper bound is 1 + clip_high (clip-higher: rare right answers can grow faster)."""
     fresh_optimizer: bool = True
     """Start GRPO with a new AdamW instead of the SFT one (whose moments would shrink GRPO's steps)."""
-    """Task groups per GRPO optimizer step (0: the whole iteration in one step)."""
     eval_group: int = 8
     train_tasks: int = 0
     """Use only the first N train tasks (0: all); a shortened demo."""
@@ -58,7 +62,7 @@ class DemoConfig:
     """Evaluate on only the first N held-out tasks (0: all)."""
     temperature: float = 1.0
     max_tokens: int = 64
-    max_turns: int = 2
+    max_turns: int = 1
     concurrency: int = 8
     deadline_s: float = 120.0
     seed: int = 0
@@ -86,6 +90,10 @@ class DemoConfig:
             raise InvalidRequest("--runtime must be local or kubernetes", param="runtime")
         if self.engine not in ("bundled", "vllm"):
             raise InvalidRequest("--engine must be bundled or vllm", param="engine")
+        if self.std_scale not in ("group", "batch", "none"):
+            raise InvalidRequest("--std-scale must be group, batch or none", param="std_scale")
+        if self.clip_high <= 0:
+            raise InvalidRequest("--clip-high must be above 0", param="clip_high")
         if self.aggregation not in ("sequence-mean", "token-mean"):
             raise InvalidRequest("--aggregation must be sequence-mean or token-mean", param="aggregation")
         if self.upstream and not self.model:
@@ -150,6 +158,7 @@ def trainer_settings(config: DemoConfig, base: TrainerSettings, info: StackInfo)
     return base.model_copy(
         update={"proxy_url": info.proxy_url, "operator_key": info.operator_key, "lr": config.sft_lr,
                 "seed": config.seed, "group_size": config.group_size, "keep_checkpoints": 2,
+                "std_scale": config.std_scale, "clip_high": config.clip_high,
                 "engine_url": "" if on_vllm else info.engine_url or "",
                 "vllm_url": (config.upstream or info.engine_url or "") if on_vllm else ""}
     )  # fmt: skip

@@ -88,7 +88,9 @@ def settings_in_words(c: DemoConfig) -> list[tuple[str, str]]:
                            f"learning rate {c.sft_lr:g}")),
         ("GRPO", (f"{c.iterations} iterations; each: {c.group_size} rollouts of {per_iteration} (in turn), then "
                  f"{c.grpo_epochs} clipped pass(es) with {steps}, learning rate {c.grpo_lr:g}, {c.aggregation} "
-                 f"loss, {'a fresh' if c.fresh_optimizer else 'the SFT'} AdamW")),
+                 f"loss, {'a fresh' if c.fresh_optimizer else 'the SFT'} AdamW; advantages "
+                 f"{'not scaled' if c.std_scale == 'none' else 'divided by the ' + c.std_scale + ' reward std'}, "
+                 f"ratio clipped to [{1 - 0.2:g}, {1 + c.clip_high:g}]")),
         ("evaluation", f"{c.eval_group} rollouts per held-out task, before and after RL, same sampling"),
         ("sampling", (f"temperature {c.temperature:g}, at most {c.max_tokens} tokens per model call and "
                      f"{c.max_turns} model calls per rollout")),

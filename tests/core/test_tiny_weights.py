@@ -24,7 +24,8 @@ def test_shipped_weights_load_only_with_their_key(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = TinyModelSpec()
-    untrained = _weights(tiny_model_dir)
+    tiny_model.build_untrained(spec, tmp_path / "untrained")
+    untrained = _weights(tmp_path / "untrained")
     trained = {k: (v + 0.01).to(torch.float16) for k, v in untrained.items() if k != "lm_head.weight"}
     shipped = tmp_path / "tiny_weights.safetensors"
     monkeypatch.setattr(tiny_model, "_weights_path", lambda: shipped)
@@ -39,3 +40,14 @@ def test_shipped_weights_load_only_with_their_key(
     save_file(trained, str(shipped), metadata={"key": "built-for-another-spec"})
     stale = _weights(ensure_tiny_model(tmp_path / "home-stale", spec))
     assert all(torch.equal(stale[name], untrained[name]) for name in trained)  # random init, not stale weights
+
+
+def test_the_shipped_weights_fit_the_current_spec(tiny_model_dir: Path) -> None:
+    """The committed weights were built for today's spec, corpus and chat template; a change to any of them
+    needs ``python scripts/pretrain_tiny.py`` rerun (otherwise the demo silently falls back to random weights
+    that cannot copy a held-out word)."""
+    spec = TinyModelSpec()
+    state = tiny_model.shipped_weights(spec)
+    assert state is not None, "rollwire/data/tiny_weights.safetensors is missing or stale: run scripts/pretrain_tiny.py"
+    loaded = _weights(tiny_model_dir)  # the default model every test and the demo use
+    assert all(torch.equal(loaded[name], tensor) for name, tensor in state.items())

@@ -19,7 +19,7 @@ def test_three_suites_ship_with_enough_tasks() -> None:
     rich = sum(len(load_suite(n).tasks) for n in ("office", "ops"))
     assert rich >= 50
     tiny = load_suite("tiny")
-    assert len(tiny.split("train")) == 8 and len(tiny.split("held_out")) == 8
+    assert len(tiny.split("train")) == 48 and len(tiny.split("held_out")) == 8
 
 
 def _sample(suite: str) -> list[str]:
