@@ -1,4 +1,5 @@
-"""Run an ASGI app with uvicorn on a background thread (tests, and CLIs that host several servers)."""
+"""Serving an ASGI app with uvicorn: on a socket bound here or inherited from a parent (``--fd``), or on a
+background thread (tests, and CLIs that host several servers)."""
 
 from __future__ import annotations
 
@@ -7,18 +8,52 @@ import threading
 from types import TracebackType
 from typing import Any
 
-import uvicorn
+from rollwire.errors import Conflict, InvalidRequest
+
+
+def listening_socket(host: str, port: int, fd: int | None = None, backlog: int = 2048) -> socket.socket:
+    """The socket a server accepts on: a new one bound to ``host:port``, or one its parent bound (``fd``).
+
+    A parent that picks a free port and lets the child bind it leaves a window in which another process (or
+    another child given the same number) takes the port; handing the child the bound socket leaves none.
+    """
+    if fd is not None:
+        try:
+            sock = socket.socket(fileno=fd)  # family, type and protocol read from the descriptor
+        except OSError as exc:
+            raise InvalidRequest(f"--fd {fd} is not an open socket: {exc.strerror or exc}", param="fd") from None
+        sock.listen(backlog)  # a no-op if the parent already listens; needed if it only bound
+        return sock
+    # IPPROTO_TCP (not 0): asyncio sets TCP_NODELAY only on sockets whose proto says TCP; without it every
+    # keep-alive response waits ~40 ms on delayed ACKs.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise Conflict(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(backlog)
+    return sock
+
+
+def serve(app: Any, sock: socket.socket, log_level: str = "warning", lifespan: str = "on") -> int:
+    """Serve ``app`` with uvicorn on ``sock`` until a signal stops it; 0 if it started, 1 if not."""
+    import uvicorn
+
+    config = uvicorn.Config(app, log_level=log_level, lifespan=lifespan, log_config=None)  # type: ignore[arg-type]
+    server = uvicorn.Server(config)
+    server.run(sockets=[sock])
+    return 0 if server.started else 1
 
 
 class ServerThread:
     """``with ServerThread(app) as server: server.url`` serves ``app`` on 127.0.0.1, an ephemeral port by default."""
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:
-        # IPPROTO_TCP (not 0): asyncio sets TCP_NODELAY only on sockets whose proto says TCP; without it every
-        # keep-alive response waits ~40 ms on delayed ACKs.
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((host, port))
+        import uvicorn
+
+        self._sock = listening_socket(host, port)
         self.host, self.port = self._sock.getsockname()[:2]
         config = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=5, log_config=None)
         self._server = uvicorn.Server(config)
@@ -61,4 +96,4 @@ class ServerThread:
         self.stop()
 
 
-__all__ = ["ServerThread"]
+__all__ = ["ServerThread", "listening_socket", "serve"]

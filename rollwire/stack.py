@@ -27,6 +27,7 @@ from types import TracebackType
 import httpx
 
 from rollwire.errors import InvalidRequest, NotFound, RollwireError
+from rollwire.serving import listening_socket
 from rollwire.settings import Settings
 
 ENGINES = ("bundled", "vllm")
@@ -87,7 +88,8 @@ class StackInfo:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS says is free now (another process may still take it before the child binds it)."""
+    """A port the OS says is free now (another process may still take it before the child binds it: where the
+    child can take a socket, bind with ``listening_socket`` and hand that down instead)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
@@ -169,18 +171,26 @@ class LocalStack:
             from rollwire.tiny_model import ensure_tiny_model
 
             ensure_tiny_model(self.settings.home)  # once here, not raced by the engine process
-        url = {part: f"http://{self.host}:{self.ports.get(part) or free_port(self.host)}" for part in self.PARTS}
+        # Each part's socket is bound here and handed down (--fd): distinct ports, none taken while a part starts.
+        socks = self._bind_parts()
+        url = {part: f"http://{self.host}:{sock.getsockname()[1]}" for part, sock in socks.items()}
         engine_url = self.upstream or url["engine"]
         try:
             if self.upstream is None and self.engine == "vllm":
+                socks.pop("engine").close()  # vLLM binds its own port (the window is its to lose)
                 self._spawn_vllm(url["engine"])
             elif self.upstream is None:
-                self._spawn("engine", url["engine"], ["engine", *self._engine_flags(), *self.engine_args])
-            self._spawn("env", url["env"], ["mcp", "serve", "all", "--state-dir", str(self.state_dir)])
+                argv = ["engine", *self._engine_flags(), *self.engine_args]
+                self._spawn("engine", url["engine"], argv, sock=socks.pop("engine"))
+            self._spawn(
+                "env", url["env"], ["mcp", "serve", "all", "--state-dir", str(self.state_dir)], sock=socks.pop("env")
+            )
             mcp_config = ["--mcp-config", str(self.mcp_config)] if self.mcp_config else []
-            self._spawn("gateway", url["gateway"], ["mcp", "gateway", "--env-url", url["env"], "--db", self.db_url, *mcp_config])
-            proxy = ["proxy", "--upstream", engine_url, "--gateway-url", url["gateway"], "--db", self.db_url]
-            self._spawn("proxy", url["proxy"], [*proxy, f"--operator-key={self.operator_key}", *self.proxy_args])
+            argv = ["mcp", "gateway", "--env-url", url["env"], "--db", self.db_url, *mcp_config]
+            self._spawn("gateway", url["gateway"], argv, sock=socks.pop("gateway"))
+            argv = ["proxy", "--upstream", engine_url, "--gateway-url", url["gateway"], "--db", self.db_url]
+            self._spawn("proxy", url["proxy"], [*argv, f"--operator-key={self.operator_key}", *self.proxy_args],
+                        sock=socks.pop("proxy"))  # fmt: skip
             for child in self._children:
                 self._wait_healthy(child)
             if self.upstream is not None:
@@ -189,6 +199,9 @@ class LocalStack:
         except BaseException:
             self.stop()
             raise
+        finally:
+            for sock in socks.values():  # the ones not handed to a part (an --upstream stack's engine)
+                sock.close()
         self.info = StackInfo(
             proxy_url=url["proxy"],
             gateway_url=url["gateway"],
@@ -223,9 +236,10 @@ class LocalStack:
         """Start one more proxy on the same store and gateway in front of another upstream; returns its URL."""
         if self.info is None:
             raise RollwireError("start the stack before adding a proxy")
-        url = f"http://{self.host}:{free_port(self.host)}"
+        sock = listening_socket(self.host, 0)
+        url = f"http://{self.host}:{sock.getsockname()[1]}"
         argv = ["proxy", "--upstream", upstream, "--gateway-url", self.info.gateway_url, "--db", self.db_url]
-        self._spawn(name, url, [*argv, f"--operator-key={self.operator_key}", *self.proxy_args])
+        self._spawn(name, url, [*argv, f"--operator-key={self.operator_key}", *self.proxy_args], sock=sock)
         self._wait_healthy(self._children[-1])
         return url
 
@@ -246,6 +260,18 @@ class LocalStack:
         self.stop()
 
     # -- parts -----------------------------------------------------------------------------------------------
+
+    def _bind_parts(self) -> dict[str, socket.socket]:
+        """A listening socket per part, on its fixed port or an ephemeral one; none left open if one fails."""
+        socks: dict[str, socket.socket] = {}
+        try:
+            for part in self.PARTS:
+                socks[part] = listening_socket(self.host, self.ports.get(part, 0))
+        except BaseException:
+            for sock in socks.values():
+                sock.close()
+            raise
+        return socks
 
     def _engine_flags(self) -> list[str]:
         flags = []
@@ -284,29 +310,28 @@ class LocalStack:
 
     def _spawn(
         self, name: str, url: str, argv: list[str], command: list[str] | None = None,
-        env: dict[str, str] | None = None, group: bool = False,
+        env: dict[str, str] | None = None, group: bool = False, sock: socket.socket | None = None,
     ) -> None:  # fmt: skip
-        """Start one part; ``command`` replaces the default ``rollwire <argv> --host --port`` line."""
+        """Start one part; ``command`` replaces the default ``rollwire <argv> --host --port [--fd]`` line.
+
+        With ``sock`` the part serves on that socket (inherited as ``--fd``); this process closes its copy.
+        """
         port = url.rsplit(":", 1)[1]
+        fds = (sock.fileno(),) if sock is not None else ()
         command = command or [
-            sys.executable,
-            "-m",
-            "rollwire.cli",
-            "--log-level",
-            "WARNING",
-            "--log-format",
-            self.settings.log_format,
-            *argv,
-            "--host",
-            self.host,
-            "--port",
-            port,
-        ]
+            sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "--log-format", self.settings.log_format,
+            *argv, "--host", self.host, "--port", port, *(["--fd", str(fds[0])] if fds else []),
+        ]  # fmt: skip
         log = self.log_dir / f"{name}.log"
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, env=env or self._child_env(name), start_new_session=group
-            )
+        try:
+            with log.open("wb") as out:
+                process = subprocess.Popen(
+                    command, stdout=out, stderr=subprocess.STDOUT, env=env or self._child_env(name),
+                    start_new_session=group, pass_fds=fds,
+                )  # fmt: skip
+        finally:
+            if sock is not None:
+                sock.close()
         self._children.append(_Child(name, url, process, log, group))
 
     def _wait_healthy(self, child: _Child) -> None:

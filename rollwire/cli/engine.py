@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rollwire.cli.listen_args import add_fd_argument
 from rollwire.errors import InvalidRequest, NotFound
 from rollwire.settings import EngineSettings, Settings
 
@@ -24,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=None, help=fields["max_model_len"].description)
     parser.add_argument("--device", default=None, help=fields["device"].description)
     parser.add_argument("--threads", type=int, default=None, help=f"{fields['threads'].description} (default 1)")
+    add_fd_argument(parser)
 
 
 def _engine_settings(args: argparse.Namespace, settings: Settings) -> EngineSettings:
@@ -62,20 +64,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if engine.threads < 0:
         raise InvalidRequest("--threads must be 0 (torch's default) or more")
     import torch
-    import uvicorn
 
     from rollwire.engine.app import create_app
+    from rollwire.serving import listening_socket, serve
 
     if engine.threads:
         # One thread by default: on a small machine shared with the proxy, harnesses and trainer, more intra-op
         # threads than free cores make every decode step wait on preempted workers (bench/engine.py shows it).
         torch.set_num_threads(engine.threads)
+    sock = listening_socket(engine.host, engine.port, args.fd)
     print(f"rollwire engine: loading, then serving on http://{engine.host}:{engine.port}", flush=True)
-    app = create_app(engine, settings.home)
-    config = uvicorn.Config(app, host=engine.host, port=engine.port, log_level="info", lifespan="on", log_config=None)
-    server = uvicorn.Server(config)
-    server.run()
-    return 0 if server.started else 1
+    return serve(create_app(engine, settings.home), sock, log_level="info")
 
 
 __all__ = ["HELP", "add_arguments", "run"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from rollwire.cli.listen_args import add_fd_argument
 from rollwire.errors import InvalidRequest
 from rollwire.settings import GatewaySettings, McpSettings, Settings
 
@@ -23,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--transport", choices=["http", "stdio"], default="http")
     serve.add_argument("--host", default=None, help=f"{env['host'].description} (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help=f"{env['port'].description} (default 8200)")
+    add_fd_argument(serve)
     serve.add_argument("--state-dir", default=None, help=env["state_dir"].description)
     serve.add_argument("--rollout", default=None, dest="stdio_rollout", help=env["stdio_rollout"].description)
     serve.add_argument("--task", default=None, dest="stdio_task", help=env["stdio_task"].description)
@@ -30,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gateway = sub.add_parser("gateway", help="serve the recording MCP gateway at /r/<token>/mcp")
     gateway.add_argument("--host", default=None, help=f"{gw['host'].description} (default 127.0.0.1)")
     gateway.add_argument("--port", type=int, default=None, help=f"{gw['port'].description} (default 8300)")
+    add_fd_argument(gateway)
     gateway.add_argument("--env-url", default=None, help=gw["env_url"].description)
     gateway.add_argument(
         "--mcp-config", "--upstreams", default=None, dest="upstreams_file", metavar="FILE", help=gw["upstreams_file"].description
@@ -55,10 +58,10 @@ def _check_port(port: int) -> None:
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import anyio
-    import uvicorn
 
     from rollwire.mcp_servers.envs.app import SERVERS, build_app, build_server, runtime
     from rollwire.mcp_servers.tasks.loader import load_suite, task_initial
+    from rollwire.serving import listening_socket, serve
 
     mcp = _pick(settings.mcp, args, ("host", "port", "state_dir", "stdio_rollout", "stdio_task"))
     for suite in mcp.suites:  # task references may name these files (and the shipped suites), nothing else
@@ -71,19 +74,18 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         anyio.run(build_server(names[0], env).run_stdio_async)
         return 0
     _check_port(mcp.port)
+    sock = listening_socket(mcp.host, mcp.port, args.fd)
     app = build_app(names, env, mcp.allowed_hosts, mcp.max_payload_bytes + 64_000, secret=mcp.env_secret)
     base = f"http://{mcp.host}:{mcp.port}"
     # a log line (stderr), so that with --log-format json it is a JSON object like every other line there
     logger.info("env servers: %s  state: %s", ", ".join(f"{base}/{n}/mcp" for n in names), env.store.root)
-    uvicorn.run(app, host=mcp.host, port=mcp.port, log_level="warning", log_config=None)
-    return 0
+    return serve(app, sock, lifespan="auto")
 
 
 def _gateway(args: argparse.Namespace, settings: Settings) -> int:
-    import uvicorn
-
     from rollwire.mcp_servers.gateway.server import build_gateway_app
     from rollwire.mcp_servers.gateway.upstreams import load_upstreams
+    from rollwire.serving import listening_socket, serve
     from rollwire.store.db import open_engine
 
     gw = _pick(
@@ -96,13 +98,13 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
             "to the env servers' ROLLWIRE_MCP__ENV_SECRET"
         )
     extra = load_upstreams(gw.upstreams_file)
+    sock = listening_socket(gw.host, gw.port, args.fd)
     app = build_gateway_app(gw, open_engine(args.db or settings.store_url()), extra)
     logger.info(
         "gateway: http://%s:%s/r/<token>/mcp  (env servers at %s; third-party MCP servers: %s)",
         gw.host, gw.port, gw.env_url, ", ".join(extra) or "none",
     )  # fmt: skip
-    uvicorn.run(app, host=gw.host, port=gw.port, log_level="warning", log_config=None)
-    return 0
+    return serve(app, sock, lifespan="auto")
 
 
 def _suites(args: argparse.Namespace) -> int:

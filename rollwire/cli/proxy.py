@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rollwire.cli.listen_args import add_fd_argument
 from rollwire.errors import InvalidRequest, NotFound
 from rollwire.settings import ProxySettings, Settings
 
@@ -20,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fields = ProxySettings.model_fields
     parser.add_argument("--host", default=None, help=f"{fields['host'].description} (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help=f"{fields['port'].description} (default 8000)")
+    add_fd_argument(parser)
     parser.add_argument("--upstream", default=None, metavar="URL", help=fields["upstream"].description)
     parser.add_argument("--model", default=None, metavar="PATH", help=fields["model"].description)
     parser.add_argument("--gateway-url", default=None, metavar="URL", help=fields["gateway_url"].description)
@@ -90,12 +92,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     store_url = args.db or settings.store_url()
     import secrets
 
-    import uvicorn
-
     from rollwire.proxy.admin import create_rollouts, create_run
     from rollwire.proxy.app import create_app
+    from rollwire.serving import listening_socket, serve
     from rollwire.store import open_engine
 
+    # bound before any run is recorded (a taken port leaves nothing behind) and before the URL is printed
+    sock = listening_socket(proxy.host, proxy.port, args.fd)
     key = proxy.operator_key or secrets.token_urlsafe(24)
     app = create_app(proxy, store_url, settings.home, operator_key=key)
     engine = open_engine(store_url)
@@ -103,24 +106,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     base = f"http://{proxy.host}:{proxy.port}"
     rollout = create_rollouts(engine, run_row.id, {"count": 1}, base, proxy.gateway_url)[0]
     engine.dispose()
-    import socket
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # proto TCP: asyncio sets TCP_NODELAY
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((proxy.host, proxy.port))
-    sock.listen(2048)  # bound before the URL is printed: a client that reads it can connect at once
     print(f"rollwire proxy: serving on {base} in front of {proxy.upstream}", flush=True)
     print(f"  base URL (ad-hoc run {run_row.id}, rollout {rollout['id']}): {rollout['base_url']}", flush=True)
     print(f"  operator key: {key}", flush=True)
     if proxy.workers > 1:
         print(f"  workers: {proxy.workers}", flush=True)
 
-    def serve() -> int:
-        config = uvicorn.Config(app, host=proxy.host, port=proxy.port, log_level="warning", lifespan="on", log_config=None)
-        server = uvicorn.Server(config)
-        server.run(sockets=[sock])
-        return 0 if server.started else 1
-
     from rollwire.cli.workers import run_workers
 
-    return run_workers(serve, proxy.workers)
+    return run_workers(lambda: serve(app, sock), proxy.workers)

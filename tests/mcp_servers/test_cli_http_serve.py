@@ -4,7 +4,6 @@ gateway reaches the env servers for a rollout in its store."""
 from __future__ import annotations
 
 import hashlib
-import socket
 import subprocess
 import sys
 import time
@@ -16,27 +15,24 @@ import anyio
 import httpx
 from mcp import Client
 
+from rollwire.serving import listening_socket
 from rollwire.store import Rollout, RolloutStatus, Run, session_scope
 from rollwire.store.db import open_engine
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
-def _serving(args: list[str], port: int, home: Path) -> Iterator[str]:
+def _serving(args: list[str], home: Path) -> Iterator[str]:
+    """The CLI serving on a socket this test bound and hands down (``--fd``), as ``rollwire up`` does."""
     env = {
         "ROLLWIRE_HOME": str(home),
         "PATH": "/usr/bin:/bin",
         "ROLLWIRE_MCP__ENV_SECRET": "cli-test-env-secret",
         "ROLLWIRE_MCP__GATEWAY__ENV_SECRET": "cli-test-env-secret",
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rollwire.cli", "mcp", *args, "--port", str(port)], env=env, stderr=subprocess.PIPE
-    )
+    with listening_socket("127.0.0.1", 0) as sock:
+        port, fd = sock.getsockname()[1], sock.fileno()
+        argv = [sys.executable, "-m", "rollwire.cli", "mcp", *args, "--port", str(port), "--fd", str(fd)]
+        proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, pass_fds=(fd,))
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -70,11 +66,10 @@ def test_serve_and_gateway_processes(tmp_path: Path) -> None:
                 status=RolloutStatus.RUNNING,
             )
         )
-    env_port, gw_port = _free_port(), _free_port()
-    with _serving(["serve", "all"], env_port, tmp_path) as env_url:
+    with _serving(["serve", "all"], tmp_path) as env_url:
         assert httpx.get(env_url + "/health").json()["servers"] == ["workspace", "sqldb", "calendar", "mail"]
         gw_args = ["gateway", "--env-url", env_url, "--db", store]
-        with _serving(gw_args, gw_port, tmp_path) as gw_url:
+        with _serving(gw_args, tmp_path) as gw_url:
 
             async def call() -> bool:
                 async with Client(f"{gw_url}/r/cli-token/mcp") as client:
