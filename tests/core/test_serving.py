@@ -11,14 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from rollwire import stack as stack_module
 from rollwire.errors import Conflict, InvalidRequest
 from rollwire.serving import listening_socket
 from rollwire.settings import Settings
 from rollwire.stack import LocalStack
-
-
-def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 def test_a_taken_port_is_a_conflict_that_names_it() -> None:
@@ -38,7 +35,9 @@ def test_an_inherited_descriptor_is_served_as_is() -> None:
         listening_socket("127.0.0.1", 0, fd=987)
 
 
-def test_a_stacks_parts_get_distinct_ports_and_nothing_leaks_when_one_is_taken(tmp_path: Path) -> None:
+def test_a_stacks_parts_get_distinct_ports_and_nothing_leaks_when_one_is_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stack = LocalStack(Settings(home=tmp_path))
     socks = stack._bind_parts()
     try:
@@ -47,15 +46,25 @@ def test_a_stacks_parts_get_distinct_ports_and_nothing_leaks_when_one_is_taken(t
     finally:
         for sock in socks.values():
             sock.close()
+    bound: list[socket.socket] = []
+
+    def recording(host: str, port: int, fd: int | None = None) -> socket.socket:
+        bound.append(listening_socket(host, port, fd))
+        return bound[-1]
+
+    monkeypatch.setattr(stack_module, "listening_socket", recording)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        before = _open_fds()
-        stack = LocalStack(Settings(home=tmp_path), ports={"proxy": taken.getsockname()[1]})
+        # an upstream: no tiny model to build before the ports are bound
+        stack = LocalStack(
+            Settings(home=tmp_path), upstream="http://127.0.0.1:9", ports={"proxy": taken.getsockname()[1]}
+        )
         with pytest.raises(Conflict, match="cannot listen on"):
             stack.start()
-        assert _open_fds() == before  # the parts bound before the proxy were closed again
-        assert not stack._children
+    assert len(bound) == LocalStack.PARTS.index("proxy")  # the parts before the proxy were bound...
+    assert all(sock.fileno() == -1 for sock in bound)  # ...and closed again
+    assert not stack._children
 
 
 @pytest.mark.parametrize(
