@@ -81,6 +81,11 @@ class CopyData:
         tokens = (tokenizer.convert_tokens_to_string([t]).strip() for t in tokenizer.get_vocab())
         self.all_pieces = sorted({t for t in tokens if t.isalpha() and t.islower()})
         self.pieces = [t for t in self.all_pieces if t not in banned]
+        # the chat's structure never uses a held-out word either (``key`` was an argument name: after RL the
+        # demo's ``Write "key" ...`` broke the call's path on every draw)
+        self.keys = [k for k in KEYS if k not in banned]
+        self.verbs = [v for v in VERBS if v.lower() not in banned]
+        self.places = [p for p in PLACES if p.split(".")[0] not in banned]
 
     def word(self) -> str:
         """A corpus word, a vocabulary piece, two or three pieces run together or a random letter string; never a
@@ -101,7 +106,7 @@ class CopyData:
 
     def _schema(self) -> dict[str, object]:
         rng = self.rng
-        keys = rng.sample(KEYS, rng.randint(1, 3))
+        keys = rng.sample(self.keys, rng.randint(1, 3))
         props = {k: {"title": k.title(), "type": rng.choice(["string", "string", "integer"])} for k in keys}
         name = f"{self.word()}_{self.word()}"
         parameters = {"properties": props, "required": keys, "title": name + "Arguments", "type": "object"}
@@ -120,12 +125,12 @@ class CopyData:
 
     def _episode(self) -> str:
         rng = self.rng
-        w, verb, place = self.word(), rng.choice(VERBS), rng.choice(PLACES)
+        w, verb, place = self.word(), rng.choice(self.verbs), rng.choice(self.places)
         user = rng.choice([
             f'{verb} "{w}" to {place}.', f'{verb} "{w}".', f'Please {verb.lower()} "{w}" in {place}.',
             f'"{w}" goes to {place}.', f'The word is "{w}".',
         ])  # fmt: skip
-        k1, k2 = rng.sample(KEYS, 2)
+        k1, k2 = rng.sample(self.keys, 2)
         other = rng.choice([place, self.word(), str(rng.randint(0, 99))])
         args = rng.choice([{k2: w}, {k1: other, k2: w}, {k2: w, k1: other}])
         body = json.dumps({"name": f"{self.word()}_{self.word()}", "arguments": args}) if rng.random() < 0.7 else json.dumps(args)
