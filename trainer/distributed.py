@@ -8,6 +8,7 @@ so the averaged gradients equal one process training on the whole batch.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -152,8 +153,19 @@ def reduce_stats(stats: dict[str, float], ctx: DistContext) -> dict[str, float]:
 
 
 def shutdown(ctx: DistContext) -> None:
+    """Leave the process group while the interpreter is still whole.
+
+    A gloo worker thread drops its last reference to a collective's tensors just after the caller's
+    ``wait()`` returns; if that lands in interpreter finalization, the thread cannot take the GIL, is
+    ended inside a destructor and the process aborts (``terminate called without an active
+    exception``) after its work is done. So every rank finishes its collectives (barrier), the group is
+    destroyed, and garbage still holding distributed tensors (FSDP's reference cycles) is collected now.
+    Call it after the model and optimizer are out of scope.
+    """
     if ctx.active and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
+    gc.collect()
 
 
 __all__ = [

@@ -11,22 +11,33 @@ from pathlib import Path
 
 import torch
 
+from rollwire.trainer.distributed import DistContext
+
 
 def main() -> None:
-    from transformers import AutoModelForCausalLM
-
-    from rollwire.trainer.distributed import full_state_dict, init_distributed, shutdown, wrap_model
-    from rollwire.trainer.grpo import GRPOConfig, grpo_step, prepare_grpo
-    from rollwire.trajectory import Trajectory
+    from rollwire.trainer.distributed import init_distributed, shutdown
 
     model_dir, trajectories, out, strategy = sys.argv[1:5]
     ctx = init_distributed("cpu", strategy)
+    try:
+        step(ctx, Path(model_dir), Path(trajectories), Path(out))
+    finally:
+        shutdown(ctx)  # the model and optimizer are out of scope by now, as shutdown asks
+
+
+def step(ctx: DistContext, model_dir: Path, trajectories: Path, out: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from rollwire.trainer.distributed import full_state_dict, wrap_model
+    from rollwire.trainer.grpo import GRPOConfig, grpo_step, prepare_grpo
+    from rollwire.trajectory import Trajectory
+
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     model = wrap_model(model, ctx)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)  # linear in the gradient: compares gradients exactly
     groups: dict[str, list[Trajectory]] = {}
-    for line in Path(trajectories).read_text().splitlines():
+    for line in trajectories.read_text().splitlines():
         t = Trajectory.from_dict(json.loads(line))
         groups.setdefault(t.group_id or "", []).append(t)
     config = GRPOConfig(micro_batch_tokens=24, clip_low=0.2, clip_high=0.2, max_grad_norm=0.5)
@@ -35,8 +46,6 @@ def main() -> None:
     weights = full_state_dict(model, ctx)
     if ctx.is_main:
         torch.save({"weights": weights, "metrics": metrics}, out)
-    shutdown(ctx)
-
 
 if __name__ == "__main__":
     main()

@@ -18,9 +18,10 @@ SCRIPT = Path(__file__).with_name("ddp_step.py")
 
 
 def _run(argv: list[str]) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # faulthandler: a rank that crashes prints every thread's Python stack into the failure message
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
     done = subprocess.run(argv, capture_output=True, text=True, timeout=240, env=env)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-6000:]
 
 
 @pytest.mark.slow
