@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,6 +61,15 @@ def qwen_tokenizer_files() -> Path:
             pytest.fail(f"shared Qwen tokenizer not found at {folder}")
         pytest.skip(f"shared Qwen tokenizer not found at {folder}; set {SHARED_ENV}")
     return folder
+
+
+@pytest.fixture()
+def refusing_port() -> Iterator[int]:
+    """A loopback port bound for the test and never listened on: every connection is refused, and no other
+    process can take the port while the test runs (a number picked and released could be reused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield int(sock.getsockname()[1])
 
 
 @pytest.fixture()

@@ -37,12 +37,6 @@ def silent_port() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
-def _dead_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _stack(tmp_path: Path, port: int) -> StackInfo:
     url = f"http://127.0.0.1:{port}"
     return StackInfo(url, url, url, None, "key", f"sqlite:///{tmp_path / 'store.db'}", str(tmp_path / "state"), "m")
@@ -56,8 +50,8 @@ def test_a_harness_hanging_on_its_model_is_stopped_at_the_deadline(tmp_path: Pat
 
 
 @needs_module("agents", "openai-agents")
-def test_a_harness_that_cannot_reach_its_endpoints_fails_with_its_stderr(tmp_path: Path) -> None:
-    row = run_one_task(_stack(tmp_path, _dead_port()), "openai-agents", tmp_path / "ws", deadline_s=60)
+def test_a_harness_that_cannot_reach_its_endpoints_fails_with_its_stderr(tmp_path: Path, refusing_port: int) -> None:
+    row = run_one_task(_stack(tmp_path, refusing_port), "openai-agents", tmp_path / "ws", deadline_s=60)
     assert row.status == "failed" and row.exit_code == 1, (row.status, row.log_tail)
     assert "openai-agents runner: " in (row.log_tail or "") and "status 1" in (row.error or "")
 
@@ -166,9 +160,11 @@ def test_mini_swe_agent_on_a_python_without_it_fails_saying_how_to_fix(tmp_path:
     assert f"mini-swe-agent is not installed for {sys.executable}" in said and MINI_SWE_PYTHON_ENV in said, said
 
 
-def test_mini_swe_agent_that_cannot_reach_its_model_fails_with_its_stderr(tmp_path: Path, mini_swe_python: str) -> None:
+def test_mini_swe_agent_that_cannot_reach_its_model_fails_with_its_stderr(
+    tmp_path: Path, mini_swe_python: str, refusing_port: int
+) -> None:
     row = run_one_task(
-        _stack(tmp_path, _dead_port()), "mini-swe-agent", tmp_path / "ws", deadline_s=60, python=mini_swe_python
+        _stack(tmp_path, refusing_port), "mini-swe-agent", tmp_path / "ws", deadline_s=60, python=mini_swe_python
     )
     assert row.status == "failed" and row.exit_code == 1, (row.status, row.log_tail)
     assert "mini-swe-agent runner: " in (row.log_tail or "") and "status 1" in (row.error or "")

@@ -3,7 +3,6 @@ is down gives 502 and one that times out 504, each with a message."""
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -118,14 +117,8 @@ def test_bearer_token_on_plain_v1_works(proxy: Proxy, served_model: str) -> None
     assert client.chat.completions.create(model=served_model, messages=GOOD["messages"], max_tokens=2).choices
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def test_upstream_down_is_502(start_proxy: Callable[..., Proxy]) -> None:
-    proxy = start_proxy(f"http://127.0.0.1:{_free_port()}")
+def test_upstream_down_is_502(start_proxy: Callable[..., Proxy], refusing_port: int) -> None:
+    proxy = start_proxy(f"http://127.0.0.1:{refusing_port}")
     rollout = proxy.new_rollout()
     response = httpx.post(f"{rollout['base_url']}/chat/completions", json={**GOOD, "model": "m"}, timeout=30)
     assert response.status_code == 502 and "upstream" in response.json()["error"]["message"]

@@ -14,23 +14,23 @@ from pathlib import Path
 import httpx
 
 from rollwire.reconstruct import reconstruct
+from rollwire.serving import listening_socket
 from rollwire.store import open_engine
 
 N = 4
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _start(engine_url: str, db: str, model: Path, port: int) -> tuple[subprocess.Popen[str], str]:
+def _start(engine_url: str, db: str, model: Path, listener: socket.socket) -> tuple[subprocess.Popen[str], str]:
+    """A proxy serving on the test's listening socket: the restarted one gets the same port, and no other
+    process can take it between the kill and the restart."""
+    port = listener.getsockname()[1]
     cmd = [
         sys.executable,
         "-m",
         "rollwire.cli",
         "proxy",
+        "--fd",
+        str(listener.fileno()),
         "--port",
         str(port),
         "--upstream",
@@ -42,7 +42,9 @@ def _start(engine_url: str, db: str, model: Path, port: int) -> tuple[subprocess
         "--operator-key",
         "k",
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ})
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ}, pass_fds=[listener.fileno()]
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         found = re.search(r"(http://\S+/r/\S+/v1)", line)
@@ -51,7 +53,7 @@ def _start(engine_url: str, db: str, model: Path, port: int) -> tuple[subprocess
             break
     else:
         raise AssertionError(f"proxy exited before printing a base URL (rc {proc.wait()})")
-    # the socket is bound and listening before the URL is printed, so the first request just queues
+    # the socket listens before the proxy starts, so the first request just queues
     assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=60).status_code == 200
     return proc, base
 
@@ -60,8 +62,8 @@ def test_sigkill_loses_no_answered_call(
     engine_url: str, served_model: str, tiny_model_dir: Path, any_store_url: str
 ) -> None:
     db = any_store_url
-    port = _port()
-    proc, base = _start(engine_url, db, tiny_model_dir, port)
+    listener = listening_socket("127.0.0.1", 0)
+    proc, base = _start(engine_url, db, tiny_model_dir, listener)
     messages = [{"role": "user", "content": "count"}]
     try:
         with httpx.Client(base_url=base, timeout=60) as client:
@@ -78,7 +80,7 @@ def test_sigkill_loses_no_answered_call(
             proc.stdout.close()
     rollout_id = re.search(r"/r/(\S+)/v1", base)
     assert rollout_id
-    proc2, _ = _start(engine_url, db, tiny_model_dir, port)
+    proc2, _ = _start(engine_url, db, tiny_model_dir, listener)
     try:
         with httpx.Client(base_url=base, timeout=60) as client:  # the old token still works after the restart
             answer = client.post(
@@ -90,6 +92,7 @@ def test_sigkill_loses_no_answered_call(
         proc2.wait(10)
         if proc2.stdout:
             proc2.stdout.close()
+        listener.close()
     engine = open_engine(db)
     from rollwire.proxy.auth import hash_token
     from sqlmodel import Session, select

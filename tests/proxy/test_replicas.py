@@ -9,7 +9,6 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -20,6 +19,7 @@ import httpx
 import openai
 from sqlmodel import select
 
+from rollwire.serving import listening_socket
 from rollwire.store import decode_ids, open_engine, session_scope
 from rollwire.store.schema import ModelCall
 from tests.proxy.conftest import Proxy
@@ -102,17 +102,16 @@ def test_without_a_shared_store_check_round_robin_is_not_exact(
     assert calls == TURNS and exact < TURNS
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_cli_workers_splice_exactly(engine_url: str, served_model: str, tiny_model_dir: Path, store_url: str) -> None:
-    port = _port()
-    argv = [sys.executable, "-m", "rollwire.cli", "proxy", "--port", str(port), "--upstream", engine_url]
-    argv += ["--db", store_url, "--model", str(tiny_model_dir), "--operator-key", "k", "--workers", "2"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ})
+    listener = listening_socket("127.0.0.1", 0)  # handed down: no window in which another process takes the port
+    port = listener.getsockname()[1]
+    argv = [sys.executable, "-m", "rollwire.cli", "proxy", "--fd", str(listener.fileno()), "--port", str(port)]
+    argv += ["--upstream", engine_url, "--db", store_url, "--model", str(tiny_model_dir), "--operator-key", "k"]
+    argv += ["--workers", "2"]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ}, pass_fds=[listener.fileno()]
+    )
+    listener.close()  # the proxy holds it now
     assert proc.stdout is not None
     try:
         for line in proc.stdout:
