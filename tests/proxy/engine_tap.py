@@ -1,11 +1,20 @@
 """EngineTap: an ASGI wrapper around the engine that keeps, independently of the proxy, each completion's
 request and answer body, so tests can compare recorded trajectories with what the engine really saw and sampled.
-A streamed answer is kept folded into the non-streamed body's shape (ids and logprobs concatenated per choice)."""
+A streamed answer is kept folded into the non-streamed body's shape (ids and logprobs concatenated per choice).
+A test can also hold each answer's end back (``hold_ends``) to see what reached its client before the engine finished,
+without racing the engine."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import threading
+from collections.abc import Iterator
 from typing import Any
+
+HOLD_LIMIT_S = 30.0
+"""How long an end is held at most: a proxy that sent nothing before the end fails its test, it does not hang it."""
 
 
 def fold_stream(sse: str) -> dict[str, Any]:
@@ -33,6 +42,19 @@ class EngineTap:
     def __init__(self, app: Any) -> None:
         self.app = app
         self.calls: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        self._release: threading.Event | None = None
+
+    @contextlib.contextmanager
+    def holding_ends(self) -> Iterator[threading.Event]:
+        """Inside, each completion's last message (a stream's ``[DONE]``) waits, unsent and unrecorded, until the
+        yielded event is set (or ``HOLD_LIMIT_S`` passes); leaving lets every end through again."""
+        release = threading.Event()
+        self._release = release
+        try:
+            yield release
+        finally:
+            release.set()
+            self._release = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["path"] != "/v1/completions":
@@ -59,6 +81,8 @@ class EngineTap:
                 # answers its client on [DONE] without waiting for the engine's closing empty message.
                 done = b"data: [DONE]" in response if streamed else False
                 if done or not message.get("more_body"):
+                    if (release := self._release) is not None:
+                        await asyncio.to_thread(release.wait, HOLD_LIMIT_S)
                     answer = fold_stream(response.decode()) if streamed else json.loads(response)
                     self.calls.append((body, answer))
                     recorded = True
