@@ -188,6 +188,9 @@ class StreamEnd:
     """Every choice is committed; ``generation`` is complete (usage, call ids)."""
 
     generation: Generation
+    body_text: str | None = None
+    """The whole answer in the dialect's JSON, as recorded: a non-streamed client is sent exactly this (None in a
+    replay, which only streams)."""
 
 
 @dataclass(frozen=True, slots=True)

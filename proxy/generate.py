@@ -62,11 +62,6 @@ def sampling_record(sampling: Sampling) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
-def json_text(data: Any) -> str:
-    """Compact JSON, as responses are sent and calls are stored (serialized once for both)."""
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-
-
 @dataclass(frozen=True, slots=True)
 class RequestBody:
     """The client's request: parsed, and the JSON text stored with its calls (the body as sent, when it is)."""
@@ -282,4 +277,4 @@ class Generator:
         return PriorCall(0, request_keys, tools_key, answer.key(), plan.prompt_ids, choice.sampled_ids, segment, False)
 
 
-__all__ = ["Generator", "Prepared", "RequestBody", "Served", "json_text"]
+__all__ = ["Generator", "Prepared", "RequestBody", "Served"]

@@ -31,10 +31,11 @@ from rollwire.proxy.conversation import (
     TokenLogprobs,
 )
 from rollwire.proxy.dialects.base import Dialect
-from rollwire.proxy.generate import Generator, Prepared, RequestBody, json_text
+from rollwire.proxy.generate import Generator, Prepared, RequestBody
 from rollwire.proxy.upstream import ChoiceChunk, Sampled, chunks, open_stream
 from rollwire.proxy.upstream_http import Response
 
+from rollwire.compact_json import json_text
 from rollwire.errors import RollwireError, UpstreamError
 from rollwire.metrics import add_upstream_time
 
@@ -152,15 +153,16 @@ class LiveGeneration:
             raise UpstreamError("the upstream's stream ended before any token")
         generation, tails = self._finished()
         body = self.dialect.response_body(generation)
+        text = json_text(body)
         with anyio.CancelScope(shield=True):  # a client leaving now must not half-record the answer
             self.recorded = True
             ids = await self.generator.record(
-                self.caller, self.conv, self.dialect, self.request, body, json_text(body), self.prepared, generation
+                self.caller, self.conv, self.dialect, self.request, body, text, self.prepared, generation
             )
         generation.call_ids.extend(ids)
         for c, tail, choice in zip(generation.choices, tails, self.choices):
             yield ChoiceEnd(c, tuple(tail), self._logprobs(choice))
-        yield StreamEnd(generation)
+        yield StreamEnd(generation, text)
 
     def _finished(self, finish_reason: str | None = None) -> tuple[Generation, list[Any]]:
         assert self.generation is not None
@@ -200,7 +202,7 @@ async def generate_whole(
     """A non-streamed answer's body text, generated over the same streamed path: when ``client_left`` returns
     (the client hung up) the generation stops and what was sampled is recorded as partial. None then."""
     events = await open_live(generator, caller, conv, dialect, request, deltas=False)
-    finished: Generation | None = None
+    finished: str | None = None
     failure: Exception | None = None
     async with anyio.create_task_group() as group:
 
@@ -215,13 +217,13 @@ async def generate_whole(
                     if isinstance(event, StreamFailure):
                         failure = event.error
                     elif isinstance(event, StreamEnd):
-                        finished = event.generation
+                        finished = event.body_text
         except Exception as exc:  # raised below: from inside the group it would come out as an ExceptionGroup
             failure = exc
         group.cancel_scope.cancel()
     if failure is not None:
         raise failure
-    return json_text(dialect.response_body(finished)) if finished is not None else None
+    return finished
 
 
 async def open_live(

@@ -30,6 +30,7 @@ from sqlmodel import col
 from rollwire.errors import InvalidRequest
 from rollwire.store import ModelCall, decode_ids, session_scope
 from rollwire.store.direct import DirectQuery
+from rollwire.store.reads import reads_in_place
 
 RequestParser = Callable[[dict[str, Any]], Conversation]
 AnswerParser = Callable[[dict[str, Any], int], Message]
@@ -129,7 +130,7 @@ class PriorCache:
         self.engine = engine
         self.dialects = dialects
         self.shared = shared
-        self.inline = engine.dialect.name == "sqlite"
+        self.inline = reads_in_place(engine)
         """SQLite (WAL): readers never wait for the writer, so the ids query runs on the event loop."""
         self._direct: tuple[DirectQuery, Any] | None = None
         self.max_rollouts = rollouts
@@ -144,20 +145,25 @@ class PriorCache:
 
     async def priors(self, rollout_id: str) -> list[PriorCall]:
         known = self._known.get(rollout_id)
-        if known is None:
+        if known is None and not self.inline:
             found = await anyio.to_thread.run_sync(self._read, rollout_id, None)
-        elif self.shared:
-            if self.inline:  # a local read of ~20 us: far cheaper than the hop to a thread
-                ids = self._ids_inline(rollout_id)
-            else:
-                ids = await anyio.to_thread.run_sync(complete_ids, self.engine, rollout_id)
-            missing = [i for i in ids if i not in known.seen]
+        elif known is None or self.shared:
+            # the ids first (on SQLite a local read of ~20 us, far cheaper than the hop to a thread): a new
+            # rollout has none, and a held one only reads the calls another process wrote
+            ids = await self._ids(rollout_id)
+            seen = known.seen if known is not None else set()
+            missing = [i for i in ids if i not in seen]
             found = await anyio.to_thread.run_sync(self._read, rollout_id, missing) if missing else []
-            self.refreshed += len(found)
+            self.refreshed += len(found) if known is not None else 0
         else:
             found = []
         known = self.remember(rollout_id, found, create=True)
         return list(known.priors)
+
+    async def _ids(self, rollout_id: str) -> list[int]:
+        if self.inline:
+            return self._ids_inline(rollout_id)
+        return await anyio.to_thread.run_sync(complete_ids, self.engine, rollout_id)
 
     def _ids_inline(self, rollout_id: str) -> list[int]:
         """``complete_ids`` on the driver's own connection (SQLite: a SELECT opens no transaction, so each

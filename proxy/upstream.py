@@ -4,14 +4,16 @@ keep-alive client in ``upstream_http``); transport errors become ``UpstreamError
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from rollwire.proxy.conversation import Sampling
 from rollwire.proxy.upstream_http import TRANSPORT_ERRORS, Pool, Response, Timeouts
 
+from rollwire.compact_json import json_bytes
 from rollwire.errors import InvalidRequest, NotFound, RollwireError, UpstreamError, UpstreamTimeout
 
 
@@ -65,7 +67,7 @@ def completion_body(model: str, prompt: list[int], sampling: Sampling, stop_ids:
 
 def _raise_for(status: int, data: bytes) -> None:
     try:
-        message = str(json.loads(data)["error"]["message"])
+        message = str(orjson.loads(data)["error"]["message"])
     except (ValueError, KeyError, TypeError):
         message = data[:300].decode(errors="replace")
     if status == 404:
@@ -77,8 +79,8 @@ def _raise_for(status: int, data: bytes) -> None:
 
 def _choice(c: dict[str, Any]) -> tuple[list[int], list[float], dict[str, Any]]:
     lp = c.get("logprobs") or {}
-    logprobs = [float(x) if x is not None else 0.0 for x in lp.get("token_logprobs") or []]
-    ids = [int(t) for t in c.get("token_ids") or []]
+    logprobs = [float(x) if x is not None else 0.0 for x in lp.get("token_logprobs") or ()]
+    ids = [int(t) for t in c.get("token_ids") or ()]
     if len(logprobs) != len(ids):
         raise UpstreamError("upstream logprobs do not align with its token ids")
     return ids, logprobs, lp
@@ -159,14 +161,10 @@ def _failure(exc: BaseException, base_url: str) -> RollwireError:
     return UpstreamError(f"cannot reach the upstream at {base_url}: {exc.__class__.__name__}")
 
 
-def _body(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, separators=(",", ":")).encode()
-
-
 async def exchange(client: Pool, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, bytes]:
     """One whole exchange: (status, body bytes)."""
     try:
-        response = await client.request(method, path, _body(body) if body is not None else None)
+        response = await client.request(method, path, json_bytes(body) if body is not None else None)
         return response.status_code, await response.read()
     except (TimeoutError, *TRANSPORT_ERRORS) as exc:
         raise _failure(exc, client.base_url) from None
@@ -175,7 +173,7 @@ async def exchange(client: Pool, method: str, path: str, body: dict[str, Any] | 
 async def open_stream(client: Pool, body: dict[str, Any]) -> Response:
     """Send a streamed completion and wait for its status; the caller reads ``chunks`` and closes the response."""
     try:
-        response = await client.request("POST", "/v1/completions", _body({**body, "stream": True}))
+        response = await client.request("POST", "/v1/completions", json_bytes({**body, "stream": True}))
     except (TimeoutError, *TRANSPORT_ERRORS) as exc:
         raise _failure(exc, client.base_url) from None
     if response.status_code != 200:
@@ -191,17 +189,17 @@ async def chunks(response: Response, base_url: str) -> AsyncIterator[Chunk]:
     """The engine's server-sent events as chunks, up to ``[DONE]``."""
     try:
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
-            yield _whole(_parse(json.loads(await response.read())))
+            yield _whole(_parse(orjson.loads(await response.read())))
             return
         done = False
         async for line in response.iter_lines():
-            if done or not line.startswith("data:"):
+            if done or not line.startswith(b"data:"):
                 continue  # after [DONE], read to the body's end: the connection then goes back to the pool
             payload = line[5:].strip()
-            if payload == "[DONE]":
+            if payload == b"[DONE]":
                 done = True
                 continue
-            yield _chunk(json.loads(payload))
+            yield _chunk(orjson.loads(payload))
     except (TimeoutError, *TRANSPORT_ERRORS) as exc:
         raise _failure(exc, base_url) from None
     except (ValueError, KeyError, TypeError) as exc:

@@ -106,16 +106,16 @@ class Response:
         finally:
             self.close()
 
-    async def iter_lines(self) -> AsyncIterator[str]:
-        """The body's lines (without line ends) as they arrive."""
+    async def iter_lines(self) -> AsyncIterator[bytes]:
+        """The body's lines (without line ends) as they arrive, undecoded (a JSON parser reads bytes)."""
         pending = b""
         async for data in self._chunks():
             pending += data
             *lines, pending = pending.split(b"\n")
             for line in lines:
-                yield line.rstrip(b"\r").decode()
+                yield line.rstrip(b"\r")
         if pending:
-            yield pending.decode()
+            yield pending
 
     def close(self) -> None:
         """Give the connection back if the answer was read to its end, else drop it (the upstream sees the close)."""

@@ -13,7 +13,7 @@ from rollwire.proxy.conversation import Conversation
 from rollwire.proxy.dialects.messages import MessagesDialect, parse_messages
 from rollwire.proxy.dialects.responses import ResponsesDialect
 from rollwire.proxy.dialects.responses_history import expand_previous
-from rollwire.proxy.generate import RequestBody, json_text
+from rollwire.proxy.generate import RequestBody
 from rollwire.proxy.live import generate_whole, open_live
 from rollwire.proxy.sse import SSE_HEADERS
 from rollwire.proxy.upstream_http import DEADLINE
@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from rollwire.compact_json import json_text
 from rollwire.errors import Forbidden, RollwireError, Unauthorized, UpstreamTimeout
 
 logger = logging.getLogger(__name__)

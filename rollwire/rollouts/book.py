@@ -69,7 +69,7 @@ def guard_active(conn: Connection, rollout_id: str) -> None:
     rows = query.rows(conn.connection.dbapi_connection, rollout_id=rollout_id)  # in this transaction
     if not rows:
         raise Forbidden(f"no rollout {rollout_id}: nothing is recorded for it")
-    status = RolloutStatus[rows[0][0]]  # stored as the member's name (``STATUS_TYPE``)
+    status = rows[0][0]  # the member, converted from its stored name (``STATUS_TYPE``)
     if status not in TOKEN_WORKS:
         raise Forbidden(f"rollout {rollout_id} is {status.value}: nothing more is recorded for it")
 

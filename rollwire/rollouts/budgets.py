@@ -13,13 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio.to_thread
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Engine
 from sqlmodel import col
 
 from rollwire.errors import Forbidden, InvalidRequest, RollwireError, StoreError, TooManyRequests
 from rollwire.rollouts.tokens import Identity
 from rollwire.store.db import session_scope
+from rollwire.store.direct import DirectQuery
+from rollwire.store.reads import point_read
 from rollwire.store.schema import ModelCall, Refusal, ToolEvent
 
 LIMITS: dict[str, type] = {
@@ -58,17 +60,25 @@ class Usage:
     in_flight: int = 0
 
 
-def _load_usage(engine: Engine, rollout_id: str) -> Usage:
-    with session_scope(engine) as session:
-        conn = session.connection()
-        calls, sampled = conn.execute(
-            select(
-                func.count(ModelCall.id).filter(col(ModelCall.choice_index) == 0),
-                func.coalesce(func.sum(func.length(ModelCall.completion_ids)), 0),
-            ).where(col(ModelCall.rollout_id) == rollout_id)
-        ).one()
-        tools = conn.execute(select(func.count()).where(col(ToolEvent.rollout_id) == rollout_id)).scalar()
-    return Usage(int(calls or 0), int(sampled or 0) // 4, int(tools or 0))  # ids are 4-byte int32 (codec)
+_MODEL_USE = select(
+    func.count(ModelCall.id).filter(col(ModelCall.choice_index) == 0),
+    func.coalesce(func.sum(func.length(ModelCall.completion_ids)), 0),
+).where(col(ModelCall.rollout_id) == bindparam("rollout_id"))
+_TOOL_USE = select(func.count()).where(col(ToolEvent.rollout_id) == bindparam("rollout_id"))
+
+
+class _UsageQuery:
+    """What a rollout has used so far, from the store (built once per engine, run on the driver's cursor)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._model = DirectQuery(_MODEL_USE, engine.dialect)
+        self._tools = DirectQuery(_TOOL_USE, engine.dialect)
+
+    def __call__(self, rollout_id: str) -> Usage:
+        calls, sampled = self._model.run(self._engine, rollout_id=rollout_id)[0]
+        ((tools,),) = self._tools.run(self._engine, rollout_id=rollout_id)
+        return Usage(int(calls or 0), int(sampled or 0) // 4, int(tools or 0))  # ids are 4-byte int32 (codec)
 
 
 def record_refusal(engine: Engine, rollout_id: str, source: str, kind: str, target: str, reason: str) -> None:
@@ -96,6 +106,7 @@ class Budgets:
         self._engine = engine
         self._source = source
         self._usage: dict[str, Usage] = {}
+        self._load_usage = _UsageQuery(engine)
         self._locks: dict[str, asyncio.Lock] = {}
         self.refused: list[Callable[[str], None]] = []
         """Called with the budget's kind after each refusal is recorded (metrics)."""
@@ -107,7 +118,7 @@ class Budgets:
             async with lock:
                 found = self._usage.get(rollout_id)
                 if found is None:
-                    found = await anyio.to_thread.run_sync(_load_usage, self._engine, rollout_id)
+                    found = await point_read(self._engine, self._load_usage, rollout_id)
                     self._usage[rollout_id] = found
             self._locks.pop(rollout_id, None)
             self._prune()

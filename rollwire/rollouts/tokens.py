@@ -14,13 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio.to_thread
+from sqlalchemy import bindparam
 from sqlalchemy.engine import Engine
-from sqlmodel import select
+from sqlmodel import col, select
 
 from rollwire.errors import Forbidden, Unauthorized
 from rollwire.rollouts.states import TOKEN_WORKS
-from rollwire.store.db import session_scope
+from rollwire.store.direct import DirectQuery
+from rollwire.store.reads import point_read
 from rollwire.store.schema import Rollout, RolloutStatus
 
 PREFIX = "rw-"
@@ -54,8 +55,16 @@ class Identity:
     budgets: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, row: Rollout) -> Identity:
-        return cls(row.id, row.run_id, RolloutStatus(row.status), row.task_id, dict(row.meta or {}), dict(row.budgets or {}))
+    def of(cls, row: tuple[Any, ...]) -> Identity:
+        """From a ``_BY_HASH`` row."""
+        rollout_id, run_id, status, task_id, meta, budgets = row
+        return cls(rollout_id, run_id, status, task_id, dict(meta or {}), dict(budgets or {}))
+
+
+_BY_HASH = select(
+    Rollout.id, Rollout.run_id, Rollout.status, Rollout.task_id, Rollout.meta, Rollout.budgets
+).where(col(Rollout.token_hash) == bindparam("token_hash"))
+"""Built once and run on the driver's cursor (``DirectQuery``): every new rollout's first call looks it up."""
 
 
 def check_active(identity: Identity) -> Identity:
@@ -87,24 +96,24 @@ class TokenIndex:
         self._engine = engine
         self._ttl_s = ttl_s
         self._cache: dict[str, tuple[float, Identity]] = {}
+        self._by_hash = DirectQuery(_BY_HASH, engine.dialect)
         with _INDEXES_LOCK:
             _INDEXES.add(self)
 
     def lookup(self, token: str) -> Identity | None:
-        """The token's rollout from the store (no cache; call off the event loop)."""
-        with session_scope(self._engine) as session:
-            row = session.exec(select(Rollout).where(Rollout.token_hash == hash_token(token))).first()
-            return Identity.of(row) if row is not None else None
+        """The token's rollout from the store (no cache)."""
+        rows = self._by_hash.run(self._engine, token_hash=hash_token(token))
+        return Identity.of(rows[0]) if rows else None
 
     async def resolve(self, token: str | None) -> Identity:
-        """The active rollout of ``token``: cached, else looked up off the event loop."""
+        """The active rollout of ``token``: cached, else looked up (``point_read``)."""
         if not token:
             raise Unauthorized("missing rollout token: use /r/<token>/... or an Authorization: Bearer header")
         digest = hash_token(token)
         hit = self._cache.get(digest)
         if hit is not None and time.monotonic() - hit[0] < self._ttl_s:
             return check_active(hit[1])
-        found = await anyio.to_thread.run_sync(self.lookup, token)
+        found = await point_read(self._engine, self.lookup, token)
         if found is None:
             self._cache.pop(digest, None)
             raise Unauthorized("unknown rollout token")

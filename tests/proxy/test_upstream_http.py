@@ -98,7 +98,7 @@ def test_chunked_lines_split_across_chunks() -> None:
         response = await pool.request("POST", "/x", b"{}")
         got = [line async for line in response.iter_lines()]
         response.close()
-        assert [line for line in got if line] == ["data: one", "data: two", "data: [DONE]"]
+        assert [line for line in got if line] == [b"data: one", b"data: two", b"data: [DONE]"]
 
     asyncio.run(_serve(chunked, lines))
 

@@ -1,0 +1,31 @@
+"""Compact JSON out, as the services send and store it (no spaces, UTF-8 text rather than ``\\u`` escapes).
+
+orjson writes it several times faster than the standard library, which matters for token ids and logprobs
+(every upstream request carries the prompt's ids; every answer and stored call carries its sampled ones).
+It refuses what the standard library writes: integers past 64 bits (a client's JSON schema may hold one).
+Those bodies fall back to ``json``, so both write the same text for every input the other accepts, except
+that orjson writes ``NaN`` and infinities as ``null`` (valid JSON; the standard library's are not).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+
+def json_bytes(data: Any) -> bytes:
+    """``data`` as compact UTF-8 JSON."""
+    try:
+        return orjson.dumps(data)
+    except TypeError:
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def json_text(data: Any) -> str:
+    """``data`` as compact JSON text (what is stored, and sent as a response body)."""
+    return json_bytes(data).decode()
+
+
+__all__ = ["json_bytes", "json_text"]
