@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollwire.compact_json import json_text
 from rollwire.errors import RollwireError
 
 
@@ -117,7 +118,8 @@ class Conversation:
         return {} if self.reasoning is None else {"enable_thinking": self.reasoning}
 
     def tools_key(self) -> str:
-        return json.dumps(list(self.tools), sort_keys=True)
+        """The tool definitions in canonical JSON: equal keys, equal tools (however a harness ordered them)."""
+        return json_text(list(self.tools), sort_keys=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,17 +15,17 @@ from typing import Any
 import orjson
 
 
-def json_bytes(data: Any) -> bytes:
-    """``data`` as compact UTF-8 JSON."""
+def json_bytes(data: Any, sort_keys: bool = False) -> bytes:
+    """``data`` as compact UTF-8 JSON; ``sort_keys`` for a canonical form (a key to compare by)."""
     try:
-        return orjson.dumps(data)
+        return orjson.dumps(data, option=orjson.OPT_SORT_KEYS if sort_keys else None)
     except TypeError:
-        return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys).encode()
 
 
-def json_text(data: Any) -> str:
+def json_text(data: Any, sort_keys: bool = False) -> str:
     """``data`` as compact JSON text (what is stored, and sent as a response body)."""
-    return json_bytes(data).decode()
+    return json_bytes(data, sort_keys).decode()
 
 
 __all__ = ["json_bytes", "json_text"]

@@ -15,6 +15,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from sqlmodel import Session, create_engine
 
+from rollwire.compact_json import json_text
 from rollwire.errors import StoreError
 from rollwire.store import schema  # noqa: F401  (registers the tables)
 from rollwire.store.versions import prepare
@@ -43,7 +44,7 @@ def open_engine(url: str) -> Engine:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 10}
     try:
-        engine = create_engine(url, **kwargs)
+        engine = create_engine(url, json_serializer=json_text, **kwargs)  # JSON columns, written compactly
         if url.startswith("sqlite"):
             event.listen(engine, "connect", _sqlite_pragmas)
         _prepare(engine, redact(url))
