@@ -5,6 +5,9 @@ Loading and rendering are CPU work, so the async wrappers run them off the event
 
 from __future__ import annotations
 
+import threading
+from array import array
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,9 @@ from rollwire.errors import InvalidRequest
 
 END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>")
 """End-of-turn tokens of common chat templates; the tokenizer's eos is always one too."""
+
+RENDERED_CACHE_TOKENS = 1_000_000
+"""Most token ids ``encode_rendered`` keeps (4 bytes each), least recently used dropped first."""
 
 
 class Renderer:
@@ -30,6 +36,9 @@ class Renderer:
         names = [t for t in END_OF_TURN if t in vocab] or [tokenizer.eos_token]
         self.end_text: str = names[0]
         self._backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+        self._rendered: OrderedDict[str, array[int]] = OrderedDict()
+        self._rendered_tokens = 0
+        self._rendered_lock = threading.Lock()  # big plans are made on worker threads
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> Renderer:
@@ -48,6 +57,27 @@ class Renderer:
         except (TemplateError, TypeError, ValueError, KeyError) as exc:  # raise_exception, bad message shapes
             raise InvalidRequest(f"the chat template cannot render these messages: {exc}".splitlines()[0]) from None
         return str(text)
+
+    def encode_rendered(self, text: str) -> list[int]:
+        """``encode`` of a whole rendered prompt, remembered by its text (exact: the same text, the same ids).
+
+        Every rollout of a group starts from the same prompt (GRPO samples each task several times) and a
+        retried rollout repeats its own; encoding is ~0.6 us a token (a harness's system prompt and tools run
+        to thousands), a lookup is a hash of the text. Tails are never remembered: each is new text.
+        """
+        with self._rendered_lock:
+            hit = self._rendered.get(text)
+            if hit is not None:
+                self._rendered.move_to_end(text)
+                return hit.tolist()
+        ids = self.encode(text)
+        with self._rendered_lock:
+            if text not in self._rendered:
+                self._rendered[text] = array("i", ids)
+                self._rendered_tokens += len(ids)
+            while self._rendered_tokens > RENDERED_CACHE_TOKENS and self._rendered:
+                self._rendered_tokens -= len(self._rendered.popitem(last=False)[1])
+        return ids
 
     def encode(self, text: str) -> list[int]:
         if self._backend is not None:  # the Rust tokenizer itself: the same ids without the wrapper's ~45 us

@@ -29,6 +29,10 @@ class TemplateOps(Protocol):
 
     def encode(self, text: str) -> list[int]: ...
 
+    def encode_rendered(self, text: str) -> list[int]:
+        """``encode`` for a whole rendered prompt (one that may well come again, and may be remembered)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class PriorCall:
@@ -135,7 +139,7 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 def _rendered(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, prefill: str, policy: str) -> Plan:
     messages = [m.to_template() for m in conv.messages]
-    prompt = ops.encode(ops.render(messages, list(conv.tools), True, **conv.template_kwargs()) + prefill)
+    prompt = ops.encode_rendered(ops.render(messages, list(conv.tools), True, **conv.template_kwargs()) + prefill)
     if not priors:
         return Plan(prompt, 0, None, 0)
     heads = [p for p in priors if not p.continued]

@@ -107,3 +107,23 @@ def test_tools_change_and_branches(renderer: Renderer) -> None:
     )
     assert branch.segment_index == 1 and branch.segment_break is not None and "branches" in branch.segment_break
     assert branch.reused_prefix_len == len(prior.prompt_ids) + len(prior.sampled_ids)
+
+
+def test_a_rendered_prompt_is_remembered_exactly_and_within_its_bound(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group's rollouts start from one prompt: its ids come from memory, equal to a fresh encode; the memory
+    drops the least recently used prompts past its token bound."""
+    from rollwire.proxy import render
+
+    renderer = Renderer.from_folder(tiny_model_dir)
+    texts = [renderer.render([{"role": "user", "content": f"task {i}: copy {'x' * i}"}], [], True) for i in range(4)]
+    fresh = [renderer.encode(t) for t in texts]
+    monkeypatch.setattr(render, "RENDERED_CACHE_TOKENS", sum(len(ids) for ids in fresh[1:]))
+    assert [renderer.encode_rendered(t) for t in texts] == fresh
+    assert renderer.encode_rendered(texts[3]) == fresh[3]
+    assert list(renderer._rendered) == texts[1:]  # the first, least recently used, went over the bound
+    assert renderer._rendered_tokens == sum(len(ids) for ids in fresh[1:])
+    remembered = renderer.encode_rendered(texts[2])
+    remembered.append(-1)  # a caller's list is its own: the remembered ids stay as they were
+    assert renderer.encode_rendered(texts[2]) == fresh[2]
