@@ -122,9 +122,9 @@ class LiveGeneration:
             failure = RollwireError(f"internal error: {exc.__class__.__name__}")
             raise
         finally:  # also on cancellation (client left): nothing below may be interrupted
-            with anyio.CancelScope(shield=True):
-                self.response.close()  # mid-answer: drops the connection, so the engine stops
-                if not self.recorded:
+            self.response.close()  # mid-answer: drops the connection, so the engine stops
+            if not self.recorded:
+                with anyio.CancelScope(shield=True):
                     await self._record_unfinished(failure)
         if failure is not None:
             yield StreamFailure(failure)
