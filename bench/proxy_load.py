@@ -38,15 +38,26 @@ class Conn:
         self.writer: asyncio.StreamWriter | None = None
 
     async def post(self, path: str, body: bytes) -> bytes:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        assert self.reader is not None
         head = (
             f"POST {path} HTTP/1.1\r\nhost: {self.host}\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\n{self.extra}\r\n"
-        )
-        self.writer.write(head.encode() + body)
-        raw = await self.reader.readuntil(b"\r\n\r\n")
+        ).encode()
+        reused = self.writer is not None
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        self.writer.write(head + body)
+        try:
+            raw = await self.reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError as exc:
+            if not reused or exc.partial:
+                raise
+            # the server closed a kept-alive connection before reading this request (as HTTP clients do: resend
+            # once on a new connection); seen with LiteLLM at concurrency 16
+            self.writer.close()
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+            self.writer.write(head + body)
+            raw = await self.reader.readuntil(b"\r\n\r\n")
         status = raw[9:12]
         lower = raw.lower()
         if b"transfer-encoding: chunked" in lower:
