@@ -11,10 +11,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -137,11 +139,33 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
+def _start_time(pid: int) -> str | None:
+    """When ``pid`` started (clock ticks since boot): with the pid, names one process even if the pid is reused."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _still_running(stack: dict[int, str | None], timeout: float) -> list[int]:
+    """The stack's processes still running after ``timeout``: waits on each one's pidfd, which becomes readable
+    when it exits (a process just killed takes a moment to; a grandchild is not ours to wait for)."""
+    deadline = time.monotonic() + timeout
+    left = []
+    for pid, started in stack.items():
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        try:
+            if started is None or _start_time(pid) != started:
+                continue  # gone, and the pid already names another process
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                left.append(pid)
+        finally:
+            os.close(fd)
+    return left
 
 
 @pytest.mark.slow
@@ -162,12 +186,12 @@ def test_sigterm_stops_the_demo_and_its_whole_stack(tmp_path: Path) -> None:
                     break
             else:
                 raise AssertionError(f"the demo ended before its stack was up: {''.join(seen)[-2000:]}")
-            stack = _descendants(process.pid)
+            stack = {pid: _start_time(pid) for pid in _descendants(process.pid)}
             assert len(stack) >= 4, stack  # engine, env servers, gateway, proxy (and their helpers)
             process.send_signal(signal.SIGTERM)
             rest, _ = process.communicate(timeout=120)
             assert process.returncode == 130, rest[-2000:]
-            left = {pid for pid in stack if _alive(pid)}
+            left = _still_running(stack, timeout=30)
             assert not left, [Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ")[:120] for p in left]
         finally:
             with contextlib.suppress(ProcessLookupError):
