@@ -79,7 +79,7 @@ class _Choice:
 
 
 class LiveGeneration:
-    """``events()`` once; opened by ``open_live`` after the upstream accepted the request."""
+    """``events()`` once; made by ``start_live`` after the upstream accepted the request."""
 
     def __init__(
         self,
@@ -242,23 +242,11 @@ async def start_live(
     request: RequestBody,
     deltas: bool = True,
 ) -> LiveGeneration:
-    """Plan the prompt and open the upstream stream (errors so far are ordinary HTTP errors)."""
+    """Plan the prompt and open the upstream stream (errors so far are ordinary HTTP errors); ``events()`` follow."""
     prepared = await generator.prepare(caller, conv)
     sent = time.perf_counter()
     response = await open_stream(generator.client, prepared.body)
     return LiveGeneration(generator, caller, conv, dialect, request, prepared, response, deltas, sent)
 
 
-async def open_live(
-    generator: Generator,
-    caller: Caller,
-    conv: Conversation,
-    dialect: Dialect,
-    request: RequestBody,
-    deltas: bool = True,
-) -> AsyncIterator[StreamEvent]:
-    """``start_live``; the events follow."""
-    return (await start_live(generator, caller, conv, dialect, request, deltas)).events()
-
-
-__all__ = ["ABORTED", "LiveGeneration", "generate_whole", "open_live", "start_live"]
+__all__ = ["ABORTED", "LiveGeneration", "generate_whole", "start_live"]

@@ -14,7 +14,7 @@ from rollwire.proxy.dialects.messages import MessagesDialect, parse_messages
 from rollwire.proxy.dialects.responses import ResponsesDialect
 from rollwire.proxy.dialects.responses_history import expand_previous
 from rollwire.proxy.generate import RequestBody
-from rollwire.proxy.live import generate_whole, open_live
+from rollwire.proxy.live import generate_whole, start_live
 from rollwire.proxy.sse import SSE_HEADERS
 from rollwire.proxy.upstream_http import DEADLINE
 from starlette.requests import Request
@@ -75,7 +75,7 @@ async def answer_response(
             if not conv.stream:
                 body = await generate_whole(state.generator, caller, conv, dialect, request, lambda: _client_left(http))
                 return Response(body or b"", status_code=200 if body is not None else 499, media_type="application/json")
-            events = await open_live(state.generator, caller, conv, dialect, request)
+            events = (await start_live(state.generator, caller, conv, dialect, request)).events()
         except UpstreamTimeout as exc:
             if "call_deadline_s" not in caller.budgets:
                 raise
