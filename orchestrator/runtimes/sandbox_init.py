@@ -95,8 +95,14 @@ def main(spec: dict[str, Any]) -> int:
         except OSError as exc:
             print(f"cannot start {argv[0]!r}: {exc.strerror or exc}", file=sys.stderr)
         os._exit(127)
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:  # the harness already exited (and was reaped): its status is what we report
+            pass
+
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # pass a stop on to the harness, then report it
-        signal.signal(sig, lambda signum, _frame: os.kill(pid, signum))
+        signal.signal(sig, forward)
     for server, path in servers:
         threading.Thread(target=_serve, args=(server, path), daemon=True).start()
     while True:
