@@ -117,9 +117,21 @@ class Conversation:
         """Extra variables for the chat template (what vLLM's ``chat_template_kwargs`` carries)."""
         return {} if self.reasoning is None else {"enable_thinking": self.reasoning}
 
+    _keys: tuple[tuple[Any, ...], ...] | None = field(default=None, init=False, repr=False, compare=False)
+    _tools_key: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    def message_keys(self) -> tuple[tuple[Any, ...], ...]:
+        """``Message.key()`` of every message, worked out once: a request is matched against its rollout's
+        earlier calls, sized, and recorded, and each step compares the same keys."""
+        if self._keys is None:
+            object.__setattr__(self, "_keys", tuple(m.key() for m in self.messages))
+        return self._keys  # type: ignore[return-value]
+
     def tools_key(self) -> str:
         """The tool definitions in canonical JSON: equal keys, equal tools (however a harness ordered them)."""
-        return json_text(list(self.tools), sort_keys=True)
+        if self._tools_key is None:
+            object.__setattr__(self, "_tools_key", json_text(list(self.tools), sort_keys=True))
+        return self._tools_key  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, slots=True)

@@ -219,7 +219,7 @@ class Generator:
         """One committed ModelCall row per choice; the session's in-memory priors learn the complete ones."""
         started, plan = prepared.started, prepared.plan
         ended = now_ns()
-        request_keys = tuple(m.key() for m in conv.messages)
+        request_keys = conv.message_keys()
         tools_key = conv.tools_key()
         rows: list[dict[str, Any]] = []
         learnt: list[PriorCall | None] = []

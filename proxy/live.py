@@ -140,22 +140,24 @@ class LiveGeneration:
 
     async def _stream(self) -> AsyncGenerator[StreamEvent, None]:
         plan = self.prepared.plan
-        async for chunk in chunks(self.response, self.generator.settings.upstream):
-            if self.generation is None:
-                self.generation = self.generator.new_generation(self.conv, len(plan.prompt_ids), chunk.weight_version)
-                yield StreamStart(self.generation)
-            for part in chunk.choices:
-                if part.prompt_ids is not None and part.prompt_ids != plan.prompt_ids:
-                    raise UpstreamError("the upstream reports a different prompt than the proxy sent")
-                if not 0 <= part.index < len(self.choices):
-                    raise UpstreamError(f"the upstream streamed choice {part.index} of {len(self.choices)}")
-                choice = self.choices[part.index]
-                choice.add(part)
-                if not self.deltas:
-                    choice.answer.ids.extend(part.token_ids)
-                    continue
-                for channel, text in choice.answer.feed(part.token_ids):
-                    yield TextDelta(part.index, channel, text, self._logprobs(choice))
+        async for batch in chunks(self.response, self.generator.settings.upstream):
+            for chunk in batch:
+                if self.generation is None:
+                    version = chunk.weight_version
+                    self.generation = self.generator.new_generation(self.conv, len(plan.prompt_ids), version)
+                    yield StreamStart(self.generation)
+                for part in chunk.choices:
+                    if part.prompt_ids is not None and part.prompt_ids != plan.prompt_ids:
+                        raise UpstreamError("the upstream reports a different prompt than the proxy sent")
+                    if not 0 <= part.index < len(self.choices):
+                        raise UpstreamError(f"the upstream streamed choice {part.index} of {len(self.choices)}")
+                    choice = self.choices[part.index]
+                    choice.add(part)
+                    if not self.deltas:
+                        choice.answer.ids.extend(part.token_ids)
+                        continue
+                    for channel, text in choice.answer.feed(part.token_ids):
+                        yield TextDelta(part.index, channel, text, self._logprobs(choice))
         if self.sent is not None:
             add_upstream_time(time.perf_counter() - self.sent)
         if self.generation is None:

@@ -45,7 +45,7 @@ def _prior(row: ModelCall, parse: RequestParser, answer: AnswerParser) -> PriorC
         return None
     return PriorCall(
         call_id=int(row.id or 0),
-        request_keys=tuple(m.key() for m in conv.messages),
+        request_keys=conv.message_keys(),
         tools_key=conv.tools_key(),
         answer_key=message.key(),
         prompt_ids=decode_ids(row.prompt_ids),
@@ -99,7 +99,10 @@ class Known:
                 self.priors.append(replace(prior, call_id=call_id))
                 self.tokens += len(prior.prompt_ids) + len(prior.sampled_ids)
         self.priors.sort(key=lambda p: p.call_id)
-        self.priors = [replace(p, continued=self.last[p.segment_index] != p.call_id) for p in self.priors]
+        self.priors = [
+            p if p.continued == (self.last[p.segment_index] != p.call_id) else replace(p, continued=not p.continued)
+            for p in self.priors
+        ]  # only the calls whose flag changed are copied (a long rollout holds many, and learns one per call)
 
 
 Found = list[tuple[int, int, PriorCall | None]]

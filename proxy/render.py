@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from array import array
 from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ class Renderer:
         names = [t for t in END_OF_TURN if t in vocab] or [tokenizer.eos_token]
         self.end_text: str = names[0]
         self._backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
-        self._rendered: OrderedDict[str, array[int]] = OrderedDict()
+        self._rendered: OrderedDict[Hashable, array[int]] = OrderedDict()
         self._rendered_tokens = 0
         self._rendered_lock = threading.Lock()  # big plans are made on worker threads
 
@@ -58,22 +59,24 @@ class Renderer:
             raise InvalidRequest(f"the chat template cannot render these messages: {exc}".splitlines()[0]) from None
         return str(text)
 
-    def encode_rendered(self, text: str) -> list[int]:
-        """``encode`` of a whole rendered prompt, remembered by its text (exact: the same text, the same ids).
+    def encode_rendered(self, key: Hashable, render: Callable[[], str]) -> list[int]:
+        """The ids of a whole rendered prompt, remembered by a ``key`` that decides its text (exact: the same key,
+        the same text, the same ids); ``render`` makes the text on a miss.
 
         Every rollout of a group starts from the same prompt (GRPO samples each task several times) and a
-        retried rollout repeats its own; encoding is ~0.6 us a token (a harness's system prompt and tools run
-        to thousands), a lookup is a hash of the text. Tails are never remembered: each is new text.
+        retried rollout repeats its own; rendering a harness's system prompt and tools costs ~0.1 ms and encoding
+        them ~0.6 us a token (they run to thousands), a lookup one hash of the key. Tails are never remembered:
+        each is new text.
         """
         with self._rendered_lock:
-            hit = self._rendered.get(text)
+            hit = self._rendered.get(key)
             if hit is not None:
-                self._rendered.move_to_end(text)
+                self._rendered.move_to_end(key)
                 return hit.tolist()
-        ids = self.encode(text)
+        ids = self.encode(render())
         with self._rendered_lock:
-            if text not in self._rendered:
-                self._rendered[text] = array("i", ids)
+            if key not in self._rendered:
+                self._rendered[key] = array("i", ids)
                 self._rendered_tokens += len(ids)
             while self._rendered_tokens > RENDERED_CACHE_TOKENS and self._rendered:
                 self._rendered_tokens -= len(self._rendered.popitem(last=False)[1])

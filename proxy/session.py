@@ -3,15 +3,20 @@
 The prompt is the earlier call's prompt ids + its sampled ids + only the newly rendered tail, so what the
 engine sees (and what training uses) is never a re-tokenization of sampled text. When the history was
 rewritten, or under the ``render`` policy when the template's re-render differs, the call starts a new
-segment and says why. Pure: the template operations come in as an object.
+segment and says why. Pure but for today's date (a template may print it): the template operations come in
+as an object.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rollwire.proxy.conversation import Conversation
+
+from rollwire.compact_json import json_text
 
 POLICIES = ("splice", "render")
 
@@ -29,8 +34,9 @@ class TemplateOps(Protocol):
 
     def encode(self, text: str) -> list[int]: ...
 
-    def encode_rendered(self, text: str) -> list[int]:
-        """``encode`` for a whole rendered prompt (one that may well come again, and may be remembered)."""
+    def encode_rendered(self, key: Hashable, render: Callable[[], str]) -> list[int]:
+        """``encode(render())`` for a whole prompt (one that may well come again, and may be remembered by ``key``,
+        which decides the text ``render`` makes)."""
         ...
 
 
@@ -61,11 +67,11 @@ class Plan:
 
 
 def _extends(conv: Conversation, prior: PriorCall) -> bool:
-    keys = [m.key() for m in conv.messages]
+    keys = conv.message_keys()
     k = len(prior.request_keys)
     return (
         len(keys) > k
-        and tuple(keys[:k]) == prior.request_keys
+        and keys[:k] == prior.request_keys
         and keys[k] == prior.answer_key
         and conv.tools_key() == prior.tools_key
     )
@@ -73,7 +79,7 @@ def _extends(conv: Conversation, prior: PriorCall) -> bool:
 
 def _why_not(conv: Conversation, prior: PriorCall) -> str:
     """A readable reason why ``conv`` does not continue ``prior``."""
-    keys = [m.key() for m in conv.messages]
+    keys = conv.message_keys()
     k = len(prior.request_keys)
     if conv.tools_key() != prior.tools_key:
         return f"tools changed since call {prior.call_id}"
@@ -137,9 +143,21 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
+def whole_prompt(conv: Conversation, ops: TemplateOps, prefill: str) -> list[int]:
+    """The ids of ``conv`` rendered whole (with ``prefill`` after the generation prompt)."""
+
+    def render() -> str:
+        messages = [m.to_template() for m in conv.messages]
+        return ops.render(messages, list(conv.tools), True, **conv.template_kwargs()) + prefill
+
+    # what the text depends on: every field of every message, the tools as sent (templates keep their order),
+    # the template's switches, and the date (templates may print today's: ``strftime_now``)
+    key = (conv.messages, json_text(list(conv.tools)), conv.reasoning, prefill, time.strftime("%Y-%m-%d"))
+    return ops.encode_rendered(key, render)
+
+
 def _rendered(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, prefill: str, policy: str) -> Plan:
-    messages = [m.to_template() for m in conv.messages]
-    prompt = ops.encode_rendered(ops.render(messages, list(conv.tools), True, **conv.template_kwargs()) + prefill)
+    prompt = whole_prompt(conv, ops, prefill)
     if not priors:
         return Plan(prompt, 0, None, 0)
     heads = [p for p in priors if not p.continued]
@@ -180,4 +198,4 @@ def plan_prompt(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, p
     )
 
 
-__all__ = ["MARKER", "POLICIES", "Plan", "PriorCall", "TemplateOps", "encode_work", "plan_prompt", "tail_text"]
+__all__ = ["MARKER", "POLICIES", "Plan", "PriorCall", "TemplateOps", "encode_work", "plan_prompt", "tail_text", "whole_prompt"]

@@ -103,9 +103,10 @@ def _parse(data: dict[str, Any]) -> UpstreamResult:
     return UpstreamResult([int(t) for t in prompt_ids], out, _version(data))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChoiceChunk:
-    """What one streamed chunk adds to one choice."""
+    """What one streamed chunk adds to one choice (not frozen: made once per sampled token, and a frozen
+    dataclass's ``__init__`` costs several times a plain one's)."""
 
     index: int
     token_ids: list[int]
@@ -117,7 +118,7 @@ class ChoiceChunk:
     """Only on a choice's first chunk (vLLM's place for them)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Chunk:
     choices: list[ChoiceChunk]
     weight_version: int | None
@@ -185,21 +186,33 @@ async def open_stream(client: Pool, body: dict[str, Any]) -> Response:
     return response
 
 
-async def chunks(response: Response, base_url: str) -> AsyncIterator[Chunk]:
-    """The engine's server-sent events as chunks, up to ``[DONE]``."""
+async def chunks(response: Response, base_url: str) -> AsyncIterator[list[Chunk]]:
+    """The engine's server-sent events as chunks, up to ``[DONE]``: each batch holds every chunk that had arrived
+    (an engine often sends several in one packet; a batch costs one pass of the event loop, not one each)."""
     try:
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
-            yield _whole(_parse(orjson.loads(await response.read())))
+            yield [_whole(_parse(orjson.loads(await response.read())))]
             return
         done = False
-        async for line in response.iter_lines():
-            if done or not line.startswith(b"data:"):
-                continue  # after [DONE], read to the body's end: the connection then goes back to the pool
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                done = True
-                continue
-            yield _chunk(orjson.loads(payload))
+        async for lines in response.batches():
+            batch: list[Chunk] = []
+            bad: Exception | None = None
+            for line in lines:
+                if done or not line.startswith(b"data:"):
+                    continue  # after [DONE], read to the body's end: the connection then goes back to the pool
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    done = True
+                    continue
+                try:
+                    batch.append(_chunk(orjson.loads(payload)))
+                except (ValueError, KeyError, TypeError, UpstreamError) as exc:
+                    bad = exc  # the chunks before it still count (what was sampled is recorded)
+                    break
+            if batch:
+                yield batch
+            if bad is not None:
+                raise bad
     except (TimeoutError, *TRANSPORT_ERRORS) as exc:
         raise _failure(exc, base_url) from None
     except (ValueError, KeyError, TypeError) as exc:

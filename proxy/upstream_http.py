@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 
 MAX_IDLE = 128
 MAX_HEADER_BYTES = 64 * 1024
+MAX_BUFFER = 4 * 1024 * 1024
+"""Received bytes held before the connection stops reading until they are taken."""
 
 
 class UpstreamClosed(Exception):
@@ -43,26 +45,119 @@ def _deadline(timeouts: Timeouts) -> float | None:
     return min(d for d in (own, total) if d is not None) if own is not None or total is not None else None
 
 
-def _timeout(read: float, deadline: float | None) -> asyncio.Timeout:
-    """The read timeout, cut to the exchange's deadline."""
-    at = asyncio.get_running_loop().time() + read
-    return asyncio.timeout_at(at if deadline is None else min(at, deadline))
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
 
 
-class _Connection:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
+class _Connection(asyncio.Protocol):
+    """One kept-alive connection. Bytes land in a buffer as they arrive, and readers take whole units (a head, a
+    chunk, a line) straight from it: an engine's token chunks often arrive several to a packet, and each then
+    costs no wait, no timer and no task switch (a stream reader's ``readline`` per chunk did)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.ended = False
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if len(self.buffer) > MAX_BUFFER and not self._paused and self.transport is not None:
+            self.transport.pause_reading()  # resumed when the reader wants more
+            self._paused = True
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self.ended = True
+        self._wake()
+        return False  # close the transport
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.ended = True
+        self._error = exc
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def more(self, until: float) -> None:
+        """Wait for bytes past those buffered: TimeoutError at ``until`` (loop time); the error the connection ended
+        with, or UpstreamClosed, if it ends first."""
+        if self.ended:
+            if isinstance(self._error, OSError):
+                raise self._error
+            raise UpstreamClosed("the upstream closed the connection")
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_at(until, _expire, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+    def take(self, end: int, skip: int = 0) -> bytes:
+        """The first ``end`` buffered bytes, removed with ``skip`` more after them."""
+        data = bytes(self.buffer[:end])
+        del self.buffer[: end + skip]
+        return data
+
+    def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
 
     def usable(self) -> bool:
-        return not self.reader.at_eof() and not self.writer.is_closing()
+        return not self.ended and not self.buffer and self.transport is not None and not self.transport.is_closing()
 
     def close(self) -> None:
-        self.writer.close()
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _head_end(buffer: bytearray) -> int:
+    """Where the header block ends (just past its empty line), or -1 while it is incomplete."""
+    at = 0
+    while (nl := buffer.find(b"\n", at)) >= 0:
+        if nl == at or (nl == at + 1 and buffer[at] == 0x0D):  # an empty line
+            return nl + 1
+        at = nl + 1
+    return -1
+
+
+def _take_chunks(conn: _Connection) -> tuple[list[bytes], bool]:
+    """Every whole chunk of a chunked body the buffer holds, and whether the last (empty) one was among them."""
+    buffer, at, out = conn.buffer, 0, []
+    while (nl := buffer.find(b"\n", at)) >= 0:
+        size = int(bytes(buffer[at:nl]).split(b";", 1)[0].strip() or b"x", 16)  # ValueError: not chunked
+        if size == 0:
+            end = _head_end(buffer[nl + 1 :])  # trailer fields, then an empty line
+            if end < 0:
+                break
+            del buffer[: nl + 1 + end]
+            return out, True
+        start = nl + 1
+        if len(buffer) < start + size + 2:  # the data and its CRLF
+            break
+        out.append(bytes(buffer[start : start + size]))
+        at = start + size + 2
+    del buffer[:at]
+    return out, False
 
 
 class Response:
-    """Status, headers (lower-case names) and a body read once: ``read()`` or ``iter_lines()``; then ``close()``."""
+    """Status, headers (lower-case names) and a body read once (``read()``, ``batches()`` or ``iter_lines()``); then
+    ``close()``."""
 
     def __init__(
         self, pool: Pool, conn: _Connection, status: int, headers: dict[str, str], deadline: float | None = None
@@ -74,48 +169,63 @@ class Response:
         self.headers = headers
         self._done = False
 
-    async def _chunks(self) -> AsyncIterator[bytes]:
+    async def _more(self, conn: _Connection) -> None:
+        await conn.more(self._pool.until(self.deadline))
+
+    async def _parts(self) -> AsyncIterator[list[bytes]]:
+        """The body as it arrives: each item is every whole piece the connection holds at that moment."""
         conn = self._conn
         assert conn is not None, "the body was already read"
-        reader, read = conn.reader, self._pool.timeouts.read
         if self.headers.get("transfer-encoding", "").lower() == "chunked":
             while True:
-                async with _timeout(read, self.deadline):
-                    size = int((await reader.readline()).split(b";", 1)[0].strip() or b"x", 16)
-                    if size == 0:
-                        await reader.readline()  # the (empty) trailer
-                        break
-                    data = await reader.readexactly(size + 2)
-                yield data[:-2]
-        elif "content-length" in self.headers:
-            async with _timeout(read, self.deadline):
-                yield await reader.readexactly(int(self.headers["content-length"]))
-        else:  # delimited by the connection's end
-            while True:
-                async with _timeout(read, self.deadline):
-                    data = await reader.read(65536)
-                if not data:
+                try:
+                    parts, last = _take_chunks(conn)
+                except ValueError:
+                    raise UpstreamClosed("the upstream's chunked body is malformed") from None
+                if parts:
+                    yield parts
+                if last:
                     break
-                yield data
+                await self._more(conn)
+        elif "content-length" in self.headers:
+            size = int(self.headers["content-length"])
+            while len(conn.buffer) < size:
+                await self._more(conn)
+            yield [conn.take(size)]
+        else:  # delimited by the connection's end
             self.headers["connection"] = "close"
+            while True:
+                if conn.buffer:
+                    yield [conn.take(len(conn.buffer))]
+                try:
+                    await self._more(conn)
+                except UpstreamClosed:
+                    break
         self._done = True
 
     async def read(self) -> bytes:
         try:
-            return b"".join([part async for part in self._chunks()])
+            return b"".join([b"".join(parts) async for parts in self._parts()])
         finally:
             self.close()
 
-    async def iter_lines(self) -> AsyncIterator[bytes]:
-        """The body's lines (without line ends) as they arrive, undecoded (a JSON parser reads bytes)."""
+    async def batches(self) -> AsyncIterator[list[bytes]]:
+        """The body's lines (without line ends, undecoded: a JSON parser reads bytes), in batches: each holds every
+        whole line received by then, so lines that arrive together are handled without a wait in between."""
         pending = b""
-        async for data in self._chunks():
-            pending += data
+        async for parts in self._parts():
+            pending += b"".join(parts)
             *lines, pending = pending.split(b"\n")
-            for line in lines:
-                yield line.rstrip(b"\r")
+            if lines:
+                yield [line.rstrip(b"\r") for line in lines]
         if pending:
-            yield pending
+            yield [pending]
+
+    async def iter_lines(self) -> AsyncIterator[bytes]:
+        """The body's lines one at a time (``batches``, unbatched)."""
+        async for lines in self.batches():
+            for line in lines:
+                yield line
 
     def close(self) -> None:
         """Give the connection back if the answer was read to its end, else drop it (the upstream sees the close)."""
@@ -156,9 +266,15 @@ class Pool:
             conn.close()
 
     async def _connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
         async with asyncio.timeout(self.timeouts.connect):
-            reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self.ssl, limit=MAX_HEADER_BYTES)
-        return _Connection(reader, writer)
+            _, conn = await loop.create_connection(_Connection, self.host, self.port, ssl=self.ssl)
+        return conn
+
+    def until(self, deadline: float | None) -> float:
+        """When the next wait for bytes times out (loop time): the read timeout, cut to the exchange's deadline."""
+        at = asyncio.get_running_loop().time() + self.timeouts.read
+        return at if deadline is None else min(at, deadline)
 
     def _request(self, method: str, path: str, body: bytes | None) -> bytes:
         lines = [f"{method} {self.prefix}{path} HTTP/1.1", f"host: {self.authority}", "user-agent: rollwire-proxy"]
@@ -167,17 +283,19 @@ class Pool:
         return ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b"")
 
     async def _send(self, conn: _Connection, request: bytes, deadline: float | None) -> Response:
-        conn.writer.write(request)
-        async with _timeout(self.timeouts.read, deadline):
-            status_line = await conn.reader.readline()
-            if not status_line:
-                raise UpstreamClosed("the upstream closed the connection")
-            parts = status_line.split(None, 2)
-            if len(parts) < 2 or not parts[0].startswith(b"HTTP/"):
-                raise UpstreamClosed(f"not an HTTP answer: {status_line[:80]!r}")
-            headers: dict[str, str] = {}
-            while (line := await conn.reader.readline()) not in (b"\r\n", b"\n", b""):
-                name, _, value = line.decode("latin-1").partition(":")
+        conn.write(request)
+        while (end := _head_end(conn.buffer)) < 0:
+            if len(conn.buffer) > MAX_HEADER_BYTES:
+                raise UpstreamClosed("the upstream's answer has no end of headers")
+            await conn.more(self.until(deadline))
+        status_line, *lines = conn.take(end).decode("latin-1").splitlines()
+        parts = status_line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+            raise UpstreamClosed(f"not an HTTP answer: {status_line[:80]!r}")
+        headers: dict[str, str] = {}
+        for line in lines:
+            name, _, value = line.partition(":")
+            if name:
                 headers[name.strip().lower()] = value.strip()
         return Response(self, conn, int(parts[1]), headers, deadline)
 

@@ -3,12 +3,13 @@ segment with a reason, and the tail is only the newly rendered messages."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from rollwire.proxy.conversation import Conversation, Message
 from rollwire.proxy.render import Renderer
-from rollwire.proxy.session import PriorCall, plan_prompt
+from rollwire.proxy.session import PriorCall, plan_prompt, whole_prompt
 
 
 @pytest.fixture(scope="module")
@@ -112,18 +113,42 @@ def test_tools_change_and_branches(renderer: Renderer) -> None:
 def test_a_rendered_prompt_is_remembered_exactly_and_within_its_bound(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A group's rollouts start from one prompt: its ids come from memory, equal to a fresh encode; the memory
-    drops the least recently used prompts past its token bound."""
+    """A group's rollouts start from one prompt: its ids come from memory, equal to a fresh render + encode,
+    without rendering again; the memory drops the least recently used prompts past its token bound."""
     from rollwire.proxy import render
 
     renderer = Renderer.from_folder(tiny_model_dir)
-    texts = [renderer.render([{"role": "user", "content": f"task {i}: copy {'x' * i}"}], [], True) for i in range(4)]
-    fresh = [renderer.encode(t) for t in texts]
+    renders: list[int] = []
+    real_render = renderer.render
+    monkeypatch.setattr(renderer, "render", lambda *a, **k: renders.append(1) or real_render(*a, **k))
+    convs = [Conversation("m", (Message("user", f"task {i}: copy {'x' * i}"),)) for i in range(4)]
+    fresh = [renderer.encode(real_render([m.to_template() for m in c.messages], [], True)) for c in convs]
     monkeypatch.setattr(render, "RENDERED_CACHE_TOKENS", sum(len(ids) for ids in fresh[1:]))
-    assert [renderer.encode_rendered(t) for t in texts] == fresh
-    assert renderer.encode_rendered(texts[3]) == fresh[3]
-    assert list(renderer._rendered) == texts[1:]  # the first, least recently used, went over the bound
+    assert [whole_prompt(c, renderer, "") for c in convs] == fresh and len(renders) == 4
+    assert whole_prompt(convs[3], renderer, "") == fresh[3] and len(renders) == 4  # remembered, not rendered
+    assert len(renderer._rendered) == 3  # the first, least recently used, went over the bound
     assert renderer._rendered_tokens == sum(len(ids) for ids in fresh[1:])
-    remembered = renderer.encode_rendered(texts[2])
+    assert whole_prompt(convs[0], renderer, "") == fresh[0] and len(renders) == 5  # dropped: rendered again
+    remembered = whole_prompt(convs[3], renderer, "")
     remembered.append(-1)  # a caller's list is its own: the remembered ids stay as they were
-    assert renderer.encode_rendered(texts[2]) == fresh[2]
+    assert whole_prompt(convs[3], renderer, "") == fresh[3]
+
+
+def test_a_remembered_prompt_is_keyed_by_everything_its_text_depends_on(tiny_model_dir: Path) -> None:
+    """Tools in another order, another reasoning switch or another prefill render other text: each is rendered
+    (and remembered) on its own, never answered with another's ids."""
+    renderer = Renderer.from_folder(tiny_model_dir)
+    tool = {"type": "function", "function": {"name": "ls", "description": "list", "parameters": {"type": "object"}}}
+    swapped = {"function": {"parameters": {"type": "object"}, "description": "list", "name": "ls"}, "type": "function"}
+    base = Conversation("m", (Message("user", "hi"),), tools=(tool,))
+    variants = [base, replace(base, tools=(swapped,)), replace(base, reasoning=False)]
+
+    def fresh(conv: Conversation, prefill: str) -> list[int]:
+        messages = [m.to_template() for m in conv.messages]
+        return renderer.encode(renderer.render(messages, list(conv.tools), True, **conv.template_kwargs()) + prefill)
+
+    for conv in variants:
+        assert whole_prompt(conv, renderer, "") == fresh(conv, "")
+    assert whole_prompt(base, renderer, "<tool_call>") == fresh(base, "<tool_call>")
+    assert whole_prompt(variants[1], renderer, "") != whole_prompt(base, renderer, "")  # the key order shows
+    assert len(renderer._rendered) == 4

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
-from rollwire.proxy.upstream_http import Pool, Timeouts
+from rollwire.proxy.upstream_http import Pool, Timeouts, _Connection, _take_chunks
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -113,3 +113,20 @@ def test_a_silent_upstream_times_out() -> None:
             await pool.request("POST", "/x", b"{}")
 
     asyncio.run(_serve(silent, wait, read_timeout=0.2))
+
+
+def test_a_chunked_body_split_at_any_byte_gives_the_same_chunks() -> None:
+    """However the packets cut the chunk framing (size line, data, CRLF, last chunk, trailer), the chunks taken
+    from the buffer are the whole ones, in order, and the body's end is seen exactly once."""
+    pieces = [b"data: one\n\n", b"data: two\n", b"\n", b"x" * 300]
+    body = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\ntrailer: x\r\n\r\n"
+    for cut in range(len(body) + 1):
+        conn = _Connection()
+        taken: list[bytes] = []
+        ends = 0
+        for packet in (body[:cut], body[cut:]):
+            conn.data_received(packet)
+            parts, last = _take_chunks(conn)
+            taken += parts
+            ends += last
+        assert (taken, ends, bytes(conn.buffer)) == (pieces, 1, b""), cut
