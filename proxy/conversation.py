@@ -24,7 +24,7 @@ class ToolCall:
     def key(self) -> tuple[str, Any]:
         """Identity for history matching: name + parsed arguments (harnesses re-serialize JSON)."""
         try:
-            args: Any = json.dumps(json.loads(self.arguments), sort_keys=True)
+            args: Any = json_text(json.loads(self.arguments), sort_keys=True)
         except ValueError:
             args = self.arguments.strip()
         return (self.name, args)
