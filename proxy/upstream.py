@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-
 from rollwire.proxy.conversation import Sampling
 from rollwire.proxy.upstream_http import TRANSPORT_ERRORS, Pool, Response, Timeouts
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import pytest
 from rollwire.proxy.render import Renderer
 from transformers import AutoTokenizer
 
