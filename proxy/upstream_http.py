@@ -107,10 +107,10 @@ class _Connection(asyncio.Protocol):
             timer.cancel()
             self._waiter = None
 
-    def take(self, end: int, skip: int = 0) -> bytes:
-        """The first ``end`` buffered bytes, removed with ``skip`` more after them."""
+    def take(self, end: int) -> bytes:
+        """The first ``end`` buffered bytes, removed from the buffer."""
         data = bytes(self.buffer[:end])
-        del self.buffer[: end + skip]
+        del self.buffer[:end]
         return data
 
     def write(self, data: bytes) -> None:
