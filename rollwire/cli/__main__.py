@@ -89,7 +89,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rollwire {args.command}: {exc.message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        _forget_unhandled_interrupt()
         return 130
+
+
+def _forget_unhandled_interrupt() -> None:
+    """Exit 130 under ``python -m rollwire.cli`` too, not by SIGINT.
+
+    CPython remembers a KeyboardInterrupt that escaped an ``exec``/``eval`` of a string (dataclass and
+    namedtuple creation run one) even after it was caught. Under ``python -m`` it then kills the process with
+    SIGINT at exit, whatever status was asked for. A Ctrl-C or ``kill`` that lands during such an ``exec`` would
+    end the command as -2 instead of 130. Evaluating a string that raises nothing clears that memory; the
+    ``rollwire`` script itself exits through another path and never needed it.
+    """
+    exec("")  # noqa: S102 -- an empty string, evaluated only for the side effect above
 
 
 if __name__ == "__main__":

@@ -69,3 +69,30 @@ def test_a_result_and_an_error_come_through_as_themselves() -> None:
     with pytest.raises(ValueError, match="bad input"):  # not wrapped in an exception group
         run_interruptible(fails)
     assert signal.getsignal(signal.SIGINT) is previous
+
+
+INTERRUPTED_COMMAND = """
+import sys
+from rollwire.cli import __main__ as cli
+
+HELP = "a command interrupted while CPython evaluates a string (as dataclass creation does)"
+
+def add_arguments(parser):
+    pass
+
+def run(args, settings):
+    exec("raise KeyboardInterrupt")
+
+cli.COMMANDS = {"interrupted": __name__}
+sys.exit(cli.main(["interrupted"]))
+"""
+
+
+def test_cli_exits_130_under_python_m_when_interrupted_inside_an_exec(tmp_path) -> None:
+    """A KeyboardInterrupt that escaped an ``exec`` of a string made ``python -m`` die by SIGINT (-2) after the CLI
+    had asked for 130: the demo's `kill` test saw this when the signal landed in a dataclass being created."""
+    (tmp_path / "interrupted_command.py").write_text(INTERRUPTED_COMMAND)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(tmp_path)}
+    argv = [sys.executable, "-m", "interrupted_command"]
+    done = subprocess.run(argv, check=False, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130, done.stderr[-2000:]
