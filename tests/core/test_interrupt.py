@@ -90,7 +90,8 @@ sys.exit(cli.main(["interrupted"]))
 
 def test_cli_exits_130_under_python_m_when_interrupted_inside_an_exec(tmp_path) -> None:
     """A KeyboardInterrupt that escaped an ``exec`` of a string made ``python -m`` die by SIGINT (-2) after the CLI
-    had asked for 130: the demo's `kill` test saw this when the signal landed in a dataclass being created."""
+    had asked for 130. The demo's `kill` test once ended so (-2, no traceback): its SIGTERM can land while a
+    module being imported creates a dataclass."""
     (tmp_path / "interrupted_command.py").write_text(INTERRUPTED_COMMAND)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(tmp_path)}
     argv = [sys.executable, "-m", "interrupted_command"]
