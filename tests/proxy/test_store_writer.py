@@ -1,5 +1,6 @@
 """RowWriter: rows are committed when insert returns; a database lock held by another process never stalls the
-event loop (the rows wait on the writer thread instead); a bad row fails only its caller."""
+event loop (the rows wait on the writer thread instead); a bad row fails only its caller; rows that arrive in
+one pass of a crowded loop share one commit."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
-from rollwire.errors import StoreError
+from rollwire.errors import Forbidden, StoreError
 from rollwire.store import ModelCall, Rollout, Run, open_engine, session_scope
 from rollwire.store.writer import RowWriter
 
@@ -99,5 +101,90 @@ def test_a_bad_row_fails_only_its_caller(db: str, inline: bool) -> None:
     good, bad, also_good = asyncio.run(main())
     assert isinstance(bad, StoreError) and "FOREIGN KEY" in bad.message
     assert isinstance(good, list) and isinstance(also_good, list) and _count(db) == 2
+    writer.close()
+    engine.dispose()
+
+
+def _commits(engine: Any) -> list[int]:
+    """A list that grows by one at each commit on ``engine``."""
+    seen: list[int] = []
+    event.listen(engine, "commit", lambda conn: seen.append(1))
+    return seen
+
+
+async def _crowd(writer: RowWriter, n: int = 3) -> None:
+    """``n`` inserts in one pass of the loop: from the next pass on, the writer gathers rows by pass."""
+    await asyncio.gather(*(writer.insert([_row(index=i)]) for i in range(n)))
+
+
+def test_inserts_that_arrive_together_share_one_commit_and_a_lone_one_waits_for_none(db: str) -> None:
+    engine = open_engine(f"sqlite:///{db}")
+    writer = RowWriter(engine, ModelCall.__table__)  # type: ignore[attr-defined]
+    commits = _commits(engine)
+
+    async def main() -> None:
+        await writer.insert([_row()])  # (opens the writer's connection, which commits a setting)
+        before = len(commits)
+        await _crowd(writer)
+        assert len(commits) - before == 3  # the first crowded pass: nobody knew yet, each committed its own
+        before = len(commits)
+        ids = await asyncio.gather(*(writer.insert([_row(index=i)]) for i in range(8)))
+        assert len(commits) - before == 1 and len({i for group in ids for i in group}) == 8
+        assert _count(db) == 12  # committed when the inserts returned
+        gathered = asyncio.ensure_future(writer.insert([_row()]))  # alone in its pass, after a crowded one
+        await asyncio.sleep(0)  # one pass: its rows wait for the next
+        assert not gathered.done()
+        await gathered
+        before = len(commits)
+        lone = asyncio.ensure_future(writer.insert([_row()]))  # the writer has seen a lone pass: it commits at once
+        await asyncio.sleep(0)
+        assert lone.done() and len(commits) - before == 1 and _count(db) == 14
+
+    asyncio.run(main())
+    writer.close()
+    engine.dispose()
+
+
+def test_in_a_shared_commit_a_bad_row_or_a_refusal_fails_only_its_caller(db: str) -> None:
+    def guard(conn: Any, rollout_id: str) -> None:
+        if rollout_id == "refused":
+            raise Forbidden("rollout refused is finished: nothing more is recorded for it")
+
+    engine = open_engine(f"sqlite:///{db}")
+    writer = RowWriter(engine, ModelCall.__table__, guard=guard)  # type: ignore[attr-defined]
+
+    async def main() -> list[Any]:
+        await _crowd(writer)
+        return await asyncio.gather(
+            writer.insert([_row()]), writer.insert([_row("no-such-rollout")]), writer.insert([_row("refused")]),
+            writer.insert([_row()]), return_exceptions=True,
+        )  # fmt: skip
+
+    good, bad, refused, also_good = asyncio.run(main())
+    assert isinstance(bad, StoreError) and "FOREIGN KEY" in bad.message
+    assert isinstance(refused, Forbidden)
+    assert isinstance(good, list) and isinstance(also_good, list) and _count(db) == 3 + 2
+    writer.close()
+    engine.dispose()
+
+
+def test_a_held_lock_moves_a_shared_commit_to_the_thread(db: str) -> None:
+    engine = open_engine(f"sqlite:///{db}")
+    writer = RowWriter(engine, ModelCall.__table__)  # type: ignore[attr-defined]
+    other = sqlite3.connect(db, isolation_level=None)
+
+    async def main() -> list[list[int]]:
+        await _crowd(writer)
+        other.execute("BEGIN IMMEDIATE")
+        inserts = [asyncio.ensure_future(writer.insert([_row(index=i)])) for i in range(10)]
+        for _ in range(50):  # the loop keeps turning while the gathered rows wait for the lock on the thread
+            await asyncio.sleep(0)
+        assert not any(task.done() for task in inserts)
+        other.execute("COMMIT")
+        return list(await asyncio.gather(*inserts))
+
+    ids = asyncio.run(main())
+    assert len({i for group in ids for i in group}) == 10 and _count(db) == 3 + 10
+    other.close()
     writer.close()
     engine.dispose()
