@@ -51,6 +51,18 @@ def _count(path: str) -> int:
         return int(other.execute("SELECT count(*) FROM modelcall").fetchone()[0])
 
 
+def _commits(engine: Any) -> list[int]:
+    """A list that grows by one at each commit on ``engine``."""
+    seen: list[int] = []
+    event.listen(engine, "commit", lambda conn: seen.append(1))
+    return seen
+
+
+async def _crowd(writer: RowWriter, n: int = 3) -> None:
+    """``n`` inserts in one pass of the loop: from the next pass on, the writer gathers rows by pass."""
+    await asyncio.gather(*(writer.insert([_row(index=i)]) for i in range(n)))
+
+
 def test_rows_are_committed_when_insert_returns(db: str) -> None:
     engine = open_engine(f"sqlite:///{db}")
     writer = RowWriter(engine, ModelCall.__table__)  # type: ignore[attr-defined]
@@ -66,13 +78,17 @@ def test_rows_are_committed_when_insert_returns(db: str) -> None:
     engine.dispose()
 
 
-def test_a_held_lock_moves_rows_to_the_thread_without_stalling_the_loop(db: str) -> None:
+@pytest.mark.parametrize("crowded", [False, True], ids=["each-commits", "shared-commit"])
+def test_a_held_lock_moves_rows_to_the_thread_without_stalling_the_loop(db: str, crowded: bool) -> None:
     engine = open_engine(f"sqlite:///{db}")
     writer = RowWriter(engine, ModelCall.__table__)  # type: ignore[attr-defined]
     other = sqlite3.connect(db, isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")  # another writer holds the lock until the loop has gone round
+    before = 3 if crowded else 0
 
     async def main() -> list[list[int]]:
+        if crowded:  # the rows below are gathered into one commit, which finds the lock taken
+            await _crowd(writer, before)
+        other.execute("BEGIN IMMEDIATE")  # another writer holds the lock until the loop has gone round
         inserts = [asyncio.ensure_future(writer.insert([_row(index=i)])) for i in range(20)]
         for _ in range(50):  # the loop keeps turning while every insert waits for the lock (none stalls it)
             await asyncio.sleep(0)
@@ -81,7 +97,7 @@ def test_a_held_lock_moves_rows_to_the_thread_without_stalling_the_loop(db: str)
         return list(await asyncio.gather(*inserts))
 
     ids = asyncio.run(main())
-    assert len({i for group in ids for i in group}) == 20 and _count(db) == 20
+    assert len({i for group in ids for i in group}) == 20 and _count(db) == before + 20
     other.close()
     writer.close()
     engine.dispose()
@@ -103,18 +119,6 @@ def test_a_bad_row_fails_only_its_caller(db: str, inline: bool) -> None:
     assert isinstance(good, list) and isinstance(also_good, list) and _count(db) == 2
     writer.close()
     engine.dispose()
-
-
-def _commits(engine: Any) -> list[int]:
-    """A list that grows by one at each commit on ``engine``."""
-    seen: list[int] = []
-    event.listen(engine, "commit", lambda conn: seen.append(1))
-    return seen
-
-
-async def _crowd(writer: RowWriter, n: int = 3) -> None:
-    """``n`` inserts in one pass of the loop: from the next pass on, the writer gathers rows by pass."""
-    await asyncio.gather(*(writer.insert([_row(index=i)]) for i in range(n)))
 
 
 def test_inserts_that_arrive_together_share_one_commit_and_a_lone_one_waits_for_none(db: str) -> None:
@@ -167,24 +171,3 @@ def test_in_a_shared_commit_a_bad_row_or_a_refusal_fails_only_its_caller(db: str
     writer.close()
     engine.dispose()
 
-
-def test_a_held_lock_moves_a_shared_commit_to_the_thread(db: str) -> None:
-    engine = open_engine(f"sqlite:///{db}")
-    writer = RowWriter(engine, ModelCall.__table__)  # type: ignore[attr-defined]
-    other = sqlite3.connect(db, isolation_level=None)
-
-    async def main() -> list[list[int]]:
-        await _crowd(writer)
-        other.execute("BEGIN IMMEDIATE")
-        inserts = [asyncio.ensure_future(writer.insert([_row(index=i)])) for i in range(10)]
-        for _ in range(50):  # the loop keeps turning while the gathered rows wait for the lock on the thread
-            await asyncio.sleep(0)
-        assert not any(task.done() for task in inserts)
-        other.execute("COMMIT")
-        return list(await asyncio.gather(*inserts))
-
-    ids = asyncio.run(main())
-    assert len({i for group in ids for i in group}) == 10 and _count(db) == 3 + 10
-    other.close()
-    writer.close()
-    engine.dispose()
