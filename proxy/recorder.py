@@ -12,7 +12,7 @@ from rollwire.proxy.priors import Dialects, PriorCache, load_priors
 from rollwire.proxy.session import PriorCall
 from sqlalchemy.engine import Engine
 
-from rollwire.rollouts import guard_active
+from rollwire.rollouts import TAKES_RECORDS, guard_active
 from rollwire.store import ModelCall
 from rollwire.store.writer import RowWriter
 
@@ -27,7 +27,9 @@ class Recorder:
         self.engine = engine
         self.dialects = dialects
         self.cache = PriorCache(engine, dialects, shared, **bounds)
-        self.writer = RowWriter(engine, ModelCall.__table__, guard=guard_active)  # type: ignore[attr-defined]
+        self.writer = RowWriter(
+            engine, ModelCall.__table__, guard=guard_active, only_if=TAKES_RECORDS  # type: ignore[attr-defined]
+        )
         self.listeners: list[Callable[[str, list[dict[str, Any]]], None]] = []
         """Called with (rollout id, rows) once rows are committed (budget counting)."""
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import bindparam, func, or_, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlmodel import col
@@ -27,7 +27,7 @@ from rollwire.errors import Conflict, Forbidden, NotFound, StoreError
 from rollwire.rollouts import tokens
 from rollwire.rollouts.states import TOKEN_WORKS, check_move
 from rollwire.store.db import session_scope
-from rollwire.store.direct import DirectQuery
+from rollwire.store.direct import Condition, DirectQuery
 from rollwire.store.schema import Rollout, RolloutStatus, Run, now_ns
 
 logger = logging.getLogger(__name__)
@@ -58,6 +58,14 @@ _STATUS_FOR_SHARE = (
 """Built once, run on the driver's cursor: on every model call's write, and SQLAlchemy's statement building
 and execute cost several times the lookup itself (SQLite, measured with py-spy)."""
 _DIRECT: dict[str, DirectQuery] = {}
+
+
+TAKES_RECORDS = Condition(
+    Rollout.__table__,  # type: ignore[attr-defined]
+    (col(Rollout.id) == bindparam("rollout_id")) & or_(*(col(Rollout.status) == s for s in sorted(TOKEN_WORKS))),
+)
+"""``guard_active`` as a condition of the insert itself (``RowWriter(only_if=...)``): the rows' rollout exists
+and still takes records, its row share-locked as the guard's is; the guard then only says why a row was kept out."""
 
 
 def guard_active(conn: Connection, rollout_id: str) -> None:
@@ -264,4 +272,4 @@ class RolloutBook:
         raise Conflict(f"rollout {rollout_id}: could not take a stream cursor")
 
 
-__all__ = ["RUNTIME_META", "PlannedRollout", "RolloutBook", "guard_active", "new_rollout_id"]
+__all__ = ["RUNTIME_META", "TAKES_RECORDS", "PlannedRollout", "RolloutBook", "guard_active", "new_rollout_id"]

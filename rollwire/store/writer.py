@@ -19,7 +19,9 @@ at a time between other work, each cost several times as much. A lone caller (on
 commits at once and waits for no pass.
 
 A ``guard`` runs in each caller's transaction before its rows go in (the rollout still takes records: see
-``rollwire.rollouts.guard_active``); what it raises fails only that caller, and nothing of it is written.
+``rollwire.rollouts.guard_active``); what it raises fails only that caller, and nothing of it is written. Given
+``only_if``, the same check is a condition of the insert statement itself (``store.direct.Condition``: one
+statement per row, not two), and the guard runs only for a row it kept out, to say why.
 """
 
 from __future__ import annotations
@@ -30,14 +32,14 @@ import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import Table
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from rollwire.errors import RollwireError, StoreError
-from rollwire.store.direct import DirectInsert
+from rollwire.store.direct import Condition, DirectInsert
 
 Guard = Callable[[Connection, str], None]
 """(connection in the insert's transaction, rollout id of the rows) -> raises to refuse them."""
@@ -71,10 +73,18 @@ def _settle(job: _Job, ids: list[int] | None, error: BaseException | None) -> No
 class RowWriter:
     """``await writer.insert(rows)`` -> the new primary keys, committed. ``close()`` drains and stops the thread."""
 
-    def __init__(self, engine: Engine, table: Table, inline: bool | None = None, guard: Guard | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        table: Table,
+        inline: bool | None = None,
+        guard: Guard | None = None,
+        only_if: Condition | None = None,
+    ) -> None:
         self._engine = engine
         self._guard = guard
-        self._insert = DirectInsert(table, engine.dialect)
+        self._checked_by_insert = only_if is not None
+        self._insert = DirectInsert(table, engine.dialect, only_if)
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -256,10 +266,23 @@ class RowWriter:
             return [self._insert_rows(connection, job.rows) for job in batch]
 
     def _insert_rows(self, connection: Connection, rows: Sequence[Mapping[str, Any]]) -> list[int]:
-        if self._guard is not None:
+        if self._guard is not None and not self._checked_by_insert:
             for rollout_id in dict.fromkeys(str(row["rollout_id"]) for row in rows):
                 self._guard(connection, rollout_id)
-        return [self._insert.insert(connection, row) for row in rows]
+        ids = []
+        for row in rows:
+            new = self._insert.insert(connection, row)
+            if new is None:
+                self._kept_out(connection, row)
+            ids.append(new)
+        return ids
+
+    def _kept_out(self, connection: Connection, row: Mapping[str, Any]) -> NoReturn:
+        """The insert's condition kept ``row`` out: the guard says why (its error fails the caller)."""
+        rollout_id = str(row["rollout_id"])
+        if self._guard is not None:
+            self._guard(connection, rollout_id)
+        raise StoreError(f"the store kept out a row of rollout {rollout_id}: the insert's condition does not hold")
 
     @staticmethod
     def _reset(connection: Connection | None) -> Connection | None:

@@ -3,7 +3,10 @@ gateway answer a clear 4xx and record nothing, and the trajectory streamed to th
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import anyio
@@ -12,13 +15,16 @@ import openai
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
 from sqlmodel import func, select
 
 from rollwire.errors import Forbidden
-from rollwire.rollouts import RolloutBook, guard_active
+from rollwire.rollouts import TAKES_RECORDS, RolloutBook, guard_active
 from rollwire.serving import ServerThread
 from rollwire.settings import EngineSettings, ProxySettings
 from rollwire.store import ModelCall, RolloutStatus, ToolEvent, open_engine, session_scope
+from rollwire.store.direct import DirectInsert
 from rollwire.store.writer import RowWriter
 from tests.mcp_servers.conftest import EnvServers, gateway_stack
 from trainer.stream import StreamConfig, TrajectoryStream
@@ -104,17 +110,74 @@ def test_ended_rollouts_tokens_are_refused_everywhere(
     assert folder.read_text() == "key"
 
 
-def test_the_store_refuses_records_for_an_ended_rollout(any_store_url: str) -> None:
-    """The guard behind the caches: a model-call insert that races a finish (another process) writes nothing."""
+def _full_call(rollout_id: str) -> dict[str, Any]:
+    """Every column given, as the proxy writes a call: the insert runs on the driver's cursor."""
+    return {
+        "rollout_id": rollout_id, "dialect": "chat", "requested_model": "m", "served_model": "m",
+        "request_json": "{}", "response_json": "{}", "prompt_ids": b"\x01\x00\x00\x00", "completion_ids": b"",
+        "completion_logprobs": b"", "choice_index": 0, "finish_reason": "stop", "sampling": {"temperature": 1.0},
+        "policy_version": 0, "segment_index": 0, "segment_break": None, "reused_prefix_len": 0, "line": "main",
+        "max_tokens_requested": None, "max_tokens_granted": None, "status": "complete", "error": None,
+        "latency_ms": 1.0, "started_ns": time.time_ns(), "ended_ns": time.time_ns(),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("only_if", [None, TAKES_RECORDS], ids=["guard-first", "checked-by-the-insert"])
+@pytest.mark.parametrize("full", [False, True], ids=["columns-with-defaults", "every-column"])
+def test_the_store_refuses_records_for_an_ended_rollout(any_store_url: str, only_if: Any, full: bool) -> None:
+    """The guard behind the caches: a model-call insert that races a finish (another process) writes nothing.
+    The proxy's writer checks inside the insert itself (``only_if``); the guard then says why."""
     engine = open_engine(any_store_url)
     book = RolloutBook(engine)
     book.create_run("r")
     (row, _token), = book.create("r", 1, {})
-    writer = RowWriter(engine, ModelCall.__table__, guard=guard_active)  # type: ignore[attr-defined]
-    call = {"rollout_id": row.id, "prompt_ids": b"", "completion_ids": b"", "completion_logprobs": b""}
+    writer = RowWriter(engine, ModelCall.__table__, guard=guard_active, only_if=only_if)  # type: ignore[attr-defined]
+    call = _full_call(row.id) if full else {
+        "rollout_id": row.id, "prompt_ids": b"", "completion_ids": b"", "completion_logprobs": b""
+    }  # fmt: skip
     assert len(anyio.run(writer.insert, [call])) == 1
     book.set_status(row.id, RolloutStatus.FINISHED)
     with pytest.raises(Forbidden, match="finished"):
         anyio.run(writer.insert, [call])
+    with pytest.raises(Forbidden, match="no rollout ro-none"):
+        anyio.run(writer.insert, [{**call, "rollout_id": "ro-none"}])
     writer.close()
     assert _counts(engine, row.id) == (1, 0)
+
+
+def _wait_for_a_lock_wait(engine: Engine) -> None:
+    """Until another session of this database waits for a lock (Postgres says so in ``pg_stat_activity``)."""
+    deadline = time.monotonic() + 30
+    query = text(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    with engine.connect() as conn:
+        while conn.execute(query).scalar_one() == 0:
+            assert time.monotonic() < deadline, "the move never waited for the insert's lock"
+            conn.rollback()  # a fresh snapshot of the activity view next time
+            time.sleep(0.01)
+
+
+@pytest.mark.parametrize("target", [RolloutStatus.SCORING, RolloutStatus.FINISHED])
+def test_a_move_out_of_recording_waits_for_an_insert_in_flight(postgres_url: str, target: RolloutStatus) -> None:
+    """Postgres: the insert share-locks its rollout's row, so a move that ends recording waits for the insert's
+    commit (and a finish's cursor covers the call). The reference to the rollout alone would not make a move to
+    scoring wait: that update changes no key. (On SQLite the insert's transaction holds the write lock.)"""
+    engine = open_engine(postgres_url)
+    book = RolloutBook(engine)
+    book.create_run("r")
+    (row, _token), = book.create("r", 1, {})
+    insert = DirectInsert(ModelCall.__table__, engine.dialect, TAKES_RECORDS)  # type: ignore[attr-defined]
+    finished: list[Any] = []
+    with engine.connect() as conn, conn.begin():
+        assert insert.insert(conn, _full_call(row.id)) is not None
+        finisher = threading.Thread(
+            target=lambda: finished.append(book.set_status(row.id, target)), daemon=True
+        )
+        finisher.start()
+        _wait_for_a_lock_wait(engine)
+        assert not finished
+    finisher.join(30)
+    assert finished and finished[0].status == target
+    assert _counts(engine, row.id) == (1, 0)
+    engine.dispose()
