@@ -2,6 +2,7 @@
 `rollwire proxy` (recording on) and through LiteLLM's proxy, with each server's own CPU time per request.
 
     python bench/proxy.py [--requests 200] [--concurrency 1 16 64 256] [--workers 1 2] [--litellm PATH]
+    python bench/proxy.py --pace-ms 1 --requests 200      # tokens arrive one at a time, as from an engine
 
 The stub upstream (``proxy_stub.py``) and the load generator (``proxy_load.py``) are bare asyncio HTTP in
 processes of their own, pinned to other cores than the proxy where the machine has them, so the "direct" row
@@ -14,6 +15,11 @@ and commits the call to its SQLite store before answering. Rows come non-streame
 /proc, children included) over the row divided by its requests: the per-core figure that the machine's
 other load does not distort; ``req/cpu-s`` is its inverse, and the closing lines compare rollwire's with
 LiteLLM's. ``--workers 2`` adds rows for `rollwire proxy --workers 2` (two processes, one store).
+
+By default the stub sends each answer in one write, so a streamed answer's token chunks reach the proxy
+together. An engine samples one token at a time: ``--pace-ms N`` makes the stub sample a token every N ms and
+send each streamed one as its own HTTP chunk (as vLLM does), so the rows count what a proxy does per token that
+arrives on its own. Wall-clock rates then measure the pace; the CPU columns still measure the servers.
 
 LiteLLM lives in its own venv (``.venv-bench/litellm``, git-ignored; create it with
 ``python3 -m venv .venv-bench/litellm && .venv-bench/litellm/bin/pip install 'litellm[proxy]'``): installing
@@ -170,6 +176,9 @@ def main() -> None:
     )
     parser.add_argument("--litellm", default=None, help=f"LiteLLM proxy executable (default {LITELLM} if present)")
     parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM's rows")
+    parser.add_argument(
+        "--pace-ms", type=float, default=0.0, help="the stub samples one token every N ms (default 0: all at once)"
+    )
     args = parser.parse_args()
     lite_bin = None if args.no_litellm else (args.litellm or (str(LITELLM) if LITELLM.exists() else None))
     server_cores, load_cores = _cores()
@@ -177,6 +186,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         up_port = _port()
         stub_argv = [sys.executable, str(HERE / "proxy_stub.py"), str(up_port), ",".join(map(str, ids))]
+        stub_argv.append(str(args.pace_ms))
         with process(stub_argv, f"http://127.0.0.1:{up_port}/v1/models", load_cores):
             table(args, tmp, up_port, lite_bin, server_cores, load_cores)
 

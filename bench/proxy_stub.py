@@ -1,11 +1,16 @@
 """The bench's stub upstream: a bare asyncio HTTP/1.1 server (no framework), so it costs far less per call than
 the proxy in front of it and the rows measure the proxy, not the stub.
 
-    python bench/proxy_stub.py PORT IDS
+    python bench/proxy_stub.py PORT IDS [PACE_MS]
 
-Answers every call at once with the same tool call: on /v1/completions as the token ``IDS`` (comma-separated,
-the tiny model's tokens for a hermes tool call) with logprobs, on /v1/chat/completions (LiteLLM's way in) as a
-chat message; both streamed one token per chunk when the request says ``"stream": true``.
+Answers every call with the same tool call: on /v1/completions as the token ``IDS`` (comma-separated, the tiny
+model's tokens for a hermes tool call) with logprobs, on /v1/chat/completions (LiteLLM's way in) as a chat
+message; both streamed one token per chunk when the request says ``"stream": true``.
+
+By default the whole answer goes out at once, in one write. With ``PACE_MS`` the stub samples the way an
+engine does: one token every ``PACE_MS`` milliseconds. A streamed answer then goes out as it is sampled, one
+HTTP chunk per token (vLLM's server sends chunked event streams), so each token reaches the proxy on its own;
+an answer that is not streamed goes out whole once its last token is sampled.
 """
 
 from __future__ import annotations
@@ -22,14 +27,25 @@ def _response(body: bytes, content_type: bytes = b"application/json") -> bytes:
     return head + body
 
 
+def _events(events: list[dict]) -> list[bytes]:
+    return [f"data: {json.dumps(e, separators=(',', ':'))}\n\n".encode() for e in events] + [b"data: [DONE]\n\n"]
+
+
 def _sse(events: list[dict]) -> bytes:
-    text = "".join(f"data: {json.dumps(e, separators=(',', ':'))}\n\n" for e in events) + "data: [DONE]\n\n"
-    return _response(text.encode(), b"text/event-stream")
+    return _response(b"".join(_events(events)), b"text/event-stream")
+
+
+STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def _chunked(event: bytes) -> bytes:
+    return b"%x\r\n" % len(event) + event + b"\r\n"
 
 
 class Stub:
-    def __init__(self, ids: list[int]) -> None:
+    def __init__(self, ids: list[int], pace_s: float = 0.0) -> None:
         self.ids = ids
+        self.pace_s = pace_s
         lp = {"token_logprobs": [-0.5] * len(ids), "tokens": None, "top_logprobs": None}
         choice = {"index": 0, "text": "", "finish_reason": "stop", "token_ids": ids, "logprobs": lp}
         self.completion = _response(json.dumps({"id": "c", "object": "text_completion", "choices": [choice]}).encode())
@@ -40,10 +56,12 @@ class Stub:
             c["logprobs"] = {"token_logprobs": [-0.5], "tokens": None, "top_logprobs": None}
             pieces.append({"id": "c", "object": "text_completion", "choices": [c]})
         self.completion_stream = _sse(pieces)
+        self.completion_events = _events(pieces)
         self.models = _response(b'{"object":"list","data":[{"id":"stub","object":"model","max_model_len":32768}]}')
         self.calls = 0
 
-    def chat(self, stream: bool) -> bytes:
+    def chat(self, stream: bool) -> list[dict]:
+        """The chat answer: one body (not streamed) or its stream's events."""
         self.calls += 1
         call = {
             "id": f"call_{self.calls}",
@@ -55,9 +73,7 @@ class Stub:
         if not stream:
             message = {"role": "assistant", "content": None, "tool_calls": [call]}
             choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
-            return _response(
-                json.dumps({**head, "object": "chat.completion", "choices": [choice], "usage": usage}).encode()
-            )
+            return [{**head, "object": "chat.completion", "choices": [choice], "usage": usage}]
         n = len(self.ids) - 1
         step = max(1, len(ARGUMENTS) // max(1, n - 1))
         first = {"index": 0, "id": call["id"], "type": "function", "function": {"name": "run_shell", "arguments": ""}}
@@ -69,7 +85,22 @@ class Stub:
         chunks = [{**head, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": d}]} for d in deltas]
         end = {"index": 0, "delta": {}, "finish_reason": "tool_calls"}
         chunks.append({**head, "object": "chat.completion.chunk", "choices": [end], "usage": usage})
-        return _sse(chunks)
+        return chunks
+
+    async def answer(self, writer: asyncio.StreamWriter, whole: bytes, events: list[bytes] | None) -> None:
+        """``whole`` at once; paced: ``events`` (a stream) one token apart, else ``whole`` after the last token."""
+        if not self.pace_s:
+            writer.write(whole)
+            return
+        if events is None:
+            await asyncio.sleep(self.pace_s * len(self.ids))
+            writer.write(whole)
+            return
+        writer.write(STREAM_HEAD)
+        for event in events:
+            await asyncio.sleep(self.pace_s)
+            writer.write(_chunked(event))
+        writer.write(b"0\r\n\r\n")
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -84,9 +115,16 @@ class Stub:
                 stream = b'"stream":true' in body or b'"stream": true' in body
                 path = line.split(b" ")[1]
                 if path.endswith(b"/completions") and b"/chat/" not in path:
-                    writer.write(self.completion_stream if stream else self.completion)
+                    if stream:
+                        await self.answer(writer, self.completion_stream, self.completion_events)
+                    else:
+                        await self.answer(writer, self.completion, None)
                 elif path.endswith(b"/chat/completions"):
-                    writer.write(self.chat(stream))
+                    chat = self.chat(stream)
+                    if stream:
+                        await self.answer(writer, _sse(chat), _events(chat))
+                    else:
+                        await self.answer(writer, _response(json.dumps(chat[0]).encode()), None)
                 else:
                     writer.write(self.models)
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -95,8 +133,8 @@ class Stub:
             writer.close()
 
 
-async def main(port: int, ids: list[int]) -> None:
-    stub = Stub(ids)
+async def main(port: int, ids: list[int], pace_s: float) -> None:
+    stub = Stub(ids, pace_s)
     server = await asyncio.start_server(stub.serve, "127.0.0.1", port, backlog=4096)
     print("ready", flush=True)
     async with server:
@@ -104,4 +142,5 @@ async def main(port: int, ids: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]), [int(t) for t in sys.argv[2].split(",")]))
+    pace_ms = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
+    asyncio.run(main(int(sys.argv[1]), [int(t) for t in sys.argv[2].split(",")], pace_ms / 1000))

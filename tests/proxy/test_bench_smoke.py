@@ -1,4 +1,5 @@
-"""bench/proxy.py runs end to end with a tiny N and prints its table (direct and rollwire rows, both modes)."""
+"""bench/proxy.py runs end to end with a tiny N and prints its table (direct and rollwire rows, both modes), with
+the stub answering at once or paced like an engine (one token per HTTP chunk: the proxy reads a chunked stream)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "proxy.py"
 
 
-def test_bench_prints_the_table() -> None:
+@pytest.mark.parametrize("pace_ms", ["0", "1"])
+def test_bench_prints_the_table(pace_ms: str) -> None:
     argv = [sys.executable, str(BENCH), "--requests", "4", "--concurrency", "1", "2", "--turns", "2", "--no-litellm"]
+    argv += ["--pace-ms", pace_ms]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [r for r in (line.split() for line in done.stdout.splitlines()) if r[2:3] in (["direct"], ["rollwire"])]
