@@ -32,6 +32,8 @@ from rollwire.store import ModelCall, decode_ids, session_scope
 from rollwire.store.direct import DirectQuery
 from rollwire.store.reads import reads_in_place
 
+InlineRead = Callable[..., list[tuple[Any, ...]]]
+"""(query, **params) -> rows, run on the event loop (``RowWriter.read_inline``)."""
 RequestParser = Callable[[dict[str, Any]], Conversation]
 AnswerParser = Callable[[dict[str, Any], int], Message]
 Dialects = dict[str, tuple[RequestParser, AnswerParser]]
@@ -128,14 +130,22 @@ class PriorCache:
     """Recent rollouts' ``Known`` calls, least recently used dropped first past ``rollouts`` or ``tokens``."""
 
     def __init__(
-        self, engine: Engine, dialects: Dialects, shared: bool, rollouts: int = 4096, tokens: int = 50_000_000
+        self,
+        engine: Engine,
+        dialects: Dialects,
+        shared: bool,
+        rollouts: int = 4096,
+        tokens: int = 50_000_000,
+        read_inline: InlineRead | None = None,
     ) -> None:
         self.engine = engine
         self.dialects = dialects
         self.shared = shared
         self.inline = reads_in_place(engine)
         """SQLite (WAL): readers never wait for the writer, so the ids query runs on the event loop."""
-        self._direct: tuple[DirectQuery, Any] | None = None
+        self._ids_query = DirectQuery(_IDS, engine.dialect)
+        self._read_inline: InlineRead = read_inline or (lambda query, **params: query.run(engine, **params))
+        """On the store writer's own connection when given (the recorder's), else on a pooled one."""
         self.max_rollouts = rollouts
         self.max_tokens = tokens
         self._known: OrderedDict[str, Known] = OrderedDict()
@@ -169,17 +179,9 @@ class PriorCache:
         return await anyio.to_thread.run_sync(complete_ids, self.engine, rollout_id)
 
     def _ids_inline(self, rollout_id: str) -> list[int]:
-        """``complete_ids`` on the driver's own connection (SQLite: a SELECT opens no transaction, so each
-        one sees every commit before it)."""
-        if self._direct is None:
-            self._direct = (DirectQuery(_IDS, self.engine.dialect), self.engine.raw_connection())
-        query, connection = self._direct
-        return [int(row[0]) for row in query.rows(connection, rollout_id=rollout_id)]
-
-    def close(self) -> None:
-        if self._direct is not None:
-            self._direct[1].close()
-            self._direct = None
+        """``complete_ids`` on the event loop (SQLite: a SELECT opens no transaction, so each one sees every
+        commit before it)."""
+        return [int(row[0]) for row in self._read_inline(self._ids_query, rollout_id=rollout_id)]
 
     def _read(self, rollout_id: str, ids: list[int] | None) -> Found:
         return parse_calls(read_calls(self.engine, rollout_id, ids), self.dialects)
@@ -206,4 +208,4 @@ class PriorCache:
             self.tokens -= dropped.tokens
 
 
-__all__ = ["Found", "Known", "PriorCache", "complete_ids", "load_priors", "parse_calls", "read_calls"]
+__all__ = ["Found", "InlineRead", "Known", "PriorCache", "complete_ids", "load_priors", "parse_calls", "read_calls"]

@@ -26,10 +26,10 @@ class Recorder:
     def __init__(self, engine: Engine, dialects: Dialects, shared: bool = False, **bounds: int) -> None:
         self.engine = engine
         self.dialects = dialects
-        self.cache = PriorCache(engine, dialects, shared, **bounds)
         self.writer = RowWriter(
             engine, ModelCall.__table__, guard=guard_active, only_if=TAKES_RECORDS  # type: ignore[attr-defined]
         )
+        self.cache = PriorCache(engine, dialects, shared, read_inline=self.writer.read_inline, **bounds)
         self.listeners: list[Callable[[str, list[dict[str, Any]]], None]] = []
         """Called with (rollout id, rows) once rows are committed (budget counting)."""
 
@@ -52,7 +52,6 @@ class Recorder:
 
     def close(self) -> None:
         self.writer.close()
-        self.cache.close()
 
     def _remember(self, rows: list[dict[str, Any]], learnt: list[PriorCall | None], ids: list[int]) -> None:
         if not rows:

@@ -37,14 +37,15 @@ class DirectQuery:
         self._positions = self._compiled.positiontup
         convert = [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in statement.selected_columns]
         self._convert: list[Callable[[Any], Any] | None] | None = convert if any(convert) else None
-        self._driver_error: type[Exception] = dialect.loaded_dbapi.Error
+        self.driver_error: type[Exception] = dialect.loaded_dbapi.Error
+        """The driver's own error class (what a statement run on the cursor raises)."""
 
     def run(self, engine: Engine, **params: Any) -> list[tuple[Any, ...]]:
         """``rows`` on a pooled connection of ``engine``; a database error is a ``StoreError``."""
         try:
             with engine.connect() as conn:
                 return self.rows(conn.connection.dbapi_connection, **params)
-        except (SQLAlchemyError, self._driver_error) as exc:
+        except (SQLAlchemyError, self.driver_error) as exc:
             raise StoreError(f"store read failed: {exc.__class__.__name__}: {exc}") from exc
 
     def rows(self, dbapi_connection: Any, **params: Any) -> list[tuple[Any, ...]]:
@@ -86,7 +87,7 @@ class DirectInsert:
         self._dialect = dialect
         self._only_if = only_if
         self._compiled: dict[tuple[str, ...], tuple[Insert, _Compiled | None]] = {}
-        self._driver_error: type[Exception] = dialect.loaded_dbapi.Error
+        self.driver_error: type[Exception] = dialect.loaded_dbapi.Error
 
     def _build(self, keys: tuple[str, ...]) -> Insert:
         returning = self._table.c.id
@@ -130,8 +131,8 @@ class DirectInsert:
         try:
             cursor.execute(sql, args)
             found = cursor.fetchone()
-        except self._driver_error as exc:  # as SQLAlchemy raises it (OperationalError, IntegrityError, ...)
-            raise DBAPIError.instance(sql, args, exc, self._driver_error) from exc
+        except self.driver_error as exc:  # as SQLAlchemy raises it (OperationalError, IntegrityError, ...)
+            raise DBAPIError.instance(sql, args, exc, self.driver_error) from exc
         finally:
             cursor.close()
         return int(found[0]) if found is not None else None

@@ -15,6 +15,7 @@ from sqlalchemy import event
 
 from rollwire.errors import Forbidden, StoreError
 from rollwire.store import ModelCall, Rollout, Run, open_engine, session_scope
+from rollwire.store.direct import DirectQuery
 from rollwire.store.writer import RowWriter
 
 
@@ -171,3 +172,37 @@ def test_in_a_shared_commit_a_bad_row_or_a_refusal_fails_only_its_caller(db: str
     writer.close()
     engine.dispose()
 
+
+
+def test_reads_on_the_loop_connection_see_every_commit_and_never_wait(db: str) -> None:
+    """``read_inline`` runs on the connection the loop writes with: it sees that writer's rows, rows another
+    process committed since, and not rows another writer holds uncommitted, and the lock that writer holds
+    makes it neither wait nor fail."""
+    from sqlalchemy import func, select
+
+    engine = open_engine(f"sqlite:///{db}")
+    writer = RowWriter(engine, ModelCall.__table__)  # type: ignore[attr-defined]
+    count = DirectQuery(select(func.count()).select_from(ModelCall.__table__), engine.dialect)  # type: ignore[arg-type]
+
+    async def main() -> None:
+        await writer.insert([_row()])
+        assert writer.read_inline(count) == [(1,)]
+        with sqlite3.connect(db) as other:  # another process's commit
+            other.execute("INSERT INTO modelcall (rollout_id, prompt_ids, completion_ids, completion_logprobs,"
+                          " dialect, request_json, response_json, choice_index, status, started_ns, ended_ns,"
+                          " requested_model, served_model, policy_version, segment_index, reused_prefix_len,"
+                          " line, latency_ms) SELECT rollout_id, prompt_ids, completion_ids, completion_logprobs,"
+                          " dialect, request_json, response_json, choice_index, status, started_ns, ended_ns,"
+                          " requested_model, served_model, policy_version, segment_index, reused_prefix_len,"
+                          " line, latency_ms FROM modelcall")  # fmt: skip
+        assert writer.read_inline(count) == [(2,)]
+        holder = sqlite3.connect(db, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        holder.execute("DELETE FROM modelcall")  # uncommitted, under the write lock
+        assert writer.read_inline(count) == [(2,)]
+        holder.execute("ROLLBACK")
+        holder.close()
+
+    asyncio.run(main())
+    writer.close()
+    engine.dispose()
