@@ -122,7 +122,8 @@ class Stub:
                 elif path.endswith(b"/chat/completions"):
                     chat = self.chat(stream)
                     if stream:
-                        await self.answer(writer, _sse(chat), _events(chat))
+                        events = _events(chat)
+                        await self.answer(writer, _response(b"".join(events), b"text/event-stream"), events)
                     else:
                         await self.answer(writer, _response(json.dumps(chat[0]).encode()), None)
                 else:

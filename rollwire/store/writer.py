@@ -55,6 +55,12 @@ class _Job:
     loop: asyncio.AbstractEventLoop
 
 
+def _lock_taken(error: BaseException) -> bool:
+    """SQLite's "database is locked" / "busy": another connection holds the lock (or is recovering the file)."""
+    text = str(getattr(error, "orig", None) or error)
+    return "locked" in text or "busy" in text
+
+
 def _settle(job: _Job, ids: list[int] | None, error: BaseException | None) -> None:
     def done() -> None:
         if job.future.done():  # the caller was cancelled; its rows are committed all the same
@@ -131,7 +137,7 @@ class RowWriter:
         try:
             return query.rows(connection.connection.dbapi_connection, **params)
         except query.driver_error as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc):
+            if not _lock_taken(exc):
                 raise
         return query.run(self._engine, **params)  # the file is being recovered: wait on a pooled connection
 
@@ -198,7 +204,7 @@ class RowWriter:
         except SQLAlchemyError as exc:
             self._loop_connection = self._drop_loop_connection()
             detail = exc.orig if hasattr(exc, "orig") else exc
-            if isinstance(exc, OperationalError) and ("locked" in str(detail) or "busy" in str(detail)):
+            if isinstance(exc, OperationalError) and _lock_taken(exc):
                 return None
             raise StoreError(f"store write failed: {exc.__class__.__name__}: {detail}") from exc
 
