@@ -14,6 +14,7 @@ import json
 import re
 from typing import Any
 
+import orjson
 from starlette.requests import Request
 
 from rollwire.errors import InvalidRequest, PayloadTooLarge
@@ -24,6 +25,23 @@ MAX_DEPTH = 64
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 """In a body that is strict UTF-8, only a ``\\uD800``-``\\uDFFF`` escape can put a surrogate into the parsed text
 (``json.loads`` decodes bytes with ``surrogatepass``, so a body that is not strict UTF-8 is always checked)."""
+
+
+_LONG_NUMBER = re.compile(rb"\d{19}")
+"""A digit run orjson may not keep exact (it reads integers past 64 bits as floats; the standard library keeps
+them)."""
+
+
+def _parse(body: bytearray) -> Any:
+    """``body`` parsed: by orjson (~5x faster on a harness's request) where it parses to exactly what the standard
+    library would; everything it refuses or may read differently (long numbers, UTF-16/32, a BOM, lone
+    surrogates, ``NaN``) goes to the standard library, whose value or error is then the answer."""
+    if not _LONG_NUMBER.search(body):
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(body, parse_constant=_no_constant)
 
 
 def _no_constant(name: str) -> Any:
@@ -72,7 +90,7 @@ async def read_json_text(request: Request, limit: int) -> tuple[Any, str | None]
         if len(body) > limit:
             raise PayloadTooLarge(f"request body is over the {limit}-byte limit")
     try:
-        parsed = json.loads(body, parse_constant=_no_constant)
+        parsed = _parse(body)
     except ValueError as exc:
         raise InvalidRequest(f"malformed JSON body: {exc}") from None
     except RecursionError:

@@ -1,0 +1,77 @@
+"""Request bodies are parsed by orjson where it reads exactly what the standard library reads, and by the
+standard library everywhere else: the value (types included) and every refusal stay the standard library's."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rollwire.request_body import _no_constant, _parse
+
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()  # past 64 bits too: orjson would read those as floats
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()  # lone surrogates included: json.dumps escapes them, orjson refuses them
+)
+VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=30)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, with the same types all the way down (1 is not 1.0, -0.0 is not 0.0)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float):
+        return a == b and math.copysign(1, a) == math.copysign(1, b)
+    return bool(a == b)
+
+
+@settings(max_examples=400, deadline=None)
+@given(VALUES, st.booleans())
+def test_a_body_parses_to_what_the_standard_library_reads(value: Any, ascii_only: bool) -> None:
+    try:
+        raw = json.dumps(value, ensure_ascii=ascii_only).encode()
+    except UnicodeEncodeError:  # a lone surrogate cannot be UTF-8: no client can send that body
+        return
+    assert _same(_parse(bytearray(raw)), json.loads(raw, parse_constant=_no_constant))
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"seed": 123456789012345678901234567890}',
+        b'{"seed": 18446744073709551615, "x": -9223372036854775808}',
+        b'{"a": 1, "a": 2}',
+        b'{"t": 1e400}',
+        b'{"s": "\\ud800"}',
+        b'\xef\xbb\xbf{"a": 1}',
+        '{"a": "\u00e9"}'.encode("utf-16"),
+        b"[" * 2000 + b"]" * 2000,
+    ],
+    ids=["past 64 bits", "64-bit edges", "duplicate key", "overflowing float", "lone surrogate", "BOM", "UTF-16",
+         "past orjson's depth"],  # fmt: skip
+)
+def test_what_orjson_reads_differently_or_refuses_is_the_standard_librarys(raw: bytes) -> None:
+    try:
+        expected: Any = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        with pytest.raises(type(exc)):
+            _parse(bytearray(raw))
+        return
+    assert _same(_parse(bytearray(raw)), expected)
+
+
+@pytest.mark.parametrize("raw", [b'{"t": NaN}', b'{"t": -Infinity}', b'{"a": }', b"", b'{"a": "\xff"}'])
+def test_what_neither_reads_is_refused(raw: bytes) -> None:
+    with pytest.raises(ValueError):
+        _parse(bytearray(raw))
