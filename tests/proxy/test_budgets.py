@@ -134,3 +134,50 @@ def test_a_call_deadline_is_total_not_per_read(
     message = answer.json()["error"]["message"]  # a spent budget: a 4xx like the others, not the upstream's 504
     assert answer.status_code == 403 and "call deadline of 1.0 s" in message and "timed out" in message
     assert [kind for kind, _ in _refusals(proxy.store_url, rollout["id"])] == ["deadline"]
+
+
+def test_usage_is_kept_for_the_newest_rollouts_and_those_with_calls_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long-running proxy sees rollouts without end: what it keeps of their usage stays bounded."""
+    import asyncio
+
+    from rollwire.rollouts import budgets as budgets_module
+    from rollwire.rollouts.budgets import Budgets
+    from rollwire.rollouts.tokens import Identity
+    from rollwire.store.schema import RolloutStatus
+
+    monkeypatch.setattr(budgets_module, "KEEP", 3)
+    keeper = Budgets(open_engine(f"sqlite:///{tmp_path / 'store.db'}"), "proxy")
+
+    async def scenario() -> list[str]:
+        busy = await keeper.model_call(Identity("r0", "run", RolloutStatus.RUNNING), "model")  # stays in flight
+        for i in range(1, 7):
+            await keeper.usage(f"r{i}")
+        kept = list(keeper._usage)
+        busy.release()
+        return kept
+
+    assert asyncio.run(scenario()) == ["r0", "r4", "r5", "r6"]
+
+
+def test_usage_is_read_back_from_either_store(any_store_url: str) -> None:
+    """A restarted (or another) process counts a rollout's use from its rows: model calls (first choices only),
+    sampled tokens (every choice) and tool calls, that rollout's alone, in one statement."""
+    from rollwire.rollouts import RolloutBook
+    from rollwire.rollouts.budgets import _UsageQuery
+    from rollwire.store import ToolEvent
+
+    engine = open_engine(any_store_url)
+    book = RolloutBook(engine)
+    book.create_run("r")
+    (mine, _), (other, _) = book.create("r", 2, {})
+    ids = lambda n: b"\x01\x00\x00\x00" * n  # noqa: E731  (int32 ids, as the codec stores them)
+    with session_scope(engine) as session:
+        for rollout, choice, sampled in [(mine, 0, 3), (mine, 1, 4), (mine, 0, 5), (other, 0, 7)]:
+            session.add(ModelCall(rollout_id=rollout.id, choice_index=choice, completion_ids=ids(sampled)))
+        session.add_all([ToolEvent(rollout_id=mine.id), ToolEvent(rollout_id=other.id), ToolEvent(rollout_id=other.id)])
+    read = _UsageQuery(engine)
+    assert vars(read(mine.id)) == {"model_calls": 2, "sampled_tokens": 12, "tool_calls": 1, "in_flight": 0}
+    assert vars(read(other.id)) == {"model_calls": 1, "sampled_tokens": 7, "tool_calls": 2, "in_flight": 0}
+    assert vars(read("ro-none")) == {"model_calls": 0, "sampled_tokens": 0, "tool_calls": 0, "in_flight": 0}
