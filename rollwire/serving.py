@@ -126,4 +126,4 @@ class ServerThread:
         self.stop()
 
 
-__all__ = ["ServerThread", "YOUNG_COLLECTION_EVERY", "listening_socket", "serve", "settle_heap"]
+__all__ = ["YOUNG_COLLECTION_EVERY", "ServerThread", "listening_socket", "serve", "settle_heap"]

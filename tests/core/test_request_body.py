@@ -58,8 +58,16 @@ def test_a_body_parses_to_what_the_standard_library_reads(value: Any, ascii_only
         '{"a": "\u00e9"}'.encode("utf-16"),
         b"[" * 2000 + b"]" * 2000,
     ],
-    ids=["past 64 bits", "64-bit edges", "duplicate key", "overflowing float", "lone surrogate", "BOM", "UTF-16",
-         "past orjson's depth"],  # fmt: skip
+    ids=[
+        "past 64 bits",
+        "64-bit edges",
+        "duplicate key",
+        "overflowing float",
+        "lone surrogate",
+        "BOM",
+        "UTF-16",
+        "past orjson's depth",
+    ],
 )
 def test_what_orjson_reads_differently_or_refuses_is_the_standard_librarys(raw: bytes) -> None:
     try:

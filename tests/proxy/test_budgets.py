@@ -172,7 +172,10 @@ def test_usage_is_read_back_from_either_store(any_store_url: str) -> None:
     book = RolloutBook(engine)
     book.create_run("r")
     (mine, _), (other, _) = book.create("r", 2, {})
-    ids = lambda n: b"\x01\x00\x00\x00" * n  # noqa: E731  (int32 ids, as the codec stores them)
+
+    def ids(n: int) -> bytes:
+        return b"\x01\x00\x00\x00" * n  # int32 ids, as the codec stores them
+
     with session_scope(engine) as session:
         for rollout, choice, sampled in [(mine, 0, 3), (mine, 1, 4), (mine, 0, 5), (other, 0, 7)]:
             session.add(ModelCall(rollout_id=rollout.id, choice_index=choice, completion_ids=ids(sampled)))
