@@ -53,7 +53,7 @@ class ProxyState:
         self.engine = engine
         self.generator = generator
         self.auth = auth
-        self.budgets = Budgets(engine, "proxy")
+        self.budgets = Budgets(engine, "proxy", read_inline=generator.recorder.writer.read_inline)
         generator.recorder.listeners.append(self.budgets.recorded)
         self._finished = anyio.Event()
 
@@ -171,7 +171,8 @@ def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key
             tokens=settings.cache_tokens,
         )
         generator = Generator(settings, client, renderer, recorder, tools, reasoning)
-        app.state.proxy = ProxyState(settings, engine, generator, TokenAuth(engine, key))
+        auth = TokenAuth(engine, key, read_inline=recorder.writer.read_inline)
+        app.state.proxy = ProxyState(settings, engine, generator, auth)
         recorder.listeners.append(metrics.recorded)
         app.state.proxy.budgets.refused.append(metrics.refused)
         try:

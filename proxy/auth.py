@@ -10,6 +10,7 @@ from starlette.requests import Request
 
 from rollwire.errors import Unauthorized
 from rollwire.rollouts import Identity, TokenIndex, hash_token
+from rollwire.store.reads import RunQuery
 
 Caller = Identity
 """The calling rollout (its id, run, task, budgets)."""
@@ -27,8 +28,8 @@ def request_token(request: Request) -> str | None:
 
 
 class TokenAuth:
-    def __init__(self, engine: Engine, operator_key: str) -> None:
-        self.tokens = TokenIndex(engine)
+    def __init__(self, engine: Engine, operator_key: str, read_inline: RunQuery | None = None) -> None:
+        self.tokens = TokenIndex(engine, read_inline=read_inline)
         self.operator_key = operator_key
 
     async def caller(self, request: Request) -> Caller:

@@ -30,10 +30,8 @@ from sqlmodel import col
 from rollwire.errors import InvalidRequest
 from rollwire.store import ModelCall, decode_ids, session_scope
 from rollwire.store.direct import DirectQuery
-from rollwire.store.reads import reads_in_place
+from rollwire.store.reads import RunQuery, point_query, reads_in_place
 
-InlineRead = Callable[..., list[tuple[Any, ...]]]
-"""(query, **params) -> rows, run on the event loop (``RowWriter.read_inline``)."""
 RequestParser = Callable[[dict[str, Any]], Conversation]
 AnswerParser = Callable[[dict[str, Any], int], Message]
 Dialects = dict[str, tuple[RequestParser, AnswerParser]]
@@ -136,7 +134,7 @@ class PriorCache:
         shared: bool,
         rollouts: int = 4096,
         tokens: int = 50_000_000,
-        read_inline: InlineRead | None = None,
+        read_inline: RunQuery | None = None,
     ) -> None:
         self.engine = engine
         self.dialects = dialects
@@ -144,7 +142,7 @@ class PriorCache:
         self.inline = reads_in_place(engine)
         """SQLite (WAL): readers never wait for the writer, so the ids query runs on the event loop."""
         self._ids_query = DirectQuery(_IDS, engine.dialect)
-        self._read_inline: InlineRead = read_inline or (lambda query, **params: query.run(engine, **params))
+        self._read_inline = point_query(engine, read_inline)
         """On the store writer's own connection when given (the recorder's), else on a pooled one."""
         self.max_rollouts = rollouts
         self.max_tokens = tokens
@@ -208,4 +206,4 @@ class PriorCache:
             self.tokens -= dropped.tokens
 
 
-__all__ = ["Found", "InlineRead", "Known", "PriorCache", "complete_ids", "load_priors", "parse_calls", "read_calls"]
+__all__ = ["Found", "Known", "PriorCache", "complete_ids", "load_priors", "parse_calls", "read_calls"]

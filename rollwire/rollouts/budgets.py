@@ -22,7 +22,7 @@ from rollwire.errors import Forbidden, InvalidRequest, RollwireError, StoreError
 from rollwire.rollouts.tokens import Identity
 from rollwire.store.db import session_scope
 from rollwire.store.direct import DirectQuery
-from rollwire.store.reads import point_read
+from rollwire.store.reads import RunQuery, point_query, point_read
 from rollwire.store.schema import ModelCall, Refusal, ToolEvent
 
 LIMITS: dict[str, type] = {
@@ -72,12 +72,12 @@ _USE = select(
 class _UsageQuery:
     """What a rollout has used so far, from the store (built once per engine, run on the driver's cursor)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(self, engine: Engine, read_inline: RunQuery | None = None) -> None:
         self._use = DirectQuery(_USE, engine.dialect)
+        self._query = point_query(engine, read_inline)
 
     def __call__(self, rollout_id: str) -> Usage:
-        ((calls, sampled, tools),) = self._use.run(self._engine, rollout_id=rollout_id)
+        ((calls, sampled, tools),) = self._query(self._use, rollout_id=rollout_id)
         return Usage(int(calls or 0), int(sampled or 0) // 4, int(tools or 0))  # ids are 4-byte int32 (codec)
 
 
@@ -102,11 +102,12 @@ class Ticket:
 class Budgets:
     """One process's budget keeper (the proxy's or the gateway's) over one store."""
 
-    def __init__(self, engine: Engine, source: str) -> None:
+    def __init__(self, engine: Engine, source: str, read_inline: RunQuery | None = None) -> None:
+        """``read_inline``: the event loop's store connection to count usage on (``point_query``)."""
         self._engine = engine
         self._source = source
         self._usage: dict[str, Usage] = {}
-        self._load_usage = _UsageQuery(engine)
+        self._load_usage = _UsageQuery(engine, read_inline)
         self._locks: dict[str, asyncio.Lock] = {}
         self.refused: list[Callable[[str], None]] = []
         """Called with the budget's kind after each refusal is recorded (metrics)."""

@@ -21,7 +21,7 @@ from sqlmodel import col, select
 from rollwire.errors import Forbidden, Unauthorized
 from rollwire.rollouts.states import TOKEN_WORKS
 from rollwire.store.direct import DirectQuery
-from rollwire.store.reads import point_read
+from rollwire.store.reads import RunQuery, point_query, point_read
 from rollwire.store.schema import Rollout, RolloutStatus
 
 PREFIX = "rw-"
@@ -92,17 +92,19 @@ def forget(rollout_id: str) -> None:
 class TokenIndex:
     """token -> Identity, cached for ``ttl_s``; Unauthorized for an unknown token, Forbidden for an ended rollout."""
 
-    def __init__(self, engine: Engine, ttl_s: float = 1.0) -> None:
+    def __init__(self, engine: Engine, ttl_s: float = 1.0, read_inline: RunQuery | None = None) -> None:
+        """``read_inline``: the event loop's store connection to look tokens up on (``point_query``)."""
         self._engine = engine
         self._ttl_s = ttl_s
         self._cache: dict[str, tuple[float, Identity]] = {}
         self._by_hash = DirectQuery(_BY_HASH, engine.dialect)
+        self._query = point_query(engine, read_inline)
         with _INDEXES_LOCK:
             _INDEXES.add(self)
 
     def lookup(self, token: str) -> Identity | None:
         """The token's rollout from the store (no cache)."""
-        rows = self._by_hash.run(self._engine, token_hash=hash_token(token))
+        rows = self._query(self._by_hash, token_hash=hash_token(token))
         return Identity.of(rows[0]) if rows else None
 
     async def resolve(self, token: str | None) -> Identity:

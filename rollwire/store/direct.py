@@ -46,7 +46,12 @@ class DirectQuery:
             with engine.connect() as conn:
                 return self.rows(conn.connection.dbapi_connection, **params)
         except (SQLAlchemyError, self.driver_error) as exc:
-            raise StoreError(f"store read failed: {exc.__class__.__name__}: {exc}") from exc
+            raise self.failure(exc) from exc
+
+    @staticmethod
+    def failure(exc: Exception) -> StoreError:
+        """What a failed read is to its callers (whichever connection it ran on)."""
+        return StoreError(f"store read failed: {exc.__class__.__name__}: {exc}")
 
     def rows(self, dbapi_connection: Any, **params: Any) -> list[tuple[Any, ...]]:
         """The result rows of the statement with ``params`` bound, each value converted as its column's type says."""

@@ -138,7 +138,7 @@ class RowWriter:
             return query.rows(connection.connection.dbapi_connection, **params)
         except query.driver_error as exc:
             if not _lock_taken(exc):
-                raise
+                raise query.failure(exc) from exc
         return query.run(self._engine, **params)  # the file is being recovered: wait on a pooled connection
 
     def close(self) -> None:

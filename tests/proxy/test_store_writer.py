@@ -206,3 +206,28 @@ def test_reads_on_the_loop_connection_see_every_commit_and_never_wait(db: str) -
     asyncio.run(main())
     writer.close()
     engine.dispose()
+
+
+def test_point_reads_take_the_loop_connection_only_where_reads_run_in_place(any_store_url: str) -> None:
+    """The proxy's token and usage lookups run on the writer's loop connection on SQLite (no pool checkout);
+    on Postgres they run on worker threads, which must never touch it. A failed read is a StoreError either way."""
+    from sqlalchemy import func, select, text
+
+    from rollwire.store.reads import point_query
+
+    engine = open_engine(any_store_url)
+    writer = RowWriter(engine, ModelCall.__table__)  # type: ignore[attr-defined]
+    used: list[str] = []
+
+    def inline(query: DirectQuery, **params: Any) -> list[tuple[Any, ...]]:
+        used.append("loop")
+        return writer.read_inline(query, **params)
+
+    count = DirectQuery(select(func.count()).select_from(ModelCall.__table__), engine.dialect)  # type: ignore[arg-type]
+    assert point_query(engine, inline)(count) == [(0,)]
+    assert used == (["loop"] if engine.dialect.name == "sqlite" else [])
+    broken = DirectQuery(select(text("nothing")).select_from(text("no_such_table")), engine.dialect)
+    with pytest.raises(StoreError, match="store read failed"):
+        point_query(engine, inline)(broken)
+    writer.close()
+    engine.dispose()
