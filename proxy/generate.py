@@ -4,7 +4,6 @@ upstream -> parse sampled ids -> record, committed before the response is handed
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -16,7 +15,7 @@ from rollwire.proxy.conversation import Choice, Conversation, Generation, Sampli
 from rollwire.proxy.dialects.base import Dialect
 from rollwire.proxy.lines import call_line
 from rollwire.proxy.limits import OutputCap, fit_output
-from rollwire.proxy.parsers.base import ReasoningParser, ToolParser
+from rollwire.proxy.parsers.base import ReasoningParser, ToolParser, new_id
 from rollwire.proxy.recorder import Recorder
 from rollwire.proxy.render import Renderer
 from rollwire.proxy.session import Plan, PriorCall, encode_work, plan_prompt
@@ -164,7 +163,7 @@ class Generator:
         else:
             version = self.served.policy_version if self.served.policy_version is not None else 0
         return Generation(
-            id="chatcmpl-" + secrets.token_hex(12),
+            id=new_id("chatcmpl-"),
             created=int(time.time()),
             model=conv.model,
             choices=[],

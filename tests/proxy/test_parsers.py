@@ -46,3 +46,23 @@ def test_qwen3_reasoning() -> None:
 def test_unknown_names_fail_at_start_up(field: str, tmp_path: Path) -> None:
     with pytest.raises(InvalidRequest, match="unknown"):
         create_app(ProxySettings(**{field: "nope"}), f"sqlite:///{tmp_path / 's.db'}", tmp_path)
+
+
+def test_ids_a_client_sees_differ_across_forked_workers_and_a_seeded_random() -> None:
+    """Answer and tool-call ids come from a generator of their own, re-seeded in each forked worker."""
+    import os
+    import random
+
+    from rollwire.proxy.parsers.base import new_id
+
+    random.seed(0)
+    first = new_id("call_")
+    random.seed(0)
+    assert new_id("call_") != first and len(first) == len("call_") + 24
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a worker forked after the parent drew ids
+        os.write(write, new_id("").encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 64).decode() != new_id("")
