@@ -41,8 +41,8 @@ def listening_socket(host: str, port: int, fd: int | None = None, backlog: int =
 YOUNG_COLLECTION_EVERY = 50_000
 """Container allocations between two young-generation collections (CPython's default: 700). A collection walks
 every young object still alive, and calls in flight hold long lists of token ids: at 256 concurrent calls the
-default thresholds spent ~14% of the proxy's CPU collecting (with the start-up heap already frozen), 50,000
-2–3%, at the price of one pause of up to ~30 ms every few thousand calls (``bench/proxy.py``)."""
+default thresholds spent ~14% of the proxy's CPU collecting (with the start-up heap already frozen); with
+50,000, 2–3%, at the price of one pause of up to ~30 ms every few thousand calls (``bench/proxy.py``)."""
 
 
 def settle_heap() -> None:
