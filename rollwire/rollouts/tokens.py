@@ -97,7 +97,8 @@ class TokenIndex:
         self._engine = engine
         self._ttl_s = ttl_s
         self._cache: dict[str, tuple[float, Identity]] = {}
-        """token -> (when looked up, its rollout); only the store is kept from ever holding a token."""
+        """token -> (when looked up, its rollout), keyed by the token, which every request carries anyway; the store
+        holds only its hash."""
         self._by_hash = DirectQuery(_BY_HASH, engine.dialect)
         self._query = point_query(engine, read_inline)
         with _INDEXES_LOCK:
