@@ -140,7 +140,7 @@ class LiveGeneration:
 
     async def _stream(self) -> AsyncGenerator[StreamEvent, None]:
         plan = self.prepared.plan
-        async for batch in chunks(self.response, self.generator.settings.upstream):
+        async for batch in chunks(self.response, self.generator.settings.upstream, whole=not self.deltas):
             for chunk in batch:
                 if self.generation is None:
                     version = chunk.weight_version

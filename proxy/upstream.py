@@ -146,6 +146,57 @@ def _chunk(data: dict[str, Any]) -> Chunk:
     return Chunk(out, _version(data))
 
 
+class _Unfoldable(Exception):
+    """A batch that does not fold into one chunk (an error, a second prompt for a choice)."""
+
+
+def _folded(datas: list[Any]) -> Chunk:
+    """A batch of parsed chunks as one: each choice's ids, logprobs, top logprobs and tokens in order, its last
+    finish reason, its prompt ids, the first chunk's weight version (the one a reader takes). Only for a whole
+    answer, whose reader takes a batch at once (nobody sees its deltas); ``_Unfoldable`` where chunk by chunk
+    would read differently."""
+    parts: dict[int, ChoiceChunk] = {}
+    for data in datas:
+        if "error" in data:
+            raise _Unfoldable
+        for c in data["choices"]:
+            ids, logprobs, lp = _choice(c)
+            index, prompt = int(c["index"]), c.get("prompt_token_ids")
+            part = parts.get(index)
+            if part is None:
+                prompt_ids = [int(t) for t in prompt] if prompt is not None else None
+                top, tokens = list(lp.get("top_logprobs") or ()), list(lp.get("tokens") or ())
+                parts[index] = ChoiceChunk(index, ids, logprobs, top, tokens, c.get("finish_reason"), prompt_ids)
+                continue
+            if prompt is not None:
+                raise _Unfoldable
+            part.token_ids += ids
+            part.logprobs += logprobs
+            part.top_logprobs += lp.get("top_logprobs") or ()  # type: ignore[operator]
+            part.tokens += lp.get("tokens") or ()  # type: ignore[operator]
+            part.finish_reason = c.get("finish_reason") or part.finish_reason
+    return Chunk(list(parts.values()), _version(datas[0]))
+
+
+def _batch(payloads: list[bytes], whole: bool) -> tuple[list[Chunk], Exception | None]:
+    """One batch's chunks, and the error that cut it short (the chunks before it still count: what was sampled
+    is recorded). A whole answer's batch is parsed in one pass and folded (``_folded``): a packet of ~30 token
+    chunks then costs ~40% less than chunk by chunk. Anything else, or a batch that does not fold, goes chunk
+    by chunk, which also finds the bad chunk."""
+    if whole and len(payloads) > 1:
+        try:
+            return [_folded(orjson.loads(b"[" + b",".join(payloads) + b"]"))], None
+        except (_Unfoldable, ValueError, KeyError, TypeError, UpstreamError):
+            pass
+    out: list[Chunk] = []
+    for payload in payloads:
+        try:
+            out.append(_chunk(orjson.loads(payload)))
+        except (ValueError, KeyError, TypeError, UpstreamError) as exc:
+            return out, exc
+    return out, None
+
+
 def _whole(result: UpstreamResult) -> Chunk:
     """A non-streamed answer (an upstream that ignores ``stream``) as one chunk that finishes every choice."""
     choices = [
@@ -185,17 +236,17 @@ async def open_stream(client: Pool, body: dict[str, Any]) -> Response:
     return response
 
 
-async def chunks(response: Response, base_url: str) -> AsyncIterator[list[Chunk]]:
+async def chunks(response: Response, base_url: str, whole: bool = False) -> AsyncIterator[list[Chunk]]:
     """The engine's server-sent events as chunks, up to ``[DONE]``: each batch holds every chunk that had arrived
-    (an engine often sends several in one packet; a batch costs one pass of the event loop, not one each)."""
+    (an engine often sends several in one packet; a batch costs one pass of the event loop, not one each).
+    ``whole``: the reader wants the whole answer, not its deltas, so a batch may come folded into one chunk."""
     try:
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
             yield [_whole(_parse(orjson.loads(await response.read())))]
             return
         done = False
         async for lines in response.batches():
-            batch: list[Chunk] = []
-            bad: Exception | None = None
+            payloads: list[bytes] = []
             for line in lines:
                 if done or not line.startswith(b"data:"):
                     continue  # after [DONE], read to the body's end: the connection then goes back to the pool
@@ -203,11 +254,8 @@ async def chunks(response: Response, base_url: str) -> AsyncIterator[list[Chunk]
                 if payload == b"[DONE]":
                     done = True
                     continue
-                try:
-                    batch.append(_chunk(orjson.loads(payload)))
-                except (ValueError, KeyError, TypeError, UpstreamError) as exc:
-                    bad = exc  # the chunks before it still count (what was sampled is recorded)
-                    break
+                payloads.append(payload)
+            batch, bad = _batch(payloads, whole)
             if batch:
                 yield batch
             if bad is not None:

@@ -1,0 +1,89 @@
+"""A whole answer's batch of upstream chunks is folded into one chunk per choice: whatever the batch holds
+(several choices, logprobs with tokens and top logprobs, a prompt on each choice's first chunk, a bad chunk,
+an error, another weight version, a second prompt), a reader sees what it would have seen chunk by chunk."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rollwire.proxy.upstream import Chunk, _batch
+
+
+def _read(chunks: list[Chunk]) -> dict[str, Any]:
+    """What ``LiveGeneration`` keeps of a batch (per choice, as ``_Choice.add`` and a whole answer's ids do)."""
+    seen: dict[int, dict[str, Any]] = {}
+    versions = []
+    for chunk in chunks:
+        versions.append(chunk.weight_version)
+        for part in chunk.choices:
+            kept = seen.setdefault(part.index, {"ids": [], "logprobs": [], "top": [], "tokens": [], "finish": None,
+                                                "prompts": []})  # fmt: skip
+            kept["ids"] += part.token_ids
+            kept["logprobs"] += part.logprobs
+            kept["top"] += part.top_logprobs or []
+            kept["tokens"] += part.tokens or []
+            kept["finish"] = part.finish_reason or kept["finish"]
+            if part.prompt_ids is not None:
+                kept["prompts"].append(part.prompt_ids)
+    return {"choices": seen, "first_version": versions[0] if versions else None}
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> list[bytes]:
+    n_choices = draw(st.integers(1, 2))
+    length = draw(st.integers(1, 6))
+    with_tokens = draw(st.booleans())
+    out = []
+    for step in range(length):
+        for index in range(n_choices):
+            ids = draw(st.lists(st.integers(0, 50_000), min_size=0, max_size=2))
+            logprobs: dict[str, Any] = {"token_logprobs": [draw(st.floats(-20, 0)) for _ in ids]}
+            if with_tokens:
+                logprobs["tokens"] = [f"t{i}" for i in ids]
+                logprobs["top_logprobs"] = [{f"t{i}": -0.1} for i in ids]
+            choice: dict[str, Any] = {"index": index, "text": "", "token_ids": ids, "logprobs": logprobs,
+                                      "finish_reason": "stop" if step == length - 1 else None}  # fmt: skip
+            if step == 0:
+                choice["prompt_token_ids"] = [1, 2, 3]
+            out.append({"id": "c", "object": "text_completion", "choices": [choice], "weight_version": 4})
+    payloads = [orjson.dumps(data) for data in out]
+    spoil = draw(st.sampled_from([None, "json", "misaligned", "error", "version", "second prompt"]))
+    if spoil is not None:
+        at = draw(st.integers(0, len(out) - 1))
+        data = out[at]
+        if spoil == "json":
+            payloads[at] = payloads[at][:-1]
+        elif spoil == "misaligned":
+            data["choices"][0]["logprobs"]["token_logprobs"].append(-1.0)
+        elif spoil == "error":
+            data = {"error": {"message": "engine overloaded"}}
+        elif spoil == "version":
+            data["weight_version"] = 5
+        else:
+            data["choices"][0]["prompt_token_ids"] = [9]
+        if spoil != "json":
+            payloads[at] = orjson.dumps(data)
+    return payloads
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches())
+def test_a_folded_batch_reads_as_the_same_chunks_one_by_one(payloads: list[bytes]) -> None:
+    folded, folded_error = _batch(payloads, whole=True)
+    one_by_one, error = _batch(payloads, whole=False)
+    assert _read(folded) == _read(one_by_one)
+    assert type(folded_error) is type(error) and str(folded_error) == str(error)
+
+
+def test_a_clean_batch_of_a_whole_answer_is_one_chunk_per_choice() -> None:
+    payloads = [
+        orjson.dumps({"choices": [{"index": i % 2, "token_ids": [i], "logprobs": {"token_logprobs": [-0.5]}}]})
+        for i in range(6)
+    ]
+    (chunk,), error = _batch(payloads, whole=True)
+    assert error is None
+    assert [(p.index, p.token_ids) for p in chunk.choices] == [(0, [0, 2, 4]), (1, [1, 3, 5])]
+    assert len(_batch(payloads, whole=False)[0]) == 6  # a streamed answer's reader still gets each chunk
