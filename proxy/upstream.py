@@ -123,27 +123,21 @@ class Chunk:
     weight_version: int | None
 
 
+def _choice_chunk(c: dict[str, Any]) -> ChoiceChunk:
+    ids, logprobs, lp = _choice(c)
+    prompt = c.get("prompt_token_ids")
+    prompt_ids = [int(t) for t in prompt] if prompt is not None else None
+    return ChoiceChunk(
+        int(c["index"]), ids, logprobs, lp.get("top_logprobs"), lp.get("tokens"), c.get("finish_reason"), prompt_ids
+    )
+
+
 def _chunk(data: dict[str, Any]) -> Chunk:
     if "error" in data:
         error = data["error"]
         message = error.get("message") if isinstance(error, dict) else error
         raise UpstreamError(f"upstream failed mid-stream: {message}")
-    out = []
-    for c in data["choices"]:
-        ids, logprobs, lp = _choice(c)
-        prompt = c.get("prompt_token_ids")
-        out.append(
-            ChoiceChunk(
-                int(c["index"]),
-                ids,
-                logprobs,
-                lp.get("top_logprobs"),
-                lp.get("tokens"),
-                c.get("finish_reason"),
-                [int(t) for t in prompt] if prompt is not None else None,
-            )
-        )
-    return Chunk(out, _version(data))
+    return Chunk([_choice_chunk(c) for c in data["choices"]], _version(data))
 
 
 class _Unfoldable(Exception):
@@ -160,20 +154,22 @@ def _folded(datas: list[Any]) -> Chunk:
         if "error" in data:
             raise _Unfoldable
         for c in data["choices"]:
-            ids, logprobs, lp = _choice(c)
-            index, prompt = int(c["index"]), c.get("prompt_token_ids")
-            part = parts.get(index)
+            part = parts.get(int(c["index"]))
             if part is None:
-                prompt_ids = [int(t) for t in prompt] if prompt is not None else None
-                top, tokens = list(lp.get("top_logprobs") or ()), list(lp.get("tokens") or ())
-                parts[index] = ChoiceChunk(index, ids, logprobs, top, tokens, c.get("finish_reason"), prompt_ids)
+                part = _choice_chunk(c)
+                parts[part.index] = part
                 continue
-            if prompt is not None:
+            if c.get("prompt_token_ids") is not None:
                 raise _Unfoldable
+            ids, logprobs, lp = _choice(c)
             part.token_ids += ids
             part.logprobs += logprobs
-            part.top_logprobs += lp.get("top_logprobs") or ()  # type: ignore[operator]
-            part.tokens += lp.get("tokens") or ()  # type: ignore[operator]
+            if lp.get("top_logprobs"):
+                part.top_logprobs = part.top_logprobs if part.top_logprobs is not None else []
+                part.top_logprobs += lp["top_logprobs"]
+            if lp.get("tokens"):
+                part.tokens = part.tokens if part.tokens is not None else []
+                part.tokens += lp["tokens"]
             part.finish_reason = c.get("finish_reason") or part.finish_reason
     return Chunk(list(parts.values()), _version(datas[0]))
 
