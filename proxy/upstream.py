@@ -148,22 +148,30 @@ def _folded(datas: list[Any]) -> Chunk:
     """A batch of parsed chunks as one: each choice's ids, logprobs, top logprobs and tokens in order, its last
     finish reason, its prompt ids, the first chunk's weight version (the one a reader takes). Only for a whole
     answer, whose reader takes a batch at once (nobody sees its deltas); ``_Unfoldable`` where chunk by chunk
-    would read differently."""
+    would read differently. Later chunks' ids and logprobs are gathered as sent and converted once at the end
+    (one token a chunk: a conversion per chunk was most of the fold); anything that fails to convert fails the
+    fold, and chunk by chunk then names it."""
     parts: dict[int, ChoiceChunk] = {}
+    later: dict[int, tuple[list[Any], list[Any]]] = {}
     for data in datas:
         if "error" in data:
             raise _Unfoldable
         for c in data["choices"]:
-            part = parts.get(int(c["index"]))
+            index = int(c["index"])
+            part = parts.get(index)
             if part is None:
-                part = _choice_chunk(c)
-                parts[part.index] = part
+                parts[index] = _choice_chunk(c)
+                later[index] = ([], [])
                 continue
             if c.get("prompt_token_ids") is not None:
                 raise _Unfoldable
-            ids, logprobs, lp = _choice(c)
-            part.token_ids += ids
-            part.logprobs += logprobs
+            lp = c.get("logprobs") or {}
+            ids, logprobs = c.get("token_ids") or (), lp.get("token_logprobs") or ()
+            if len(ids) != len(logprobs):
+                raise _Unfoldable
+            more_ids, more_logprobs = later[index]
+            more_ids += ids
+            more_logprobs += logprobs
             if lp.get("top_logprobs"):
                 part.top_logprobs = part.top_logprobs if part.top_logprobs is not None else []
                 part.top_logprobs += lp["top_logprobs"]
@@ -171,6 +179,11 @@ def _folded(datas: list[Any]) -> Chunk:
                 part.tokens = part.tokens if part.tokens is not None else []
                 part.tokens += lp["tokens"]
             part.finish_reason = c.get("finish_reason") or part.finish_reason
+    for index, (more_ids, more_logprobs) in later.items():
+        if more_ids:
+            part = parts[index]
+            part.token_ids += [int(t) for t in more_ids]
+            part.logprobs += [float(x) if x is not None else 0.0 for x in more_logprobs]
     return Chunk(list(parts.values()), _version(datas[0]))
 
 

@@ -59,6 +59,12 @@ def settle_heap() -> None:
     gc.set_threshold(YOUNG_COLLECTION_EVERY, *gc.get_threshold()[1:])
 
 
+UVICORN_OPTIONS: dict[str, Any] = {"log_config": None, "proxy_headers": False}
+"""What every served app shares. No logging config of uvicorn's own (the CLI configures logging). No
+``X-Forwarded-*`` rewriting of the client address: no service reads it, and the middleware was ~1% of a
+proxied call (py-spy)."""
+
+
 def serve(app: Any, sock: socket.socket, log_level: str = "warning", lifespan: str = "on") -> int:
     """Serve ``app`` with uvicorn on ``sock`` until a signal stops it; 0 if it started, 1 if not.
 
@@ -72,7 +78,7 @@ def serve(app: Any, sock: socket.socket, log_level: str = "warning", lifespan: s
             if not self.should_exit:
                 settle_heap()
 
-    config = uvicorn.Config(app, log_level=log_level, lifespan=lifespan, log_config=None)  # type: ignore[arg-type]
+    config = uvicorn.Config(app, log_level=log_level, lifespan=lifespan, **UVICORN_OPTIONS)  # type: ignore[arg-type]
     server = _Server(config)
     server.run(sockets=[sock])
     return 0 if server.started else 1
@@ -86,7 +92,7 @@ class ServerThread:
 
         self._sock = listening_socket(host, port)
         self.host, self.port = self._sock.getsockname()[:2]
-        config = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=5, log_config=None)
+        config = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=5, **UVICORN_OPTIONS)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._serve, name=f"uvicorn:{self.port}", daemon=True)
         self._error: BaseException | None = None

@@ -1,6 +1,6 @@
 """A whole answer's batch of upstream chunks is folded into one chunk per choice: whatever the batch holds
 (several choices, logprobs with tokens and top logprobs, a prompt on each choice's first chunk, a bad chunk,
-an error, another weight version, a second prompt), a reader sees what it would have seen chunk by chunk."""
+an error, another weight version, a second prompt, an id that is no integer, a null logprob), a reader sees what it would have seen chunk by chunk."""
 
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def batches(draw: st.DrawFn) -> list[bytes]:
                 choice["prompt_token_ids"] = [1, 2, 3]
             out.append({"id": "c", "object": "text_completion", "choices": [choice], "weight_version": 4})
     payloads = [orjson.dumps(data) for data in out]
-    spoil = draw(st.sampled_from([None, "json", "misaligned", "error", "version", "second prompt"]))
+    spoils = [None, "json", "misaligned", "error", "version", "second prompt", "bad id", "null logprob"]
+    spoil = draw(st.sampled_from(spoils))
     if spoil is not None:
         at = draw(st.integers(0, len(out) - 1))
         data = out[at]
@@ -60,6 +61,12 @@ def batches(draw: st.DrawFn) -> list[bytes]:
             data["choices"][0]["logprobs"]["token_logprobs"].append(-1.0)
         elif spoil == "error":
             data = {"error": {"message": "engine overloaded"}}
+        elif spoil == "bad id":  # converted only at the fold's end: the fold must still fail as the chunk does
+            data["choices"][0]["token_ids"] = ["x"]
+            data["choices"][0]["logprobs"] = {"token_logprobs": [-1.0]}
+        elif spoil == "null logprob":
+            data["choices"][0]["token_ids"] = [7]
+            data["choices"][0]["logprobs"] = {"token_logprobs": [None]}
         elif spoil == "version":
             data["weight_version"] = 5
         else:
