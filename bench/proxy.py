@@ -3,6 +3,7 @@
 
     python bench/proxy.py [--requests 200] [--concurrency 1 16 64 256] [--workers 1 2] [--litellm PATH]
     python bench/proxy.py --pace-ms 1 --requests 200      # tokens arrive one at a time, as from an engine
+    python bench/proxy.py --system-chars 16000            # a system prompt as long as a real harness's
 
 The stub upstream (``proxy_stub.py``) and the load generator (``proxy_load.py``) are bare asyncio HTTP in
 processes of their own, pinned to other cores than the proxy where the machine has them, so the "direct" row
@@ -20,6 +21,10 @@ By default the stub sends each answer in one write, so a streamed answer's token
 together. An engine samples one token at a time: ``--pace-ms N`` makes the stub sample a token every N ms and
 send each streamed one as its own HTTP chunk (as vLLM does), so the rows count what a proxy does per token that
 arrives on its own. Wall-clock rates then measure the pace; the CPU columns still measure the servers.
+
+The conversations open with a one-line system prompt. A real harness sends 10-20k characters of guidance with
+every call (Claude Code, Codex): ``--system-chars N`` adds that much, so the rows count what a proxy does per
+character of a prompt that every call repeats.
 
 LiteLLM lives in its own venv (``.venv-bench/litellm``, git-ignored; create it with
 ``python3 -m venv .venv-bench/litellm && .venv-bench/litellm/bin/pip install 'litellm[proxy]'``): installing
@@ -179,6 +184,9 @@ def main() -> None:
     parser.add_argument(
         "--pace-ms", type=float, default=0.0, help="the stub samples one token every N ms (default 0: all at once)"
     )
+    parser.add_argument(
+        "--system-chars", type=int, default=0, help="characters of guidance added to the system prompt (default 0)"
+    )
     args = parser.parse_args()
     lite_bin = None if args.no_litellm else (args.litellm or (str(LITELLM) if LITELLM.exists() else None))
     server_cores, load_cores = _cores()
@@ -193,6 +201,7 @@ def main() -> None:
 
 def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None, sc: set[int], lc: set[int]) -> None:
     base = {"host": "127.0.0.1", "turns": args.turns, "requests": args.requests, "prompt": PROMPT}
+    base["system_chars"] = args.system_chars
     results: dict[tuple[int, str, str], Row] = {}
     head = f"{'conc':>5} {'mode':<6} {'path':<11} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} {'cpu ms/req':>10}"
     print(f"{head} {'req/cpu-s':>9} {'added p50':>9} {'direct/x':>8}", flush=True)

@@ -27,6 +27,13 @@ TOOLS = [
         },
     }
 ]
+SYSTEM = "You are a careful software engineer. Use the tools."
+GUIDANCE = (
+    "\nRead the relevant files before you change them. Run the tests after every change and read their output. "
+    "Keep changes small and explain each one. Never delete files you did not create. "
+)
+"""Filler for ``system_chars``: a harness's system prompt is mostly guidance like this (Claude Code's and Codex's
+run to 10-20k characters)."""
 RESULT = "total 12\ndrwxr-xr-x 2 user user 4096 src\n-rw-r--r-- 1 user user  220 README.md\n"
 
 
@@ -105,13 +112,15 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     issued = 0
     paths = list(reversed(spec["paths"]))
     stream, turns = spec["stream"], spec["turns"]
+    extra = spec.get("system_chars", 0)
+    system = SYSTEM + (GUIDANCE * (extra // len(GUIDANCE) + 1))[:extra] if extra else SYSTEM
 
     async def chat(conn: Conn) -> None:
         nonlocal issued
         while issued < spec["requests"] and paths:
             path = paths.pop()
             messages: list[Any] = [
-                {"role": "system", "content": "You are a careful software engineer. Use the tools."},
+                {"role": "system", "content": system},
                 {"role": "user", "content": "List the files, then fix the failing test."},
             ]
             for turn in range(turns):
@@ -135,7 +144,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         json.dumps(
             {
                 "model": "stub",
-                "prompt": spec["prompt"] * (t + 1),
+                "prompt": [1000] * (extra // 4) + spec["prompt"] * (t + 1),  # ~4 characters a token
                 "max_tokens": 64,
                 "return_token_ids": True,
                 "logprobs": 0,

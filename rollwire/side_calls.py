@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from rollwire.errors import InvalidRequest
@@ -50,8 +51,7 @@ class SideCallRule:
     def matches(self, call: CallFeatures) -> bool:
         checks: list[bool] = []
         if self.text is not None:
-            pattern = re.compile(self.text)
-            checks.append(bool(pattern.search(call.system) or pattern.search(call.last_user)))
+            checks.append(_found(self.text, call.system) or _found(self.text, call.last_user))
         if self.max_tokens_at_most is not None:
             checks.append(call.max_tokens is not None and call.max_tokens <= self.max_tokens_at_most)
         if self.no_tools_while_main_has_tools:
@@ -67,6 +67,25 @@ class SideCallRule:
         if self.no_tools_while_main_has_tools:
             out["no_tools_while_main_has_tools"] = True
         return out
+
+
+REMEMBERED_TEXT_CHARS = 65_536
+"""Longest text whose search results are remembered (128 entries at most: ~8M characters in all)."""
+
+
+def _found(pattern: str, text: str) -> bool:
+    """Whether ``pattern`` occurs in ``text``. A harness sends the same system prompt (often 10-20k characters)
+    with every call of every rollout, and searching it for each rule's phrases cost ~0.2 ms a call
+    (``bench/proxy.py --system-chars``): results for texts up to ``REMEMBERED_TEXT_CHARS`` are remembered, so
+    a repeat costs one hash of the text."""
+    if len(text) > REMEMBERED_TEXT_CHARS:
+        return re.search(pattern, text) is not None
+    return _found_remembered(pattern, text)
+
+
+@lru_cache(maxsize=128)
+def _found_remembered(pattern: str, text: str) -> bool:
+    return re.search(pattern, text) is not None
 
 
 DEFAULT_RULES: tuple[SideCallRule, ...] = (

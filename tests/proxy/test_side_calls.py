@@ -50,6 +50,18 @@ def test_default_rules(features: CallFeatures, line: str) -> None:
     assert classify(features) == line
 
 
+def test_long_system_prompts_classify_alike_first_time_and_again() -> None:
+    """A harness's system prompt runs to tens of thousands of characters and comes with every call: searches of
+    texts up to the remembered size are remembered, longer ones searched each time; the answers are the same."""
+    remembered = "You are a coding agent. Read files, run commands, fix what fails.\n" * 300  # ~20k characters
+    too_long = remembered * 4  # past REMEMBERED_TEXT_CHARS
+    for system in (remembered, too_long):
+        for _ in range(2):
+            assert classify(_features(system=system, last_user="fix the bug")) == MAIN
+            assert classify(_features(system=system + CLAUDE_TITLE, tools=0)) == "side:title"
+            assert classify(_features(system=system, last_user=CODEX_COMPACT)) == "side:compaction"
+
+
 def test_rules_round_trip_and_bad_rules_are_named() -> None:
     assert rules_from([r.to_dict() for r in DEFAULT_RULES]) == DEFAULT_RULES
     for bad, where in (
