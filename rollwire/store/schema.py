@@ -11,7 +11,7 @@ import time
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, Enum, Integer, LargeBinary
+from sqlalchemy import JSON, BigInteger, Column, Enum, Index, Integer, LargeBinary
 from sqlmodel import Field, SQLModel
 
 BIG = BigInteger()
@@ -82,9 +82,18 @@ class Rollout(SQLModel, table=True):
     )
 
 
+CALLS_BY_ROLLOUT = "ix_modelcall_rollout_status"
+"""A rollout's calls by status, id included: the proxy asks which of a rollout's calls are complete before every
+splice, and the index alone answers it. A row's ``status`` lies past its prompt and request columns, which run to
+overflow pages once a harness's prompt is long: read from the table, every earlier call cost a walk of its
+overflow chain, per call."""
+
+
 class ModelCall(SQLModel, table=True):
+    __table_args__ = (Index(CALLS_BY_ROLLOUT, "rollout_id", "status", postgresql_include=["id"]),)
+
     id: int | None = Field(default=None, primary_key=True, sa_type=ROW_ID)
-    rollout_id: str = Field(foreign_key="rollout.id", index=True)
+    rollout_id: str = Field(foreign_key="rollout.id")
     dialect: str = "chat"
     requested_model: str = ""
     served_model: str = ""

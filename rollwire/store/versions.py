@@ -17,9 +17,9 @@ from sqlalchemy.engine import Connection
 from sqlmodel import SQLModel
 
 from rollwire.errors import StoreError
-from rollwire.store.schema import SchemaVersion
+from rollwire.store.schema import CALLS_BY_ROLLOUT, SchemaVersion
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Bump with a new entry in ``MIGRATIONS`` whenever a table or column changes."""
 TABLES = {"run", "rollout", "modelcall", "toolevent"}
 """Tables of every schema version: their presence without a version row means a store from before versions."""
@@ -62,7 +62,18 @@ def _v1_to_v2(_conn: Connection) -> None:
     """The gateway's relayed MCP messages (``mcpmessage``): a new table, created by ``create_all`` after the steps."""
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {0: _v0_to_v1, 1: _v1_to_v2}
+def _v2_to_v3(conn: Connection) -> None:
+    """A rollout's calls indexed by (rollout, status), the id included (``schema.CALLS_BY_ROLLOUT``), in place of
+    the index on the rollout alone (whose every query the new one answers)."""
+    if not inspect(conn).has_table("modelcall"):
+        return  # created whole afterwards
+    _add_column(conn, "modelcall", "status", "VARCHAR NOT NULL DEFAULT 'complete'")  # every store has it but the oldest
+    conn.execute(text("DROP INDEX IF EXISTS ix_modelcall_rollout_id"))
+    include = " INCLUDE (id)" if conn.dialect.name == "postgresql" else ""
+    conn.execute(text(f"CREATE INDEX IF NOT EXISTS {CALLS_BY_ROLLOUT} ON modelcall (rollout_id, status){include}"))
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {0: _v0_to_v1, 1: _v1_to_v2, 2: _v2_to_v3}
 """version -> the function that moves a store from it to version + 1."""
 
 

@@ -8,11 +8,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, inspect, text
 
 from rollwire.errors import StoreError
 from rollwire.rollouts import RolloutBook
 from rollwire.store import Rollout, RolloutStatus, open_engine, session_scope
+from rollwire.store.schema import CALLS_BY_ROLLOUT
 from rollwire.store.versions import SCHEMA_VERSION
 
 
@@ -63,6 +64,26 @@ def test_an_unversioned_sqlite_store_is_migrated(tmp_path: Path) -> None:
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT version FROM rollwire_schema").fetchone() == (SCHEMA_VERSION,)
         assert "truncated" in {c[1] for c in db.execute("PRAGMA table_info(toolevent)")}
+
+
+def test_a_version_2_store_gains_the_covering_index_of_a_rollouts_calls(any_store_url: str) -> None:
+    """Version 3 answers "which of this rollout's calls are complete" from an index alone (before every splice);
+    a version 2 store, with its index on the rollout alone, is moved to it in place."""
+    open_engine(any_store_url).dispose()
+    raw = create_engine(any_store_url)
+    with raw.begin() as conn:  # back to version 2's indexes
+        conn.execute(text(f"DROP INDEX {CALLS_BY_ROLLOUT}"))
+        conn.execute(text("CREATE INDEX ix_modelcall_rollout_id ON modelcall (rollout_id)"))
+        conn.execute(text("UPDATE rollwire_schema SET version = 2"))
+    open_engine(any_store_url).dispose()
+    with raw.connect() as conn:
+        indexes = {i["name"]: i["column_names"] for i in inspect(conn).get_indexes("modelcall")}
+        assert conn.execute(text("SELECT version FROM rollwire_schema")).scalar() == 3
+        if conn.dialect.name == "sqlite":
+            ids = "SELECT id FROM modelcall WHERE rollout_id = 'r' AND status = 'complete'"  # the proxy's question
+            assert "COVERING INDEX" in str(conn.execute(text(f"EXPLAIN QUERY PLAN {ids}")).all())
+    raw.dispose()
+    assert indexes.get(CALLS_BY_ROLLOUT) == ["rollout_id", "status"] and "ix_modelcall_rollout_id" not in indexes
 
 
 def test_cursors_are_unique_and_gap_free_across_writers(any_store_url: str) -> None:
