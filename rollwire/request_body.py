@@ -27,16 +27,19 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 (``json.loads`` decodes bytes with ``surrogatepass``, so a body that is not strict UTF-8 is always checked)."""
 
 
-_LONG_NUMBER = re.compile(rb"\d{19}")
+_DIGITS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+"""Every ASCII digit to ``0``, everything else to a space (``bytes.translate``)."""
+_LONG_NUMBER = b"0" * 19
 """A digit run orjson may not keep exact (it reads integers past 64 bits as floats; the standard library keeps
-them)."""
+them). Looked for in the body with its digits mapped to ``0``: a regular expression's scan of a harness's
+17 kB body took ~160 us (20x orjson's parse of it), the mapping and search ~7 us."""
 
 
 def _parse(body: bytearray) -> Any:
     """``body`` parsed: by orjson (~5x faster on a harness's request) where it parses to exactly what the standard
     library would; everything it refuses or may read differently (long numbers, UTF-16/32, a BOM, lone
     surrogates, ``NaN``) goes to the standard library, whose value or error is then the answer."""
-    if not _LONG_NUMBER.search(body):
+    if _LONG_NUMBER not in body.translate(_DIGITS):
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -48,16 +51,19 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _depth_ok(value: Any) -> bool:
-    """Iterative (a recursive walk would fail the way the request would)."""
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            return False
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
-    return True
+def _depth_ok(value: dict[str, Any] | list[Any]) -> bool:
+    """Level by level, iterative (a recursive walk would fail the way the request would). A parsed body holds
+    plain dicts and lists only, so each level's containers are found by type, in one comprehension per node."""
+    level = [value]
+    for _ in range(MAX_DEPTH):
+        nested: list[Any] = []
+        for node in level:
+            children = node.values() if type(node) is dict else node
+            nested += [c for c in children if type(c) is dict or type(c) is list]
+        if not nested:
+            return True
+        level = nested
+    return False
 
 
 def check_json_value(parsed: Any, raw: bytes, utf8: bool = True) -> None:

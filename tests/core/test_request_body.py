@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollwire.request_body import _no_constant, _parse
+from rollwire.errors import InvalidRequest
+from rollwire.request_body import MAX_DEPTH, _no_constant, _parse, check_json_value
 
 SCALARS = (
     st.none()
@@ -83,3 +84,22 @@ def test_what_orjson_reads_differently_or_refuses_is_the_standard_librarys(raw: 
 def test_what_neither_reads_is_refused(raw: bytes) -> None:
     with pytest.raises(ValueError):
         _parse(bytearray(raw))
+
+
+def _nested(depth: int) -> str:
+    """``depth`` levels of alternating objects and arrays around a number, and a wide sibling at the top."""
+    text = "1"
+    for level in range(depth - 1):
+        text = f'{{"k": {text}}}' if level % 2 else f"[{text}]"
+    return f'{{"deep": {text}, "wide": [{", ".join(["[]"] * 200)}]}}'
+
+
+@pytest.mark.parametrize(("depth", "refused"), [(MAX_DEPTH, False), (MAX_DEPTH + 1, True), (MAX_DEPTH + 40, True)])
+def test_nesting_is_refused_just_past_the_limit(depth: int, refused: bool) -> None:
+    raw = _nested(depth).encode()
+    parsed = _parse(bytearray(raw))
+    if refused:
+        with pytest.raises(InvalidRequest, match=f"nested deeper than {MAX_DEPTH} levels"):
+            check_json_value(parsed, raw)
+    else:
+        check_json_value(parsed, raw)
