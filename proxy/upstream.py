@@ -85,6 +85,13 @@ def _choice(c: dict[str, Any]) -> tuple[list[int], list[float], dict[str, Any]]:
     return ids, logprobs, lp
 
 
+def _prompt(ids: Any) -> list[int]:
+    """The prompt ids an engine echoes (vLLM: on a choice's first chunk), kept as parsed: they are only compared
+    with what was sent, and a list of anything else is just a different prompt. A long context runs to tens of
+    thousands of ids, and converting each through ``int()`` cost ~40 ns an id (~1.3 ms at 32k) for nothing."""
+    return ids if type(ids) is list else list(ids)
+
+
 def _version(data: dict[str, Any]) -> int | None:
     version = data.get("weight_version")
     return int(version) if version is not None else None
@@ -99,7 +106,7 @@ def _parse(data: dict[str, Any]) -> UpstreamResult:
         ids, logprobs, lp = _choice(c)
         out.append(Sampled(ids, logprobs, c.get("finish_reason") or "stop", lp.get("top_logprobs"), lp.get("tokens")))
     prompt_ids = data.get("prompt_token_ids") or choices[0].get("prompt_token_ids") or []
-    return UpstreamResult([int(t) for t in prompt_ids], out, _version(data))
+    return UpstreamResult(_prompt(prompt_ids), out, _version(data))
 
 
 @dataclass(slots=True)
@@ -126,7 +133,7 @@ class Chunk:
 def _choice_chunk(c: dict[str, Any]) -> ChoiceChunk:
     ids, logprobs, lp = _choice(c)
     prompt = c.get("prompt_token_ids")
-    prompt_ids = [int(t) for t in prompt] if prompt is not None else None
+    prompt_ids = _prompt(prompt) if prompt is not None else None
     return ChoiceChunk(
         int(c["index"]), ids, logprobs, lp.get("top_logprobs"), lp.get("tokens"), c.get("finish_reason"), prompt_ids
     )

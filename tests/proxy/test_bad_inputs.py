@@ -3,6 +3,7 @@ is down gives 502 and one that times out 504, each with a message."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -150,3 +151,44 @@ def test_upstream_timeout_is_504(start_proxy: Callable[..., Proxy], hanging_upst
     assert response.status_code == 504, response.text
     assert "timed out" in response.json()["error"]["message"]
     assert _calls(proxy) == 0
+
+
+@pytest.fixture()
+def echoing_upstream() -> Iterator[tuple[str, list[str]]]:
+    """An upstream that streams one token and echoes the prompt's ids on the first chunk as vLLM does, the way
+    the test says (``echo``: exact, one id changed, or the ids as strings)."""
+    echo: list[str] = ["exact"]
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def completions(request: Request) -> Response:
+        prompt = (await request.json())["prompt"]
+        echoed = {"exact": prompt, "changed": prompt[:-1] + [prompt[-1] + 1], "strings": [str(t) for t in prompt]}
+        choice = {"index": 0, "text": "", "token_ids": [5], "logprobs": {"token_logprobs": [-0.1]},
+                  "prompt_token_ids": echoed[echo[0]], "finish_reason": "stop"}  # fmt: skip
+        body = f"data: {json.dumps({'choices': [choice]})}\n\ndata: [DONE]\n\n"
+        return Response(body, media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/v1/models", models), Route("/v1/completions", completions, methods=["POST"])])
+    with ServerThread(app) as server:
+        yield server.url, echo
+
+
+@pytest.mark.parametrize("echo", ["changed", "strings"])
+def test_an_upstream_that_reports_another_prompt_is_502(
+    start_proxy: Callable[..., Proxy], echoing_upstream: tuple[str, list[str]], echo: str
+) -> None:
+    """The prompt an engine echoes is compared with what was sent, as parsed: a list that differs in one id, or
+    holds the same numbers as text, is another prompt; the exact echo answers."""
+    url, mode = echoing_upstream
+    proxy = start_proxy(url)
+    rollout = proxy.new_rollout()
+    mode[0] = "exact"
+    answered = httpx.post(f"{rollout['base_url']}/chat/completions", json={**GOOD, "model": "m"}, timeout=30)
+    assert answered.status_code == 200, answered.text
+    mode[0] = echo
+    response = httpx.post(f"{rollout['base_url']}/chat/completions", json={**GOOD, "model": "m"}, timeout=30)
+    assert response.status_code == 502, response.text
+    assert "different prompt than the proxy sent" in response.json()["error"]["message"]
+    assert _calls(proxy) == 1  # the exact call only
