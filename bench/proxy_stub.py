@@ -5,7 +5,9 @@ the proxy in front of it and the rows measure the proxy, not the stub.
 
 Answers every call with the same tool call: on /v1/completions as the token ``IDS`` (comma-separated, the tiny
 model's tokens for a hermes tool call) with logprobs, on /v1/chat/completions (LiteLLM's way in) as a chat
-message; both streamed one token per chunk when the request says ``"stream": true``.
+message; both streamed one token per chunk when the request says ``"stream": true``. A completion that asks for
+``return_token_ids`` gets the prompt's ids back as vLLM sends them (on the first chunk, or on the choice), so a
+proxy that reads them pays for that here too.
 
 By default the whole answer goes out at once, in one write. With ``PACE_MS`` the stub samples the way an
 engine does: one token every ``PACE_MS`` milliseconds. A streamed answer then goes out as it is sampled, one
@@ -18,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+
+import orjson
 
 ARGUMENTS = '{"command": "ls"}'
 
@@ -57,8 +61,20 @@ class Stub:
             pieces.append({"id": "c", "object": "text_completion", "choices": [c]})
         self.completion_stream = _sse(pieces)
         self.completion_events = _events(pieces)
+        self.choice, self.first_piece = choice, pieces[0]
         self.models = _response(b'{"object":"list","data":[{"id":"stub","object":"model","max_model_len":32768}]}')
         self.calls = 0
+
+    def echoing(self, prompt: list[int], stream: bool) -> tuple[bytes, list[bytes] | None]:
+        """The completion with the prompt's ids echoed as vLLM does: (the whole answer, its events or None)."""
+        if not stream:
+            choice = {**self.choice, "prompt_token_ids": prompt}
+            body = orjson.dumps({"id": "c", "object": "text_completion", "choices": [choice]})
+            return _response(body), None
+        first = dict(self.first_piece)
+        first["choices"] = [{**first["choices"][0], "prompt_token_ids": prompt}]
+        events = [b"data: " + orjson.dumps(first) + b"\n\n", *self.completion_events[1:]]
+        return _response(b"".join(events), b"text/event-stream"), events
 
     def chat(self, stream: bool) -> list[dict]:
         """The chat answer: one body (not streamed) or its stream's events."""
@@ -115,7 +131,10 @@ class Stub:
                 stream = b'"stream":true' in body or b'"stream": true' in body
                 path = line.split(b" ")[1]
                 if path.endswith(b"/completions") and b"/chat/" not in path:
-                    if stream:
+                    if b'"return_token_ids"' in body:
+                        whole, events = self.echoing(orjson.loads(body)["prompt"], stream)
+                        await self.answer(writer, whole, events)
+                    elif stream:
                         await self.answer(writer, self.completion_stream, self.completion_events)
                     else:
                         await self.answer(writer, self.completion, None)
