@@ -222,8 +222,10 @@ class Generator:
         tools_key = conv.tools_key()
         rows: list[dict[str, Any]] = []
         learnt: list[PriorCall | None] = []
+        prompt_blob = plan.stored_prompt()
         for choice in generation.choices:
             first = choice.index == 0
+            completion_blob = encode_ids(choice.sampled_ids)
             segment = plan.segment_index if first else plan.next_free + choice.index - 1
             rows.append(
                 {
@@ -233,8 +235,8 @@ class Generator:
                     "served_model": self.served.name or "",
                     "request_json": request.text,
                     "response_json": body_text,
-                    "prompt_ids": encode_ids(plan.prompt_ids),
-                    "completion_ids": encode_ids(choice.sampled_ids),
+                    "prompt_ids": prompt_blob,
+                    "completion_ids": completion_blob,
                     "completion_logprobs": encode_floats(choice.logprobs),
                     "choice_index": choice.index,
                     "finish_reason": choice.finish_reason,
@@ -255,7 +257,8 @@ class Generator:
                     "ended_ns": ended,
                 }
             )
-            learnt.append(self._learnt(dialect, body, choice, request_keys, tools_key, plan, segment))
+            blob = prompt_blob + completion_blob
+            learnt.append(self._learnt(dialect, body, choice, request_keys, tools_key, plan, segment, blob))
         return await self.recorder.record(rows, learnt)
 
     @staticmethod
@@ -267,13 +270,16 @@ class Generator:
         tools_key: str,
         plan: Plan,
         segment: int,
+        ids_blob: bytes,
     ) -> PriorCall | None:
         """The call as a later request will find it: its answer as the dialect reads it back from the body."""
         try:
             answer = dialect.answer_message(body, choice.index)
         except (ValueError, KeyError, TypeError, StopIteration, InvalidRequest):
             return None
-        return PriorCall(0, request_keys, tools_key, answer.key(), plan.prompt_ids, choice.sampled_ids, segment, False)
+        return PriorCall(
+            0, request_keys, tools_key, answer.key(), plan.prompt_ids, choice.sampled_ids, segment, False, ids_blob
+        )
 
 
 __all__ = ["Generator", "Prepared", "RequestBody", "Served"]

@@ -8,7 +8,8 @@ of that one query (``bench/proxy.py --replicas`` measures it). Without a shared 
 off) the query is skipped: the process's own writes are all there is.
 
 Memory is bounded twice: by the number of rollouts kept and by the prompt + sampled token ids they hold
-(an agent's calls each hold their whole context, so a long rollout weighs far more than a short one); the
+(an agent's calls each hold their whole context, so a long rollout weighs far more than a short one; each id is
+held as a list item and as its 4 stored bytes, ``PriorCall.ids_blob``); the
 least recently used rollouts go first and are read back from the store when they call again.
 """
 
@@ -52,6 +53,7 @@ def _prior(row: ModelCall, parse: RequestParser, answer: AnswerParser) -> PriorC
         sampled_ids=decode_ids(row.completion_ids),
         segment_index=row.segment_index,
         continued=False,
+        ids_blob=bytes(row.prompt_ids or b"") + bytes(row.completion_ids or b""),
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from rollwire.proxy.conversation import Conversation
 
 from rollwire.compact_json import json_text
+from rollwire.store.codec import encode_ids
 
 POLICIES = ("splice", "render")
 
@@ -53,6 +54,10 @@ class PriorCall:
     segment_index: int
     continued: bool
     """A later call already continues this one's segment."""
+    ids_blob: bytes | None = None
+    """``prompt_ids + sampled_ids`` as the store encodes them (``rollwire.store.codec``), where known: a call
+    that splices onto this one stores its prompt as this + its tail's encoding, not the whole prompt encoded
+    again (~10 ns an id: 0.3 ms a call at a 32k-token context)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +69,12 @@ class Plan:
     spliced_from: int | None = None
     next_free: int = 0
     """The lowest segment index no call uses yet (for sibling choices of an n>1 request)."""
+    prompt_blob: bytes | None = None
+    """``prompt_ids`` as the store encodes them, where a splice made them cheaply (see ``PriorCall.ids_blob``)."""
+
+    def stored_prompt(self) -> bytes:
+        """The prompt ids as the store keeps them."""
+        return self.prompt_blob if self.prompt_blob is not None else encode_ids(self.prompt_ids)
 
 
 def _extends(conv: Conversation, prior: PriorCall) -> bool:
@@ -127,11 +138,13 @@ def _splice(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, prefi
     if text is None:
         return None
     reused = prior.prompt_ids + prior.sampled_ids
-    prompt = reused + ops.encode(text + prefill)
+    tail = ops.encode(text + prefill)
+    prompt = reused + tail
+    blob = prior.ids_blob + encode_ids(tail) if prior.ids_blob is not None else None
     if prior.continued:
         reason = f"branches from call {prior.call_id}, whose segment was already continued"
-        return Plan(prompt, _next_segment(priors), reason, len(reused), prior.call_id)
-    return Plan(prompt, prior.segment_index, None, len(reused), prior.call_id)
+        return Plan(prompt, _next_segment(priors), reason, len(reused), prior.call_id, prompt_blob=blob)
+    return Plan(prompt, prior.segment_index, None, len(reused), prior.call_id, prompt_blob=blob)
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -194,8 +207,9 @@ def plan_prompt(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, p
         plan = _rendered(conv, priors, ops, prefill, policy)
     free = max(_next_segment(priors), plan.segment_index + 1)
     return Plan(
-        plan.prompt_ids, plan.segment_index, plan.segment_break, plan.reused_prefix_len, plan.spliced_from, free
-    )
+        plan.prompt_ids, plan.segment_index, plan.segment_break, plan.reused_prefix_len, plan.spliced_from, free,
+        plan.prompt_blob,
+    )  # fmt: skip
 
 
 __all__ = ["MARKER", "POLICIES", "Plan", "PriorCall", "TemplateOps", "encode_work", "plan_prompt", "tail_text", "whole_prompt"]

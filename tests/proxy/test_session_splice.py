@@ -11,6 +11,8 @@ from rollwire.proxy.conversation import Conversation, Message
 from rollwire.proxy.render import Renderer
 from rollwire.proxy.session import PriorCall, plan_prompt, whole_prompt
 
+from rollwire.store.codec import decode_ids, encode_ids
+
 
 @pytest.fixture(scope="module")
 def renderer(tiny_model_dir: Path) -> Renderer:
@@ -57,6 +59,20 @@ def test_splice_is_prompt_plus_sampled_plus_tail(renderer: Renderer) -> None:
         renderer.decode(plan.prompt_ids[len(reused) :]) == "\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n"
     )
     assert plan.segment_index == 0 and plan.segment_break is None and plan.spliced_from == 1
+
+
+def test_a_spliced_prompt_is_stored_as_the_earlier_calls_bytes_plus_its_tail(renderer: Renderer) -> None:
+    """A prior that carries its stored ids (``ids_blob``) makes the splice's stored prompt by concatenation: the
+    same bytes as encoding the whole prompt; without one, the whole prompt is encoded."""
+    first, answer, prior = _setup(renderer)
+    nxt = Conversation("m", first.messages + (answer, Message("user", "more")))
+    carried = replace(prior, ids_blob=encode_ids(prior.prompt_ids + prior.sampled_ids))
+    with_blob = plan_prompt(nxt, [carried], renderer, "splice")
+    without = plan_prompt(nxt, [prior], renderer, "splice")
+    assert with_blob.prompt_blob is not None and without.prompt_blob is None
+    assert with_blob.prompt_ids == without.prompt_ids
+    assert with_blob.stored_prompt() == without.stored_prompt() == encode_ids(without.prompt_ids)
+    assert decode_ids(with_blob.stored_prompt()) == with_blob.prompt_ids
 
 
 def test_a_length_cut_answer_gets_its_end_of_turn_in_the_tail(renderer: Renderer) -> None:
