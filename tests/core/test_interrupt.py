@@ -16,6 +16,8 @@ import signal, sys
 import anyio
 from rollwire.interrupt import run_interruptible, stop_on_sigterm
 
+# as a shell's foreground job starts; one started in the background (`cmd &`) inherits SIGINT ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 if sys.argv[1] == "sigterm-handler":
     stop_on_sigterm()
 
