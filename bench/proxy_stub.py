@@ -21,8 +21,6 @@ import asyncio
 import json
 import sys
 
-import orjson
-
 ARGUMENTS = '{"command": "ls"}'
 
 
@@ -40,6 +38,12 @@ def _sse(events: list[dict]) -> bytes:
 
 
 STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def _split(text: bytes, placeholder: bytes) -> tuple[bytes, bytes]:
+    """``text`` around ``placeholder``'s value: what comes before the value, and after it."""
+    at = text.index(placeholder) + len(placeholder) - 1
+    return text[:at], text[at + 1 :]
 
 
 def _chunked(event: bytes) -> bytes:
@@ -61,19 +65,25 @@ class Stub:
             pieces.append({"id": "c", "object": "text_completion", "choices": [c]})
         self.completion_stream = _sse(pieces)
         self.completion_events = _events(pieces)
-        self.choice, self.first_piece = choice, pieces[0]
+        echo = b'"prompt_token_ids":0'
+        whole = {"id": "c", "object": "text_completion", "choices": [{**choice, "prompt_token_ids": 0}]}
+        first = {**pieces[0], "choices": [{**pieces[0]["choices"][0], "prompt_token_ids": 0}]}
+        self.echo_whole = _split(json.dumps(whole, separators=(",", ":")).encode(), echo)
+        self.echo_first = _split(_events([first])[0], echo)
+        """Answers with the prompt's ids to go in between (``echoing``)."""
         self.models = _response(b'{"object":"list","data":[{"id":"stub","object":"model","max_model_len":32768}]}')
         self.calls = 0
 
-    def echoing(self, prompt: list[int], stream: bool) -> tuple[bytes, list[bytes] | None]:
-        """The completion with the prompt's ids echoed as vLLM does: (the whole answer, its events or None)."""
+    def echoing(self, body: bytes, stream: bool) -> tuple[bytes, list[bytes] | None]:
+        """The completion with the prompt's ids echoed as vLLM does: (the whole answer, its events or None). The
+        ids' JSON text is copied from the request as it stands, so the echo costs the stub no parse."""
+        at = body.index(b"[", body.index(b'"prompt":'))
+        prompt = body[at : body.index(b"]", at) + 1]
         if not stream:
-            choice = {**self.choice, "prompt_token_ids": prompt}
-            body = orjson.dumps({"id": "c", "object": "text_completion", "choices": [choice]})
-            return _response(body), None
-        first = dict(self.first_piece)
-        first["choices"] = [{**first["choices"][0], "prompt_token_ids": prompt}]
-        events = [b"data: " + orjson.dumps(first) + b"\n\n", *self.completion_events[1:]]
+            head, tail = self.echo_whole
+            return _response(head + prompt + tail), None
+        head, tail = self.echo_first
+        events = [head + prompt + tail, *self.completion_events[1:]]
         return _response(b"".join(events), b"text/event-stream"), events
 
     def chat(self, stream: bool) -> list[dict]:
@@ -132,7 +142,7 @@ class Stub:
                 path = line.split(b" ")[1]
                 if path.endswith(b"/completions") and b"/chat/" not in path:
                     if b'"return_token_ids"' in body:
-                        whole, events = self.echoing(orjson.loads(body)["prompt"], stream)
+                        whole, events = self.echoing(body, stream)
                         await self.answer(writer, whole, events)
                     elif stream:
                         await self.answer(writer, self.completion_stream, self.completion_events)
