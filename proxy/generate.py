@@ -179,7 +179,7 @@ class Generator:
 
     async def _plan(self, conv: Conversation, priors: list[PriorCall], prefill: str) -> Plan:
         policy = self.settings.splice_policy
-        if encode_work(conv, priors, policy) <= INLINE_PLAN_CHARS:
+        if encode_work(conv, priors, policy, self.renderer, prefill) <= INLINE_PLAN_CHARS:
             return plan_prompt(conv, priors, self.renderer, policy, prefill)
         return await anyio.to_thread.run_sync(plan_prompt, conv, priors, self.renderer, policy, prefill)
 

@@ -85,6 +85,11 @@ class Renderer:
                 self._rendered_tokens -= len(self._rendered.popitem(last=False)[1])
         return ids
 
+    def remembers(self, key: Hashable) -> bool:
+        """Whether ``encode_rendered`` holds the ids for ``key`` (a lookup, no render or encode)."""
+        with self._rendered_lock:
+            return key in self._rendered
+
     def encode(self, text: str) -> list[int]:
         if self._backend is not None:  # the Rust tokenizer itself: the same ids without the wrapper's ~45 us
             return list(self._backend.encode(text, add_special_tokens=False).ids)

@@ -40,6 +40,10 @@ class TemplateOps(Protocol):
         which decides the text ``render`` makes)."""
         ...
 
+    def remembers(self, key: Hashable) -> bool:
+        """Whether ``encode_rendered`` has the ids for ``key`` already (nothing to render or encode)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class PriorCall:
@@ -163,10 +167,13 @@ def whole_prompt(conv: Conversation, ops: TemplateOps, prefill: str) -> list[int
         messages = [m.to_template() for m in conv.messages]
         return ops.render(messages, list(conv.tools), True, **conv.template_kwargs()) + prefill
 
-    # what the text depends on: every field of every message, the tools as sent (templates keep their order),
-    # the template's switches, and the date (templates may print today's: ``strftime_now``)
-    key = (conv.messages, json_text(list(conv.tools)), conv.reasoning, prefill, time.strftime("%Y-%m-%d"))
-    return ops.encode_rendered(key, render)
+    return ops.encode_rendered(_whole_key(conv, prefill), render)
+
+
+def _whole_key(conv: Conversation, prefill: str) -> Hashable:
+    """What a whole prompt's text depends on: every field of every message, the tools as sent (templates keep
+    their order), the template's switches, and the date (templates may print today's: ``strftime_now``)."""
+    return (conv.messages, json_text(list(conv.tools)), conv.reasoning, prefill, time.strftime("%Y-%m-%d"))
 
 
 def _rendered(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, prefill: str, policy: str) -> Plan:
@@ -191,12 +198,15 @@ def _chars(messages: tuple[Any, ...] | list[Any]) -> int:
     return sum(len(m.content) + len(m.reasoning or "") + sum(len(c.arguments) for c in m.tool_calls) for m in messages)
 
 
-def encode_work(conv: Conversation, priors: list[PriorCall], policy: str) -> int:
-    """About how many characters planning ``conv`` will render and encode: a splice encodes only the new tail."""
+def encode_work(conv: Conversation, priors: list[PriorCall], policy: str, ops: TemplateOps, prefill: str) -> int:
+    """About how many characters planning ``conv`` will render and encode: a splice encodes only the new tail,
+    a whole prompt already remembered nothing (a group's rollouts start from one prompt)."""
     if policy == "splice":
         prior = next((p for p in reversed(priors) if _extends(conv, p)), None)
         if prior is not None:
             return _chars(conv.messages[len(prior.request_keys) + 1 :])
+    if ops.remembers(_whole_key(conv, prefill)):
+        return 0
     return _chars(conv.messages) + (len(conv.tools_key()) if conv.tools else 0)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rollwire.proxy.conversation import Conversation, Message
 from rollwire.proxy.render import Renderer
-from rollwire.proxy.session import PriorCall, plan_prompt, whole_prompt
+from rollwire.proxy.session import PriorCall, encode_work, plan_prompt, whole_prompt
 
 from rollwire.store.codec import decode_ids, encode_ids
 
@@ -168,3 +168,16 @@ def test_a_remembered_prompt_is_keyed_by_everything_its_text_depends_on(tiny_mod
     assert whole_prompt(base, renderer, "<tool_call>") == fresh(base, "<tool_call>")
     assert whole_prompt(variants[1], renderer, "") != whole_prompt(base, renderer, "")  # the key order shows
     assert len(renderer._rendered) == 4
+
+
+def test_a_whole_prompt_already_remembered_is_no_work_to_plan(renderer: Renderer) -> None:
+    """A group's rollouts start from one prompt: once its ids are remembered, planning it renders and encodes
+    nothing, so it is planned in place rather than on a worker thread; other tools are another prompt."""
+    system = Message("system", "Follow the repository's conventions. " * 100)
+    conv = Conversation("m", (system, Message("user", "go")))
+    other = replace(conv, tools=({"type": "function", "function": {"name": "ls", "parameters": {}}},))
+    assert encode_work(conv, [], "splice", renderer, "") > 2048
+    whole_prompt(conv, renderer, "")
+    assert encode_work(conv, [], "splice", renderer, "") == 0
+    assert encode_work(conv, [], "render", renderer, "") == 0
+    assert encode_work(other, [], "splice", renderer, "") > 2048
