@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from rollwire.compact_json import json_text
 from rollwire.errors import RollwireError
+from rollwire.text_memo import remember_short_texts
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,25 +24,21 @@ class ToolCall:
 
     def key(self) -> tuple[str, Any]:
         """Identity for history matching: name + parsed arguments (harnesses re-serialize JSON)."""
-        if len(self.arguments) > REMEMBERED_ARGUMENTS_CHARS:
-            return (self.name, _arguments_key(self.arguments))
-        return (self.name, _remembered_arguments_key(self.arguments))
+        return (self.name, _arguments_key(self.arguments))
 
 
 REMEMBERED_ARGUMENTS_CHARS = 4096
 """Longest arguments text whose key is remembered (2,048 entries at most: ~8M characters in all)."""
 
 
+@remember_short_texts(REMEMBERED_ARGUMENTS_CHARS, entries=2048)
 def _arguments_key(arguments: str) -> str:
-    """The arguments as canonical JSON text (keys sorted), or the text itself stripped when it is not JSON."""
+    """The arguments as canonical JSON text (keys sorted), or the text itself stripped when it is not JSON. Every
+    call carries its rollout's history back, each earlier tool call with it: a key is worked out once."""
     try:
         return json_text(json.loads(arguments), sort_keys=True)
     except ValueError:
         return arguments.strip()
-
-
-_remembered_arguments_key = lru_cache(maxsize=2048)(_arguments_key)
-"""Every call carries its rollout's history back, each earlier tool call with it: its key is worked out once."""
 
 
 @dataclass(frozen=True, slots=True)

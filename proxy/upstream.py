@@ -76,10 +76,14 @@ def _raise_for(status: int, data: bytes) -> None:
     raise UpstreamError(f"upstream answered HTTP {status}: {message}")
 
 
+def _sampled(ids: Any, logprobs: Any) -> tuple[list[int], list[float]]:
+    """Sampled ids and their logprobs as the engine sent them, converted (a null logprob reads as 0.0)."""
+    return [int(t) for t in ids], [float(x) if x is not None else 0.0 for x in logprobs]
+
+
 def _choice(c: dict[str, Any]) -> tuple[list[int], list[float], dict[str, Any]]:
     lp = c.get("logprobs") or {}
-    logprobs = [float(x) if x is not None else 0.0 for x in lp.get("token_logprobs") or ()]
-    ids = [int(t) for t in c.get("token_ids") or ()]
+    ids, logprobs = _sampled(c.get("token_ids") or (), lp.get("token_logprobs") or ())
     if len(logprobs) != len(ids):
         raise UpstreamError("upstream logprobs do not align with its token ids")
     return ids, logprobs, lp
@@ -189,8 +193,9 @@ def _folded(datas: list[Any]) -> Chunk:
     for index, (more_ids, more_logprobs) in later.items():
         if more_ids:
             part = parts[index]
-            part.token_ids += [int(t) for t in more_ids]
-            part.logprobs += [float(x) if x is not None else 0.0 for x in more_logprobs]
+            ids, logprobs = _sampled(more_ids, more_logprobs)
+            part.token_ids += ids
+            part.logprobs += logprobs
     return Chunk(list(parts.values()), _version(datas[0]))
 
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from rollwire.errors import InvalidRequest
+from rollwire.text_memo import remember_short_texts
 
 MAIN = "main"
 
@@ -73,18 +73,11 @@ REMEMBERED_TEXT_CHARS = 65_536
 """Longest text whose search results are remembered (128 entries at most: ~8M characters in all)."""
 
 
+@remember_short_texts(REMEMBERED_TEXT_CHARS, entries=128)
 def _found(pattern: str, text: str) -> bool:
     """Whether ``pattern`` occurs in ``text``. A harness sends the same system prompt (often 10-20k characters)
     with every call of every rollout, and searching it for each rule's phrases cost ~0.2 ms a call
-    (``bench/proxy.py --system-chars``): results for texts up to ``REMEMBERED_TEXT_CHARS`` are remembered, so
-    a repeat costs one hash of the text."""
-    if len(text) > REMEMBERED_TEXT_CHARS:
-        return re.search(pattern, text) is not None
-    return _found_remembered(pattern, text)
-
-
-@lru_cache(maxsize=128)
-def _found_remembered(pattern: str, text: str) -> bool:
+    (``bench/proxy.py --system-chars``): remembered, a repeat costs one hash of the text."""
     return re.search(pattern, text) is not None
 
 
