@@ -4,6 +4,7 @@
     python bench/proxy.py [--requests 200] [--concurrency 1 16 64 256] [--workers 1 2] [--litellm PATH]
     python bench/proxy.py --pace-ms 1 --requests 200      # tokens arrive one at a time, as from an engine
     python bench/proxy.py --system-chars 16000            # a system prompt as long as a real harness's
+    python bench/proxy.py --tools 20                      # as many tool definitions as a real harness sends
 
 The stub upstream (``proxy_stub.py``) and the load generator (``proxy_load.py``) are bare asyncio HTTP in
 processes of their own, pinned to other cores than the proxy where the machine has them, so the "direct" row
@@ -24,7 +25,8 @@ arrives on its own. Wall-clock rates then measure the pace; the CPU columns stil
 
 The conversations open with a one-line system prompt. A real harness sends 10-20k characters of guidance with
 every call (Claude Code, Codex): ``--system-chars N`` adds that much, so the rows count what a proxy does per
-character of a prompt that every call repeats.
+character of a prompt that every call repeats. ``--tools N`` likewise sends N tool definitions (~1.5k characters
+each) where the default sends one.
 
 LiteLLM lives in its own venv (``.venv-bench/litellm``, git-ignored; create it with
 ``python3 -m venv .venv-bench/litellm && .venv-bench/litellm/bin/pip install 'litellm[proxy]'``): installing
@@ -187,6 +189,9 @@ def main() -> None:
     parser.add_argument(
         "--system-chars", type=int, default=0, help="characters of guidance added to the system prompt (default 0)"
     )
+    parser.add_argument(
+        "--tools", type=int, default=1, help="tool definitions sent with every call, ~1.5k characters each (default 1)"
+    )
     args = parser.parse_args()
     lite_bin = None if args.no_litellm else (args.litellm or (str(LITELLM) if LITELLM.exists() else None))
     server_cores, load_cores = _cores()
@@ -202,6 +207,7 @@ def main() -> None:
 def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None, sc: set[int], lc: set[int]) -> None:
     base = {"host": "127.0.0.1", "turns": args.turns, "requests": args.requests, "prompt": PROMPT}
     base["system_chars"] = args.system_chars
+    base["tools"] = args.tools
     results: dict[tuple[int, str, str], Row] = {}
     head = f"{'conc':>5} {'mode':<6} {'path':<11} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} {'cpu ms/req':>10}"
     print(f"{head} {'req/cpu-s':>9} {'added p50':>9} {'direct/x':>8}", flush=True)

@@ -34,6 +34,30 @@ GUIDANCE = (
 )
 """Filler for ``system_chars``: a harness's system prompt is mostly guidance like this (Claude Code's and Codex's
 run to 10-20k characters)."""
+
+
+def harness_tools(extra: int) -> list[dict[str, Any]]:
+    """``TOOLS`` and ``extra`` more, each shaped like a harness's (a paragraph of description, a few described
+    parameters: ~1.5k characters of JSON; Claude Code and Codex send 10-20 tools)."""
+    described = "A parameter the tool reads; see the tool's description for how it is used and what it may hold. "
+    more = [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{i}",
+                "description": "Works on the task's files and returns what it found. " * 12,
+                "parameters": {
+                    "type": "object",
+                    "properties": {f"arg_{j}": {"type": "string", "description": described} for j in range(6)},
+                    "required": ["arg_0"],
+                },
+            },
+        }
+        for i in range(extra)
+    ]
+    return TOOLS + more
+
+
 RESULT = "total 12\ndrwxr-xr-x 2 user user 4096 src\n-rw-r--r-- 1 user user  220 README.md\n"
 
 
@@ -114,6 +138,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     stream, turns = spec["stream"], spec["turns"]
     extra = spec.get("system_chars", 0)
     system = SYSTEM + (GUIDANCE * (extra // len(GUIDANCE) + 1))[:extra] if extra else SYSTEM
+    tools = harness_tools(spec.get("tools", 1) - 1)
 
     async def chat(conn: Conn) -> None:
         nonlocal issued
@@ -127,7 +152,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
                 if issued >= spec["requests"]:
                     return
                 issued += 1
-                body = {"model": "stub", "messages": messages, "tools": TOOLS, "max_tokens": 64, "stream": stream}
+                body = {"model": "stub", "messages": messages, "tools": tools, "max_tokens": 64, "stream": stream}
                 start = time.perf_counter()
                 data = await conn.post(path, json.dumps(body).encode())
                 latencies.append(time.perf_counter() - start)

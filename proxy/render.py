@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio.to_thread
 from jinja2 import TemplateError
+from rollwire.proxy.chat_template import ChatTemplate
 
 from rollwire.errors import InvalidRequest
 
@@ -31,6 +32,7 @@ class Renderer:
         if not getattr(tokenizer, "chat_template", None):
             raise InvalidRequest("the model folder has no chat template; the proxy needs one to render prompts")
         self.tokenizer = tokenizer
+        self.template = ChatTemplate(tokenizer)
         vocab = tokenizer.get_vocab()
         ends = {tokenizer.eos_token_id} | {vocab[t] for t in END_OF_TURN if t in vocab}
         self.end_ids: frozenset[int] = frozenset(i for i in ends if i is not None)
@@ -55,12 +57,9 @@ class Renderer:
     ) -> str:
         """``kwargs``: template variables such as ``enable_thinking`` (a template that has no use for one ignores it)."""
         try:
-            text = self.tokenizer.apply_chat_template(
-                messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
-            )
+            return self.template.render(messages, tools, add_generation_prompt, **kwargs)
         except (TemplateError, TypeError, ValueError, KeyError) as exc:  # raise_exception, bad message shapes
             raise InvalidRequest(f"the chat template cannot render these messages: {exc}".splitlines()[0]) from None
-        return str(text)
 
     def encode_rendered(self, key: Hashable, render: Callable[[], str]) -> list[int]:
         """The ids of a whole rendered prompt, remembered by a ``key`` that decides its text (exact: the same key,
