@@ -33,8 +33,7 @@ from rollwire.proxy.conversation import (
 )
 from rollwire.proxy.dialects.base import Dialect
 from rollwire.proxy.generate import Generator, Prepared, RequestBody
-from rollwire.proxy.upstream import ChoiceChunk, Sampled, chunks, open_stream
-from rollwire.proxy.upstream_http import Response
+from rollwire.proxy.upstream import ChoiceChunk, Opened, Sampled, chunks, open_stream
 
 from rollwire.compact_json import json_text
 from rollwire.errors import RollwireError, UpstreamError
@@ -89,7 +88,7 @@ class LiveGeneration:
         dialect: Dialect,
         request: RequestBody,
         prepared: Prepared,
-        response: Response,
+        opened: Opened,
         deltas: bool = True,
         sent: float | None = None,
     ) -> None:
@@ -103,7 +102,8 @@ class LiveGeneration:
         self.dialect = dialect
         self.request = request
         self.prepared = prepared
-        self.response = response
+        self.response = opened.response
+        self.sent_prompt = opened.prompt
         self.choices = [_Choice(generator.answer(conv, prepared.prefill)) for _ in range(conv.sampling.n)]
         self.generation: Generation | None = None
         self.recorded = False
@@ -140,7 +140,8 @@ class LiveGeneration:
 
     async def _stream(self) -> AsyncGenerator[StreamEvent, None]:
         plan = self.prepared.plan
-        async for batch in chunks(self.response, self.generator.settings.upstream, whole=not self.deltas):
+        upstream = self.generator.settings.upstream
+        async for batch in chunks(self.response, upstream, whole=not self.deltas, prompt=self.sent_prompt):
             for chunk in batch:
                 if self.generation is None:
                     version = chunk.weight_version
@@ -247,8 +248,8 @@ async def start_live(
     """Plan the prompt and open the upstream stream (errors so far are ordinary HTTP errors); ``events()`` follow."""
     prepared = await generator.prepare(caller, conv)
     sent = time.perf_counter()
-    response = await open_stream(generator.client, prepared.body)
-    return LiveGeneration(generator, caller, conv, dialect, request, prepared, response, deltas, sent)
+    opened = await open_stream(generator.client, prepared.body)
+    return LiveGeneration(generator, caller, conv, dialect, request, prepared, opened, deltas, sent)
 
 
 __all__ = ["ABORTED", "LiveGeneration", "generate_whole", "start_live"]

@@ -199,6 +199,25 @@ def _folded(datas: list[Any]) -> Chunk:
     return Chunk(list(parts.values()), _version(datas[0]))
 
 
+_ECHO = b'"prompt_token_ids":'
+
+
+def _without_echo(payload: bytes, prompt: bytes) -> bytes:
+    """``payload`` with its prompt echo made ``null`` where the echo is, byte for byte, the prompt as sent: then it
+    parses to exactly the ids sent, so there is nothing to check. An engine echoes the whole context on a choice's
+    first chunk (vLLM, in the same compact JSON), and parsing and comparing ~20k ids cost ~0.2 ms a call. Any other
+    echo is left in place, parsed and compared. Outside a JSON string a quote is never escaped, so the key's bytes
+    only match a key."""
+    at = payload.find(_ECHO)
+    if at < 0:
+        return payload
+    start = at + len(_ECHO)
+    end = start + len(prompt)
+    if not payload.startswith(prompt, start) or payload[end : end + 1] not in (b",", b"}"):
+        return payload
+    return payload[:start] + b"null" + payload[end:]
+
+
 def _batch(payloads: list[bytes], whole: bool) -> tuple[list[Chunk], Exception | None]:
     """One batch's chunks, and the error that cut it short (the chunks before it still count: what was sampled
     is recorded). A whole answer's batch is parsed in one pass and folded (``_folded``): a packet of ~30 token
@@ -242,10 +261,26 @@ async def exchange(client: Pool, method: str, path: str, body: dict[str, Any] | 
         raise _failure(exc, client.base_url) from None
 
 
-async def open_stream(client: Pool, body: dict[str, Any]) -> Response:
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """A streamed completion the upstream accepted, and its prompt's ids as the request carried them (JSON)."""
+
+    response: Response
+    prompt: bytes
+
+
+def _request_bytes(body: dict[str, Any]) -> tuple[bytes, bytes]:
+    """The streamed request's body, and the prompt's ids as they appear in it (written once, spliced in)."""
+    prompt = json_bytes(body["prompt"])
+    head = json_bytes({**body, "prompt": 0, "stream": True})  # "model" comes first: the first "prompt":0 is ours
+    return head.replace(b'"prompt":0', b'"prompt":' + prompt, 1), prompt
+
+
+async def open_stream(client: Pool, body: dict[str, Any]) -> Opened:
     """Send a streamed completion and wait for its status; the caller reads ``chunks`` and closes the response."""
+    data, prompt = _request_bytes(body)
     try:
-        response = await client.request("POST", "/v1/completions", json_bytes({**body, "stream": True}))
+        response = await client.request("POST", "/v1/completions", data)
     except (TimeoutError, *TRANSPORT_ERRORS) as exc:
         raise _failure(exc, client.base_url) from None
     if response.status_code != 200:
@@ -254,13 +289,16 @@ async def open_stream(client: Pool, body: dict[str, Any]) -> Response:
         except (TimeoutError, *TRANSPORT_ERRORS) as exc:
             raise _failure(exc, client.base_url) from None
         _raise_for(response.status_code, data)
-    return response
+    return Opened(response, prompt)
 
 
-async def chunks(response: Response, base_url: str, whole: bool = False) -> AsyncIterator[list[Chunk]]:
+async def chunks(
+    response: Response, base_url: str, whole: bool = False, prompt: bytes | None = None
+) -> AsyncIterator[list[Chunk]]:
     """The engine's server-sent events as chunks, up to ``[DONE]``: each batch holds every chunk that had arrived
     (an engine often sends several in one packet; a batch costs one pass of the event loop, not one each).
-    ``whole``: the reader wants the whole answer, not its deltas, so a batch may come folded into one chunk."""
+    ``whole``: the reader wants the whole answer, not its deltas, so a batch may come folded into one chunk.
+    ``prompt``: the prompt's ids as sent (``Opened.prompt``); an echo of exactly those bytes is not parsed."""
     try:
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
             yield [_whole(_parse(orjson.loads(await response.read())))]
@@ -275,7 +313,7 @@ async def chunks(response: Response, base_url: str, whole: bool = False) -> Asyn
                 if payload == b"[DONE]":
                     done = True
                     continue
-                payloads.append(payload)
+                payloads.append(_without_echo(payload, prompt) if prompt is not None else payload)
             batch, bad = _batch(payloads, whole)
             if batch:
                 yield batch
@@ -290,6 +328,7 @@ async def chunks(response: Response, base_url: str, whole: bool = False) -> Asyn
 __all__ = [
     "ChoiceChunk",
     "Chunk",
+    "Opened",
     "Sampled",
     "UpstreamResult",
     "chunks",

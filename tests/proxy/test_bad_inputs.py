@@ -156,8 +156,9 @@ def test_upstream_timeout_is_504(start_proxy: Callable[..., Proxy], hanging_upst
 @pytest.fixture()
 def echoing_upstream() -> Iterator[tuple[str, list[str]]]:
     """An upstream that streams one token and echoes the prompt's ids on the first chunk as vLLM does, the way
-    the test says (``echo``: exact, one id changed, or the ids as strings)."""
-    echo: list[str] = ["exact"]
+    the test says (``echo``: exact, one id changed, or the ids as strings; then "compact" JSON as vLLM writes it,
+    or "spaced")."""
+    echo: list[str] = ["exact", "compact"]
 
     async def models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model"}]})
@@ -167,7 +168,8 @@ def echoing_upstream() -> Iterator[tuple[str, list[str]]]:
         echoed = {"exact": prompt, "changed": prompt[:-1] + [prompt[-1] + 1], "strings": [str(t) for t in prompt]}
         choice = {"index": 0, "text": "", "token_ids": [5], "logprobs": {"token_logprobs": [-0.1]},
                   "prompt_token_ids": echoed[echo[0]], "finish_reason": "stop"}  # fmt: skip
-        body = f"data: {json.dumps({'choices': [choice]})}\n\ndata: [DONE]\n\n"
+        separators = (",", ":") if echo[1] == "compact" else (", ", ": ")
+        body = f"data: {json.dumps({'choices': [choice]}, separators=separators)}\n\ndata: [DONE]\n\n"
         return Response(body, media_type="text/event-stream")
 
     app = Starlette(routes=[Route("/v1/models", models), Route("/v1/completions", completions, methods=["POST"])])
@@ -176,15 +178,17 @@ def echoing_upstream() -> Iterator[tuple[str, list[str]]]:
 
 
 @pytest.mark.parametrize("echo", ["changed", "strings"])
+@pytest.mark.parametrize("layout", ["compact", "spaced"])
 def test_an_upstream_that_reports_another_prompt_is_502(
-    start_proxy: Callable[..., Proxy], echoing_upstream: tuple[str, list[str]], echo: str
+    start_proxy: Callable[..., Proxy], echoing_upstream: tuple[str, list[str]], echo: str, layout: str
 ) -> None:
-    """The prompt an engine echoes is compared with what was sent, as parsed: a list that differs in one id, or
-    holds the same numbers as text, is another prompt; the exact echo answers."""
+    """The prompt an engine echoes is checked against what was sent: byte for byte where it is written as the
+    proxy wrote it (vLLM's compact JSON), else as parsed. A list that differs in one id, or holds the same numbers
+    as text, is another prompt; the exact echo answers, in either layout."""
     url, mode = echoing_upstream
     proxy = start_proxy(url)
     rollout = proxy.new_rollout()
-    mode[0] = "exact"
+    mode[:] = ["exact", layout]
     answered = httpx.post(f"{rollout['base_url']}/chat/completions", json={**GOOD, "model": "m"}, timeout=30)
     assert answered.status_code == 200, answered.text
     mode[0] = echo

@@ -4,12 +4,14 @@ an error, another weight version, a second prompt, an id that is no integer, a n
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rollwire.proxy.upstream import Chunk, _batch
+from rollwire.proxy.upstream import Chunk, _batch, _request_bytes, _without_echo
 
 
 def _read(chunks: list[Chunk]) -> dict[str, Any]:
@@ -94,3 +96,60 @@ def test_a_clean_batch_of_a_whole_answer_is_one_chunk_per_choice() -> None:
     assert error is None
     assert [(p.index, p.token_ids) for p in chunk.choices] == [(0, [0, 2, 4]), (1, [1, 3, 5])]
     assert len(_batch(payloads, whole=False)[0]) == 6  # a streamed answer's reader still gets each chunk
+
+
+SENT = [151644, 872, 198, 7, 0]
+
+
+def _first_chunk(echo: Any, last: bool = False, **layout: Any) -> bytes:
+    choice: dict[str, Any] = {"index": 0, "token_ids": [5], "prompt_token_ids": echo}
+    choice = (
+        {**choice, "logprobs": {"token_logprobs": [-0.1]}}
+        if not last
+        else {"logprobs": {"token_logprobs": [-0.1]}, **choice}
+    )
+    return json.dumps({"choices": [choice]}, **layout).encode()
+
+
+@pytest.mark.parametrize("at_end", [False, True])
+def test_an_echo_of_the_prompt_as_sent_is_not_parsed(at_end: bool) -> None:
+    """vLLM echoes the prompt in the compact JSON the proxy sent it in: those bytes parse to exactly the ids sent,
+    so the echo is dropped unparsed (wherever it stands in the choice)."""
+    prompt = orjson.dumps(SENT)
+    payload = _first_chunk(SENT, last=at_end, separators=(",", ":"))
+    assert (b'"prompt_token_ids":' + prompt + (b"}" if at_end else b",")) in payload
+    kept = _without_echo(payload, prompt)
+    assert orjson.loads(kept)["choices"][0]["prompt_token_ids"] is None
+    (chunk,), error = _batch([kept], whole=True)
+    assert error is None and chunk.choices[0].prompt_ids is None and chunk.choices[0].token_ids == [5]
+
+
+@pytest.mark.parametrize(
+    "echo",
+    [
+        SENT[:-1] + [1],  # one id changed
+        SENT + [9],  # the prompt and more
+        SENT[:-1],  # a prefix of it
+        [str(t) for t in SENT],  # the ids as text
+    ],
+)
+def test_any_other_echo_is_left_to_be_parsed_and_compared(echo: list[Any]) -> None:
+    prompt = orjson.dumps(SENT)
+    payload = _first_chunk(echo, separators=(",", ":"))
+    assert _without_echo(payload, prompt) == payload
+
+
+def test_the_same_ids_in_another_layout_are_parsed_and_compared() -> None:
+    """An engine that writes JSON with spaces: its echo is not the bytes sent, so it is parsed (and then equal)."""
+    prompt = orjson.dumps(SENT)
+    payload = _first_chunk(SENT)
+    assert _without_echo(payload, prompt) == payload
+    (chunk,), _ = _batch([payload], whole=True)
+    assert chunk.choices[0].prompt_ids == SENT
+
+
+def test_the_request_carries_the_prompt_bytes_it_reports() -> None:
+    body = {"model": 'm "prompt":0', "prompt": SENT, "structured_outputs": {"json": {"prompt": 0}}, "n": 1}
+    data, prompt = _request_bytes(body)
+    assert orjson.loads(data) == {**body, "stream": True}
+    assert prompt == orjson.dumps(SENT) and b'"prompt":' + prompt in data
