@@ -12,9 +12,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from rollwire.metrics import HttpMetrics
+from rollwire.store.codec import ID_BYTES
 
-ID_BYTES = 4
-"""Token ids are stored as int32 (``rollwire.store.codec``)."""
 BREAK_KINDS: tuple[tuple[str, str], ...] = (
     ("tools changed", "tools_changed"),
     ("history rewritten", "history_rewritten"),

@@ -35,9 +35,9 @@ class TemplateOps(Protocol):
 
     def encode(self, text: str) -> list[int]: ...
 
-    def encode_rendered(self, key: Hashable, render: Callable[[], str]) -> list[int]:
-        """``encode(render())`` for a whole prompt (one that may well come again, and may be remembered by ``key``,
-        which decides the text ``render`` makes)."""
+    def encode_rendered(self, key: Hashable, render: Callable[[], str]) -> tuple[list[int], bytes]:
+        """``encode(render())`` for a whole prompt and those ids as the store encodes them (one that may well come
+        again, and may be remembered by ``key``, which decides the text ``render`` makes)."""
         ...
 
     def remembers(self, key: Hashable) -> bool:
@@ -162,6 +162,11 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 def whole_prompt(conv: Conversation, ops: TemplateOps, prefill: str) -> list[int]:
     """The ids of ``conv`` rendered whole (with ``prefill`` after the generation prompt)."""
+    return _whole(conv, ops, prefill)[0]
+
+
+def _whole(conv: Conversation, ops: TemplateOps, prefill: str) -> tuple[list[int], bytes]:
+    """``whole_prompt`` and its ids as the store encodes them."""
 
     def render() -> str:
         messages = [m.to_template() for m in conv.messages]
@@ -177,21 +182,21 @@ def _whole_key(conv: Conversation, prefill: str) -> Hashable:
 
 
 def _rendered(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, prefill: str, policy: str) -> Plan:
-    prompt = whole_prompt(conv, ops, prefill)
+    prompt, blob = _whole(conv, ops, prefill)
     if not priors:
-        return Plan(prompt, 0, None, 0)
+        return Plan(prompt, 0, None, 0, prompt_blob=blob)
     heads = [p for p in priors if not p.continued]
     for prior in reversed(heads):
         reused = prior.prompt_ids + prior.sampled_ids
         if prompt[: len(reused)] == reused:
-            return Plan(prompt, prior.segment_index, None, len(reused), prior.call_id)
+            return Plan(prompt, prior.segment_index, None, len(reused), prior.call_id, prompt_blob=blob)
     last = priors[-1]
     if policy == "splice":
         reason = _why_not(conv, last)
     else:
         at = _common_prefix(prompt, last.prompt_ids + last.sampled_ids)
         reason = f"re-rendered prompt diverges from call {last.call_id}'s tokens at position {at}"
-    return Plan(prompt, _next_segment(priors), reason, 0)
+    return Plan(prompt, _next_segment(priors), reason, 0, prompt_blob=blob)
 
 
 def _chars(messages: tuple[Any, ...] | list[Any]) -> int:

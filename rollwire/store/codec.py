@@ -5,6 +5,9 @@ from __future__ import annotations
 import sys
 from array import array
 
+ID_BYTES = 4
+"""Bytes a stored token id takes (int32)."""
+
 
 def _to_bytes(values: array) -> bytes:  # type: ignore[type-arg]
     if sys.byteorder != "little":
@@ -37,4 +40,4 @@ def decode_floats(data: bytes | None) -> list[float]:
     return _from_bytes("f", data).tolist()
 
 
-__all__ = ["decode_floats", "decode_ids", "encode_floats", "encode_ids"]
+__all__ = ["ID_BYTES", "decode_floats", "decode_ids", "encode_floats", "encode_ids"]

@@ -181,3 +181,18 @@ def test_a_whole_prompt_already_remembered_is_no_work_to_plan(renderer: Renderer
     assert encode_work(conv, [], "splice", renderer, "") == 0
     assert encode_work(conv, [], "render", renderer, "") == 0
     assert encode_work(other, [], "splice", renderer, "") > 2048
+
+
+def test_a_whole_prompt_carries_its_stored_ids_rendered_or_remembered(renderer: Renderer) -> None:
+    """A call planned from a whole prompt stores the bytes the renderer keeps for it: the same bytes as encoding
+    its ids, whether the prompt was just rendered or remembered, and whichever call it continues."""
+    conv = Conversation("m", (Message("system", "Be exact. " * 40), Message("user", "list the files")))
+    first = plan_prompt(conv, [], renderer, "splice")
+    again = plan_prompt(conv, [], renderer, "splice")  # remembered now
+    assert first.prompt_blob is not None and again.prompt_blob is not None
+    assert first.prompt_blob == again.prompt_blob == encode_ids(first.prompt_ids)
+    assert again.prompt_ids == first.prompt_ids
+    answer = Message("assistant", "ok")
+    prior = _prior(1, conv, answer, first.prompt_ids[:-3], [])  # a prefix of the prompt: continued by a re-render
+    rerendered = plan_prompt(conv, [prior], renderer, "render")
+    assert rerendered.spliced_from == 1 and rerendered.stored_prompt() == encode_ids(rerendered.prompt_ids)
