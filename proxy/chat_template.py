@@ -6,7 +6,9 @@ sandbox), the tools included. A harness sends the same 10-30k characters of tool
 proxy renders every call's tail with them: at 20 tools that walk was two thirds of a tail render (~0.3 of
 ~0.45 ms). Here the converted tools are kept for the few tool sets in use (transformers renders in an immutable
 sandbox, so no template can change them between renders), and the rest of the render is transformers' own steps,
-in its order.
+in its order. Templates print each tool with the ``tojson`` filter on every render, which then was half of what
+was left; the template is compiled here in an environment of its own whose ``tojson`` remembers the text of
+each part of a kept tool set (the same object and options: the same text).
 
 Those steps are private to transformers. Where one is missing (another release), or where a probe render at
 start-up differs from ``apply_chat_template``'s, every render goes through ``apply_chat_template`` itself.
@@ -29,13 +31,36 @@ TOOL_SETS = 8
 
 
 @dataclass(frozen=True, slots=True)
+class _ToolSet:
+    key: str
+    """The tools as sent, as JSON text."""
+    converted: Any
+    parts: list[Any]
+    """Every dict and list inside ``converted`` (and itself): what ``tojson`` may remember text for."""
+
+
+def _parts(value: Any) -> list[Any]:
+    found, todo = [], [value]
+    while todo:
+        node = todo.pop()
+        if type(node) is dict:
+            found.append(node)
+            todo.extend(node.values())
+        elif type(node) is list or type(node) is tuple:
+            found.append(node)
+            todo.extend(node)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
 class _Steps:
     """transformers' own render steps (``transformers.utils.chat_template_utils``)."""
 
     normalize: Callable[[Any], list[dict[str, Any]]]
     plain: Callable[[Any], Any]
     alias_reasoning: Callable[[Any], Any]
-    compile: Callable[[str], Any]
+    build: Callable[[str], Any]
+    """A template compiled in a new environment of transformers' making (its filters and globals)."""
 
 
 def _steps() -> _Steps | None:
@@ -46,7 +71,7 @@ def _steps() -> _Steps | None:
             utils._normalize_chat_messages,
             utils._plain_template_data,
             utils._alias_reasoning_fields,
-            utils._compile_jinja_template,
+            utils._cached_compile_jinja_template,  # despite its name, the uncached builder
         )
     except (ImportError, AttributeError):
         return None
@@ -83,9 +108,14 @@ class ChatTemplate:
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         self._steps = _steps()
-        self._tools: list[tuple[str, Any]] = []
-        """(the tools as sent, as JSON text; converted), most recently used first."""
+        self._tools: list[_ToolSet] = []
+        """Most recently used first."""
         self._tools_lock = threading.Lock()  # long prompts render on worker threads
+        self._kept: dict[int, Any] = {}
+        """id -> each part of a kept tool set (held here, so no other object has its id meanwhile)."""
+        self._json: dict[tuple[Any, ...], tuple[Any, str]] = {}
+        """(id, tojson's options) -> (the part, its text): the part is compared by identity on every hit."""
+        self._compiled: dict[str, Any] = {}
         if self._steps is not None and not self._agrees():
             logger.info("chat template: rendering through apply_chat_template (the quick path differs here)")
             self._steps = None
@@ -123,7 +153,7 @@ class ChatTemplate:
         chat = steps.normalize(messages)
         variables = steps.plain({**self.tokenizer.special_tokens_map, **kwargs})
         chat = steps.alias_reasoning(steps.plain(chat))
-        compiled = steps.compile(template)
+        compiled = self._compiled.get(template) or self._compile(steps, template)
         return str(
             compiled.render(
                 messages=chat,
@@ -139,16 +169,54 @@ class ChatTemplate:
         the keys in that order, so differently ordered tools are different text)."""
         key = json_text(tools)
         with self._tools_lock:
-            for i, (known, converted) in enumerate(self._tools):
-                if known == key:
+            for i, kept in enumerate(self._tools):
+                if kept.key == key:
                     if i:
                         self._tools.insert(0, self._tools.pop(i))
-                    return converted
+                    return kept.converted
         converted = steps.plain(tools)
+        added = _ToolSet(key, converted, _parts(converted))
         with self._tools_lock:
-            self._tools.insert(0, (key, converted))
-            del self._tools[TOOL_SETS:]
+            self._tools.insert(0, added)
+            self._kept.update((id(part), part) for part in added.parts)
+            for dropped in self._tools[TOOL_SETS:]:
+                for part in dropped.parts:
+                    self._kept.pop(id(part), None)
+            if len(self._tools) > TOOL_SETS:
+                del self._tools[TOOL_SETS:]
+                self._json = {k: v for k, v in self._json.items() if k[0] in self._kept}
         return converted
+
+    def _compile(self, steps: _Steps, template: str) -> Any:
+        """``template`` in an environment of its own, whose ``tojson`` remembers kept tools' text."""
+        compiled = steps.build(template)
+        filters = compiled.environment.filters
+        filters["tojson"] = self._remembering(filters["tojson"])
+        if len(self._compiled) >= 4:  # a tokenizer has one or two templates (default, tool use)
+            self._compiled.clear()
+        self._compiled[template] = compiled
+        return compiled
+
+    def _remembering(self, plain: Callable[..., str]) -> Callable[..., str]:
+        """transformers' ``tojson``, remembering the text of each part of a kept tool set."""
+
+        def tojson(
+            x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
+        ) -> str:
+            if id(x) not in self._kept:
+                return plain(x, ensure_ascii, indent, separators, sort_keys)
+            key = (id(x), ensure_ascii, indent, separators, sort_keys)
+            try:
+                hit = self._json.get(key)
+            except TypeError:  # options that cannot be a key (separators as a list)
+                return plain(x, ensure_ascii, indent, separators, sort_keys)
+            if hit is not None and hit[0] is x:
+                return hit[1]
+            text = plain(x, ensure_ascii, indent, separators, sort_keys)
+            self._json[key] = (x, text)
+            return text
+
+        return tojson
 
     def _agrees(self) -> bool:
         """The quick path renders the probe conversations as ``apply_chat_template`` does (or fails as it does)."""

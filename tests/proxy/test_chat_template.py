@@ -87,6 +87,7 @@ def test_the_tiny_models_template_renders_as_transformers_does(tiny_model_dir: P
     template = Renderer.from_folder(tiny_model_dir).template
     assert template.quick
     assert _same_renders(template) == len(_cases())
+    assert template._json  # each tool's text was remembered, and rendered the same again
 
 
 @pytest.mark.parametrize("name", ["qwen3", "qwen2_5", "llama3_1", "deepseekv3", "gptoss"])
@@ -118,7 +119,7 @@ def test_only_a_few_tool_sets_are_kept(tiny_model_dir: Path) -> None:
         text = template.render(CONVERSATIONS[1], tools, True)
         assert f"tool_{i}" in text
     assert len(template._tools) == TOOL_SETS
-    assert "tool_1" not in template._tools[-1][0]  # the oldest went first
+    assert "tool_1" not in template._tools[-1].key  # the oldest went first
 
 
 def test_without_transformers_steps_every_render_goes_through_apply_chat_template(
@@ -139,11 +140,12 @@ def test_a_probe_that_renders_differently_turns_the_quick_path_off(
     class Skewed:
         def __init__(self, compiled: Any) -> None:
             self.compiled = compiled
+            self.environment = compiled.environment
 
         def render(self, **variables: Any) -> str:
             return self.compiled.render(**variables) + " "
 
-    skewed = chat_template._Steps(real.normalize, real.plain, real.alias_reasoning, lambda t: Skewed(real.compile(t)))
+    skewed = chat_template._Steps(real.normalize, real.plain, real.alias_reasoning, lambda t: Skewed(real.build(t)))
     monkeypatch.setattr(chat_template, "_steps", lambda: skewed)
     template = Renderer.from_folder(tiny_model_dir).template
     assert not template.quick
