@@ -65,7 +65,7 @@ class Renderer:
         """The ids of a whole rendered prompt and their stored encoding (``rollwire.store.codec``), remembered by a
         ``key`` that decides its text (exact: the same key, the same text, the same ids); ``render`` makes the text
         on a miss. A remembered prompt is kept as its stored bytes, so a call that starts from it stores them as
-        they are rather than encoding the ids again (~10 ns an id: ~0.2 ms at a harness's 20k-token prompt).
+        they are rather than encoding the ids again (~10 ns an id: 0.1-0.2 ms at a harness's 10-20k-token prompt).
 
         Every rollout of a group starts from the same prompt (GRPO samples each task several times) and a
         retried rollout repeats its own; rendering a harness's system prompt and tools costs ~0.1 ms and encoding
