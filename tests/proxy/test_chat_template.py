@@ -6,6 +6,7 @@ with and without tools, reasoning, tool calls and template switches. Where the q
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -118,8 +119,9 @@ def test_only_a_few_tool_sets_are_kept(tiny_model_dir: Path) -> None:
         tools = [_tool(f"tool_{i}")]
         text = template.render(CONVERSATIONS[1], tools, True)
         assert f"tool_{i}" in text
-    assert len(template._tools) == TOOL_SETS
-    assert "tool_1" not in template._tools[-1].key  # the oldest went first
+    kept = [json.loads(t.key)[0]["function"]["name"] for t in template._tools]
+    assert kept == [f"tool_{i}" for i in range(TOOL_SETS + 4, 4, -1)]  # the oldest went first
+    assert len(template._kept) == sum(len(t.parts) for t in template._tools)  # and their parts with them
 
 
 def test_without_transformers_steps_every_render_goes_through_apply_chat_template(
