@@ -36,6 +36,7 @@ it into the project's environment would change packages the project shares. With
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -138,12 +139,19 @@ def tool_call_ids() -> list[int]:
     return renderer.encode(text) + renderer.encode(renderer.end_text)
 
 
+class LoadFailed(Exception):
+    """The load generator gave up on a row (a server closed or refused its connections): the row says why and the
+    bench goes on with the others."""
+
+
 def load(spec: dict[str, Any], cores: set[int]) -> tuple[list[float], float]:
-    proc = subprocess.Popen([sys.executable, str(HERE / "proxy_load.py"), json.dumps(spec)], stdout=subprocess.PIPE)
+    argv = [sys.executable, str(HERE / "proxy_load.py"), json.dumps(spec)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     os.sched_setaffinity(proc.pid, cores)
-    out, _ = proc.communicate(timeout=900)
+    out, err = proc.communicate(timeout=900)
     if proc.returncode != 0:
-        raise SystemExit(f"load generator failed ({proc.returncode})")
+        last = next((line for line in reversed(err.splitlines()) if line.strip()), "no output")
+        raise LoadFailed(f"load generator exited {proc.returncode}: {last.strip()}")
     result = json.loads(out)
     return result["latencies_ms"], result["wall_s"]
 
@@ -208,13 +216,20 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
     base = {"host": "127.0.0.1", "turns": args.turns, "requests": args.requests, "prompt": PROMPT}
     base["system_chars"] = args.system_chars
     base["tools"] = args.tools
-    results: dict[tuple[int, str, str], Row] = {}
+    results: dict[tuple[int, str, str], Row | LoadFailed] = {}
     head = f"{'conc':>5} {'mode':<6} {'path':<11} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} {'cpu ms/req':>10}"
     print(f"{head} {'req/cpu-s':>9} {'added p50':>9} {'direct/x':>8}", flush=True)
 
-    def show(c: int, mode: str, name: str, row: Row) -> None:
+    def show(c: int, mode: str, name: str, spec: dict[str, Any], server: int | None) -> None:
+        try:
+            row = measure(spec, server, lc)
+        except LoadFailed as exc:
+            results[(c, mode, name)] = exc
+            print(f"{c:>5} {mode:<6} {name:<11} failed: {exc}", flush=True)
+            return
         results[(c, mode, name)] = row
         d = results.get((c, mode, "direct"))
+        d = d if isinstance(d, Row) else None
         cpu = f"{row.cpu_ms:>10.3f} {1e3 / row.cpu_ms:>9.0f}" if row.cpu_ms else f"{'':>10} {'':>9}"
         extra = f"{row.p50 - d.p50:>9.2f} {d.rate / row.rate:>8.1f}" if d and name != "direct" else ""
         print(f"{c:>5} {mode:<6} {name:<11} {row.p50:>8.2f} {row.p99:>8.2f} {row.rate:>8.0f} {cpu} {extra}", flush=True)
@@ -240,7 +255,7 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
         for mode in args.modes:
             spec = {**base, "kind": "direct", "port": up_port, "paths": ["/v1/completions"], "concurrency": c}
             spec["requests"] = max(args.requests, c * args.turns)
-            show(c, mode, "direct", measure({**spec, "stream": mode == "stream"}, None, lc))
+            show(c, mode, "direct", {**spec, "stream": mode == "stream"}, None)
     for name, argv, port, headers in servers:
         health = f"http://127.0.0.1:{port}/" + ("health" if name.startswith("rollwire") else "health/liveliness")
         cores = sc | lc if name.startswith("rollwire x") else sc  # several workers: every core
@@ -258,23 +273,26 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
                     )
                     spec = {**spec, "stream": mode == "stream", "paths": paths}
                     if (c, mode) == (args.concurrency[0], args.modes[0]):  # warm: imports, first connections
-                        load({**spec, "requests": 2 * args.turns, "concurrency": 2, "paths": paths[-2:]}, lc)
+                        with contextlib.suppress(LoadFailed):  # the row itself then says what fails
+                            load({**spec, "requests": 2 * args.turns, "concurrency": 2, "paths": paths[-2:]}, lc)
                         spec["paths"] = paths[:-2]
-                    show(c, mode, name, measure(spec, proc.pid, lc))
+                    show(c, mode, name, spec, proc.pid)
     summary(results, args)
 
 
-def summary(results: dict[tuple[int, str, str], Row], args: argparse.Namespace) -> None:
+def summary(results: dict[tuple[int, str, str], Row | LoadFailed], args: argparse.Namespace) -> None:
     for c in args.concurrency:
         for mode in args.modes:
             ours, lite = results.get((c, mode, "rollwire")), results.get((c, mode, "litellm"))
-            if ours and lite and ours.cpu_ms and lite.cpu_ms:
+            if isinstance(ours, LoadFailed) or isinstance(lite, LoadFailed):
+                print(f"{c:>5} {mode:<6} rollwire / LiteLLM: a row failed (see above); run it again")
+            elif ours and lite and ours.cpu_ms and lite.cpu_ms:
                 print(f"{c:>5} {mode:<6} rollwire / LiteLLM requests per CPU-second: {lite.cpu_ms / ours.cpu_ms:.1f}x")
             elif ours and not lite:
                 print(f"{c:>5} {mode:<6} litellm: not run (--no-litellm, or not installed: see --litellm)")
             for w in args.workers[1:]:
                 more = results.get((c, mode, f"rollwire x{w}"))
-                if ours and more:
+                if isinstance(ours, Row) and isinstance(more, Row):
                     print(
                         f"{c:>5} {mode:<6} rollwire --workers {w} / --workers 1 requests per second: "
                         f"{more.rate / ours.rate:.2f}x"

@@ -67,4 +67,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except bench.LoadFailed as exc:  # the RSS series stops here; what was printed stands
+        raise SystemExit(f"proxy_memory: {exc}") from None

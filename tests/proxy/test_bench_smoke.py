@@ -3,9 +3,14 @@ the stub answering at once or paced like an engine (one token per HTTP chunk: th
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,3 +36,32 @@ def test_bench_prints_the_table(pace_ms: str) -> None:
     ]
     assert all(float(r[5]) > 0 for r in rows)  # requests/s measured
     assert all(float(r[6]) >= 0 for r in rows if r[2] == "rollwire")  # the proxy's CPU time per request
+
+
+def _bench() -> Any:
+    spec = importlib.util.spec_from_file_location("bench_proxy", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(BENCH.parent))  # its sibling modules (the stub, the load generator)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH.parent))
+    return module
+
+
+def test_a_row_that_cannot_run_says_why_and_the_summary_names_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """A server that closes or refuses the load generator's connections fails its row with the reason; the bench
+    goes on, and the closing comparison says a row failed rather than printing a ratio."""
+    bench = _bench()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again below: nothing listens there
+    spec = {"host": "127.0.0.1", "port": port, "kind": "direct", "paths": ["/v1/completions"], "prompt": [1]}
+    spec |= {"concurrency": 1, "requests": 2, "turns": 1, "stream": False}
+    with pytest.raises(bench.LoadFailed, match="exited 1: .*Connect"):
+        bench.load(spec, os.sched_getaffinity(0))
+    args = argparse.Namespace(concurrency=[1], modes=["json"], workers=[1])
+    failed = bench.LoadFailed("load generator exited 1: ConnectionResetError")
+    bench.summary({(1, "json", "rollwire"): bench.Row([1.0], 1.0, 0.001), (1, "json", "litellm"): failed}, args)
+    assert "a row failed (see above)" in capsys.readouterr().out
