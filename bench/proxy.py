@@ -201,6 +201,8 @@ def main() -> None:
         "--tools", type=int, default=1, help="tool definitions sent with every call, ~1.5k characters each (default 1)"
     )
     args = parser.parse_args()
+    if args.tools < 1:
+        parser.error("--tools must be at least 1: every conversation calls a tool")
     lite_bin = None if args.no_litellm else (args.litellm or (str(LITELLM) if LITELLM.exists() else None))
     server_cores, load_cores = _cores()
     ids = tool_call_ids()
