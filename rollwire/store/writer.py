@@ -18,13 +18,6 @@ commit. That saves the commits, and the statements run with SQLite's pages still
 at a time between other work, each cost several times as much. A lone caller (one insert per pass) still
 commits at once and waits for no pass.
 
-SQLite copies the write-ahead log back into the database file (a checkpoint) from inside a commit, every 1,000
-pages (~4 MB) of log by default. A harness-sized call logs ~32 pages (a ~110 kB row), so about every 30th call
-on the event loop also copied 4 MB back and synced the file while every request in flight waited: p99 at
-concurrency 1 was 4x its p50 (``bench/proxy.py --tools 20 --system-chars 16000 --turns 10``). The loop's
-connection never checkpoints; after each ``CHECKPOINT_BYTES`` of log it wrote, the writer thread checkpoints on
-its own connection ("passive": it waits for no reader or writer, and commits go on meanwhile).
-
 A ``guard`` runs in each caller's transaction before its rows go in (the rollout still takes records: see
 ``rollwire.rollouts.guard_active``); what it raises fails only that caller, and nothing of it is written. Given
 ``only_if``, the same check is a condition of the insert statement itself (``store.direct.Condition``: one
@@ -35,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -49,26 +41,11 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from rollwire.errors import RollwireError, StoreError
 from rollwire.store.direct import Condition, DirectInsert, DirectQuery
 
-logger = logging.getLogger(__name__)
-
 Guard = Callable[[Connection, str], None]
 """(connection in the insert's transaction, rollout id of the rows) -> raises to refuse them."""
 
 MAX_BATCH = 256
 """Most callers' rows that share one commit."""
-
-CHECKPOINT_BYTES = 4 * 1024 * 1024
-"""Log written on the event loop between two checkpoints on the writer thread: SQLite's own default (1,000
-pages of 4 kB)."""
-
-COMMIT_PAGES_BYTES = 4 * 4096
-"""What a commit logs besides its rows' bytes: the pages it changes around them (index leaves, the table's
-interior page, the file header), ~4 of 4 kB (counted with ``PRAGMA wal_checkpoint``: a 3 kB row logs 5 pages,
-a 110 kB one ~31)."""
-
-
-class _Checkpoint:
-    """The writer thread's other job: copy the log back into the database file."""
 
 
 @dataclass(slots=True)
@@ -109,13 +86,12 @@ class RowWriter:
         inline: bool | None = None,
         guard: Guard | None = None,
         only_if: Condition | None = None,
-        checkpoint_bytes: int = CHECKPOINT_BYTES,
     ) -> None:
         self._engine = engine
         self._guard = guard
         self._checked_by_insert = only_if is not None
         self._insert = DirectInsert(table, engine.dialect, only_if)
-        self._jobs: queue.SimpleQueue[_Job | _Checkpoint | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -129,14 +105,6 @@ class RowWriter:
         self._pass_loop: asyncio.AbstractEventLoop | None = None
         self._crowded = False
         """The last pass with inserts had more than one: gather rows by pass instead of committing each."""
-        self._checkpoint_bytes = checkpoint_bytes
-        self._unchecked = 0
-        """About how much the loop's connection logged since it last handed the thread a checkpoint."""
-        self._checkpoint_queued = False
-        self.checkpoints = 0
-        """Checkpoints the thread ran."""
-        self.checkpointed = threading.Condition()
-        """Notified after each of them."""
 
     async def insert(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
         if self._closed:
@@ -211,8 +179,6 @@ class RowWriter:
         except Exception:  # noqa: BLE001, S110  (a guard's refusal: retried one by one below, each with its outcome)
             pass
         else:
-            for job in jobs:
-                self._committed_inline(job.rows)
             for job, ids in zip(jobs, results):
                 if not job.future.done():  # a caller cancelled meanwhile: its rows are committed all the same
                     job.future.set_result(ids)
@@ -234,25 +200,13 @@ class RowWriter:
         try:
             connection = self._loop_connection or self._open_loop_connection()
             with connection.begin():
-                ids = self._insert_rows(connection, rows)
+                return self._insert_rows(connection, rows)
         except SQLAlchemyError as exc:
             self._loop_connection = self._drop_loop_connection()
             detail = exc.orig if hasattr(exc, "orig") else exc
             if isinstance(exc, OperationalError) and _lock_taken(exc):
                 return None
             raise StoreError(f"store write failed: {exc.__class__.__name__}: {detail}") from exc
-        self._committed_inline(rows)
-        return ids
-
-    def _committed_inline(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Count what the loop's connection logged; past ``checkpoint_bytes``, the thread checkpoints."""
-        logged = sum(len(v) for row in rows for v in row.values() if type(v) is bytes or type(v) is str)
-        self._unchecked += logged + COMMIT_PAGES_BYTES
-        if self._unchecked >= self._checkpoint_bytes and not self._checkpoint_queued:
-            self._unchecked = 0
-            self._checkpoint_queued = True
-            self._start()
-            self._jobs.put(_Checkpoint())
 
     def _drop_loop_connection(self) -> None:
         """Discard (never pool) the loop's connection: others must not inherit its zero lock timeout."""
@@ -265,7 +219,6 @@ class RowWriter:
     def _open_loop_connection(self) -> Connection:
         connection = self._engine.connect()
         connection.exec_driver_sql("PRAGMA busy_timeout=0")  # never wait for the lock on the event loop
-        connection.exec_driver_sql("PRAGMA wal_autocheckpoint=0")  # nor copy the log back: the thread does
         connection.commit()
         self._loop_connection = connection
         return connection
@@ -285,8 +238,7 @@ class RowWriter:
                 first = self._jobs.get()
                 if first is None:
                     return
-                batch = [first] if isinstance(first, _Job) else []
-                checkpoint = isinstance(first, _Checkpoint)
+                batch = [first]
                 stop = False
                 while len(batch) < MAX_BATCH:
                     try:
@@ -296,38 +248,13 @@ class RowWriter:
                     if more is None:
                         stop = True
                         break
-                    if isinstance(more, _Checkpoint):
-                        checkpoint = True
-                    else:
-                        batch.append(more)
-                if batch:
-                    connection = self._commit(connection, batch)
-                if checkpoint:
-                    connection = self._checkpoint(connection)
+                    batch.append(more)
+                connection = self._commit(connection, batch)
                 if stop:
                     return
         finally:
             if connection is not None:
                 connection.close()
-
-    def _checkpoint(self, connection: Connection | None) -> Connection | None:
-        """A passive checkpoint on the thread's connection; a failure is left to the next one (the log only
-        grows meanwhile, as it does while a reader holds an old snapshot)."""
-        self._checkpoint_queued = False
-        try:
-            connection = connection or self._engine.connect()
-            cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-            try:
-                cursor.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            finally:
-                cursor.close()
-        except Exception:
-            logger.warning("store checkpoint failed; the next one retries", exc_info=True)
-            connection = self._reset(connection)
-        with self.checkpointed:
-            self.checkpoints += 1
-            self.checkpointed.notify_all()
-        return connection
 
     def _commit(self, connection: Connection | None, batch: list[_Job]) -> Connection | None:
         """All jobs in one transaction; if that fails, each alone, so one bad row fails only its caller."""

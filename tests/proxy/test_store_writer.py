@@ -173,6 +173,7 @@ def test_in_a_shared_commit_a_bad_row_or_a_refusal_fails_only_its_caller(db: str
     engine.dispose()
 
 
+
 def test_reads_on_the_loop_connection_see_every_commit_and_never_wait(db: str) -> None:
     """``read_inline`` runs on the connection the loop writes with: it sees that writer's rows, rows another
     process committed since, and not rows another writer holds uncommitted, and the lock that writer holds
@@ -228,53 +229,5 @@ def test_point_reads_take_the_loop_connection_only_where_reads_run_in_place(any_
     broken = DirectQuery(select(text("nothing")).select_from(text("no_such_table")), engine.dialect)
     with pytest.raises(StoreError, match="store read failed"):
         point_query(engine, inline)(broken)
-    writer.close()
-    engine.dispose()
-
-
-def _wal_bytes(db: str) -> int:
-    return Path(db + "-wal").stat().st_size
-
-
-def _big_row() -> dict[str, Any]:
-    """A harness-sized call's row: ~120 kB, ~30 pages of log a commit."""
-    return {**_row(), "request_json": "x" * 120_000}
-
-
-def test_the_event_loop_never_copies_the_log_back(db: str) -> None:
-    """SQLite's default would checkpoint inside a commit every ~4 MB of log (and the log file would stay there);
-    the loop's connection leaves it all to the thread, which it hands nothing below its threshold."""
-    engine = open_engine(f"sqlite:///{db}")
-    writer = RowWriter(engine, ModelCall.__table__, checkpoint_bytes=10**12)  # type: ignore[attr-defined]
-
-    async def main() -> None:
-        for _ in range(50):
-            await writer.insert([_big_row()])
-
-    asyncio.run(main())
-    assert _wal_bytes(db) > 5_000_000 and writer.checkpoints == 0
-    assert _count(db) == 50
-    writer.close()
-    engine.dispose()
-
-
-def test_the_writer_thread_checkpoints_so_the_log_stays_small(db: str) -> None:
-    """Each round logs just past the threshold and hands the thread one checkpoint; once it ran, the next commit
-    starts the log over, so ~10 MB of rows leave a log of about one round."""
-    engine = open_engine(f"sqlite:///{db}")
-    threshold = 512 * 1024
-    writer = RowWriter(engine, ModelCall.__table__, checkpoint_bytes=threshold)  # type: ignore[attr-defined]
-    rounds = 20
-
-    async def main() -> None:
-        for done in range(1, rounds + 1):
-            for _ in range(4):  # 4 x ~136 kB counted: over 512 kB at the fourth, not before
-                await writer.insert([_big_row()])
-            with writer.checkpointed:
-                assert writer.checkpointed.wait_for(lambda: writer.checkpoints >= done, timeout=60)  # noqa: B023
-
-    asyncio.run(main())
-    assert writer.checkpoints == rounds and _count(db) == 4 * rounds
-    assert _wal_bytes(db) < 2 * threshold + 200_000, _wal_bytes(db)
     writer.close()
     engine.dispose()
