@@ -129,12 +129,17 @@ def tail_text(ops: TemplateOps, conv: Conversation, start: int, ended: bool) -> 
     return close + after[close_end:]
 
 
+def _extended(conv: Conversation, priors: list[PriorCall]) -> PriorCall | None:
+    """The latest earlier call that ``conv`` continues (its messages and answer, then new ones), if any."""
+    return next((p for p in reversed(priors) if _extends(conv, p)), None)
+
+
 def _next_segment(priors: list[PriorCall]) -> int:
     return max((p.segment_index for p in priors), default=-1) + 1
 
 
 def _splice(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, prefill: str) -> Plan | None:
-    prior = next((p for p in reversed(priors) if _extends(conv, p)), None)
+    prior = _extended(conv, priors)
     if prior is None:
         return None
     ended = bool(prior.sampled_ids) and prior.sampled_ids[-1] in ops.end_ids
@@ -207,7 +212,7 @@ def encode_work(conv: Conversation, priors: list[PriorCall], policy: str, ops: T
     """About how many characters planning ``conv`` will render and encode: a splice encodes only the new tail,
     a whole prompt already remembered nothing (a group's rollouts start from one prompt)."""
     if policy == "splice":
-        prior = next((p for p in reversed(priors) if _extends(conv, p)), None)
+        prior = _extended(conv, priors)
         if prior is not None:
             return _chars(conv.messages[len(prior.request_keys) + 1 :])
     if ops.remembers(_whole_key(conv, prefill)):
