@@ -12,11 +12,12 @@ from starlette.responses import JSONResponse, Response
 
 from rollwire.errors import InvalidRequest, NotFound
 from rollwire.reconstruct import load_calls, reconstruct
-from rollwire.side_calls import rules_from
-from rollwire.timeline import build_timeline, load_tool_events
 from rollwire.rollouts import RolloutBook, parse_status
 from rollwire.rollouts.budgets import parse_budgets
+from rollwire.side_calls import rules_from
 from rollwire.store import Rollout, Run, decode_ids, session_scope
+from rollwire.store.prompts import prompt_length
+from rollwire.timeline import build_timeline, load_tool_events
 
 
 def _state(request: Request) -> Any:
@@ -98,7 +99,7 @@ def rollout_view(engine: Engine, rollout_id: str) -> dict[str, Any]:
             "segment_break": c.segment_break,
             "finish_reason": c.finish_reason,
             "sampling": c.sampling,
-            "prompt_tokens": len(decode_ids(c.prompt_ids)),
+            "prompt_tokens": prompt_length(c.prompt_ids, c.prompt_base, c.reused_prefix_len),
             "completion_tokens": len(decode_ids(c.completion_ids)),
             "reused_prefix_len": c.reused_prefix_len,
             "policy_version": c.policy_version,

@@ -26,6 +26,7 @@ from rollwire.errors import InvalidRequest, NotFound, UpstreamError
 from rollwire.settings import ProxySettings
 from rollwire.side_calls import MAIN, rules_of
 from rollwire.store import encode_floats, encode_ids, now_ns
+from rollwire.store.prompts import stored_prompt
 
 INLINE_PLAN_CHARS = 2048
 """Plans that render and encode at most this many characters run on the event loop: that costs well under
@@ -222,7 +223,8 @@ class Generator:
         tools_key = conv.tools_key()
         rows: list[dict[str, Any]] = []
         learnt: list[PriorCall | None] = []
-        prompt_blob = plan.stored_prompt()
+        prompt_blob = plan.encoded_prompt()
+        stored = stored_prompt(prompt_blob, plan.spliced_from, plan.reused_prefix_len)
         for choice in generation.choices:
             first = choice.index == 0
             completion_blob = encode_ids(choice.sampled_ids)
@@ -235,7 +237,8 @@ class Generator:
                     "served_model": self.served.name or "",
                     "request_json": request.text,
                     "response_json": body_text,
-                    "prompt_ids": prompt_blob,
+                    "prompt_ids": stored,
+                    "prompt_base": plan.spliced_from,
                     "completion_ids": completion_blob,
                     "completion_logprobs": encode_floats(choice.logprobs),
                     "choice_index": choice.index,

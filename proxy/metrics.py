@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from rollwire.metrics import HttpMetrics
 from rollwire.store.codec import ID_BYTES
+from rollwire.store.prompts import prompt_length
 
 BREAK_KINDS: tuple[tuple[str, str], ...] = (
     ("tools changed", "tools_changed"),
@@ -108,8 +109,8 @@ class ProxyMetrics:
         first = rows[0]
         calls, prompted, reused_tokens, sampled, ratio = self._series(first["dialect"], first["status"])
         calls.inc()
-        prompt = len(first["prompt_ids"] or b"") // ID_BYTES
         reused = int(first.get("reused_prefix_len") or 0)
+        prompt = prompt_length(first["prompt_ids"], first.get("prompt_base"), reused)
         prompted.inc(prompt)
         reused_tokens.inc(reused)
         sampled.inc(sum(len(r["completion_ids"] or b"") for r in rows) // ID_BYTES)

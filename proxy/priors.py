@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,9 +28,10 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Engine
 from sqlmodel import col
 
-from rollwire.errors import InvalidRequest
+from rollwire.errors import InvalidRequest, StoreError
 from rollwire.store import ModelCall, decode_ids, session_scope
 from rollwire.store.direct import DirectQuery
+from rollwire.store.prompts import whole_prompts
 from rollwire.store.reads import RunQuery, point_query, reads_in_place
 
 RequestParser = Callable[[dict[str, Any]], Conversation]
@@ -38,7 +39,8 @@ AnswerParser = Callable[[dict[str, Any], int], Message]
 Dialects = dict[str, tuple[RequestParser, AnswerParser]]
 
 
-def _prior(row: ModelCall, parse: RequestParser, answer: AnswerParser) -> PriorCall | None:
+def _prior(row: ModelCall, prompt: bytes, parse: RequestParser, answer: AnswerParser) -> PriorCall | None:
+    """``row`` as a prior, ``prompt`` its whole prompt (stored bytes); None where it cannot be read back."""
     try:
         conv = parse(json.loads(row.request_json))
         message = answer(json.loads(row.response_json), row.choice_index)
@@ -49,11 +51,11 @@ def _prior(row: ModelCall, parse: RequestParser, answer: AnswerParser) -> PriorC
         request_keys=conv.message_keys(),
         tools_key=conv.tools_key(),
         answer_key=message.key(),
-        prompt_ids=decode_ids(row.prompt_ids),
+        prompt_ids=decode_ids(prompt),
         sampled_ids=decode_ids(row.completion_ids),
         segment_index=row.segment_index,
         continued=False,
-        ids_blob=bytes(row.prompt_ids or b"") + bytes(row.completion_ids or b""),
+        ids_blob=prompt + bytes(row.completion_ids or b""),
     )
 
 
@@ -91,6 +93,10 @@ class Known:
     """Segment index -> id of its latest call: every earlier call of the segment is ``continued``."""
     tokens: int = 0
 
+    def opened(self) -> dict[int, bytes]:
+        """Call id -> the ids a call continuing it starts with (its prompt + sampled ids, stored bytes)."""
+        return {p.call_id: p.ids_blob for p in self.priors if p.ids_blob is not None}
+
     def learn(self, found: list[tuple[int, int, PriorCall | None]]) -> None:
         """Add (call id, segment index, prior or None) triples and mark what they continue."""
         for call_id, segment, prior in found:
@@ -111,11 +117,13 @@ Found = list[tuple[int, int, PriorCall | None]]
 """(call id, segment index, the call as a prior or None when no dialect here can continue it)."""
 
 
-def parse_calls(rows: list[ModelCall], dialects: Dialects) -> Found:
+def parse_calls(rows: list[ModelCall], dialects: Dialects, opened: Mapping[int, bytes] | None = None) -> Found:
+    """``rows`` as priors; ``opened``: what calls read earlier hold (``whole_prompts``' ``known``), for rows that
+    continue one of them. ``StoreError`` where a row continues a call in neither."""
     found: Found = []
-    for row in rows:
+    for row, prompt in zip(rows, whole_prompts(rows, opened)):
         pair = dialects.get(row.dialect)
-        found.append((int(row.id or 0), row.segment_index, _prior(row, *pair) if pair else None))
+        found.append((int(row.id or 0), row.segment_index, _prior(row, prompt, *pair) if pair else None))
     return found
 
 
@@ -159,14 +167,15 @@ class PriorCache:
     async def priors(self, rollout_id: str) -> list[PriorCall]:
         known = self._known.get(rollout_id)
         if known is None and not self.inline:
-            found = await anyio.to_thread.run_sync(self._read, rollout_id, None)
+            found = await anyio.to_thread.run_sync(self._read, rollout_id, None, None)
         elif known is None or self.shared:
             # the ids first (on SQLite a local read of ~20 us, far cheaper than the hop to a thread): a new
             # rollout has none, and a held one only reads the calls another process wrote
             ids = await self._ids(rollout_id)
             seen = known.seen if known is not None else set()
             missing = [i for i in ids if i not in seen]
-            found = await anyio.to_thread.run_sync(self._read, rollout_id, missing) if missing else []
+            opened = known.opened() if known is not None and missing else None
+            found = await anyio.to_thread.run_sync(self._read, rollout_id, missing, opened) if missing else []
             self.refreshed += len(found) if known is not None else 0
         else:
             found = []
@@ -183,8 +192,18 @@ class PriorCache:
         commit before it)."""
         return [int(row[0]) for row in self._read_inline(self._ids_query, rollout_id=rollout_id)]
 
-    def _read(self, rollout_id: str, ids: list[int] | None) -> Found:
-        return parse_calls(read_calls(self.engine, rollout_id, ids), self.dialects)
+    def _read(self, rollout_id: str, ids: list[int] | None, opened: dict[int, bytes] | None) -> Found:
+        """The rollout's complete calls (only ``ids`` when given) as priors. Another process's call may continue one
+        this process holds (``Known.opened``); where it continues one held as no prior (no dialect here reads it
+        back), the rollout is read whole."""
+        rows = read_calls(self.engine, rollout_id, ids)
+        try:
+            return parse_calls(rows, self.dialects, opened)
+        except StoreError:
+            if ids is None:
+                raise
+        wanted = set(ids)
+        return [f for f in parse_calls(read_calls(self.engine, rollout_id), self.dialects) if f[0] in wanted]
 
     def remember(self, rollout_id: str, found: Found, create: bool = False) -> Known:
         """Learn committed calls (the process's own, or read back); a rollout not held is only added if ``create``

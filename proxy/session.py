@@ -76,8 +76,8 @@ class Plan:
     prompt_blob: bytes | None = None
     """``prompt_ids`` as the store encodes them, where a splice made them cheaply (see ``PriorCall.ids_blob``)."""
 
-    def stored_prompt(self) -> bytes:
-        """The prompt ids as the store keeps them."""
+    def encoded_prompt(self) -> bytes:
+        """The whole prompt's ids in the store's encoding (``rollwire.store.codec``)."""
         return self.prompt_blob if self.prompt_blob is not None else encode_ids(self.prompt_ids)
 
 

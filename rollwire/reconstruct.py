@@ -17,6 +17,7 @@ from sqlmodel import select
 from rollwire.errors import NotFound
 from rollwire.side_calls import MAIN
 from rollwire.store import ModelCall, Rollout, ToolEvent, decode_floats, decode_ids, session_scope
+from rollwire.store.prompts import whole_prompts
 from rollwire.timeline import build_timeline, load_tool_events
 from rollwire.trajectory import Segment, Trajectory, failure_cause
 
@@ -37,8 +38,7 @@ class _Builder:
     def extends(self, prompt: list[int]) -> bool:
         return prompt[: len(self.tokens)] == self.tokens
 
-    def add(self, call: ModelCall) -> None:
-        prompt = decode_ids(call.prompt_ids)
+    def add(self, call: ModelCall, prompt: list[int]) -> None:
         sampled = decode_ids(call.completion_ids)
         lps = decode_floats(call.completion_logprobs)
         if len(lps) != len(sampled):
@@ -69,12 +69,13 @@ def segments_from_calls(calls: Sequence[ModelCall]) -> list[Segment]:
     main-line segment (nor the reverse), even where its prompt extends one."""
     builders: dict[tuple[int, str], _Builder] = {}
     order: list[_Builder] = []
-    for call in sorted(calls, key=lambda c: (c.started_ns, c.id or 0)):
+    prompts = whole_prompts(calls)
+    for call, whole in sorted(zip(calls, prompts), key=lambda cp: (cp[0].started_ns, cp[0].id or 0)):
         if call.status != "complete":
             continue
         line = call.line or MAIN
         builder = builders.get((call.segment_index, line))
-        prompt = decode_ids(call.prompt_ids)
+        prompt = decode_ids(whole)
         if builder is None or not builder.extends(prompt):
             reason = call.segment_break if builder is None else f"call {call.id} does not extend its segment"
             if reason is None and line != MAIN:
@@ -82,7 +83,7 @@ def segments_from_calls(calls: Sequence[ModelCall]) -> list[Segment]:
             builder = _Builder(reason if order else None, line)
             builders[(call.segment_index, line)] = builder
             order.append(builder)
-        builder.add(call)
+        builder.add(call, prompt)
     return [b.segment() for b in order]
 
 

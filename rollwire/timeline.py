@@ -13,6 +13,7 @@ from sqlmodel import select
 
 from rollwire.store import McpMessage, ModelCall, ToolEvent, session_scope
 from rollwire.store.codec import decode_ids
+from rollwire.store.prompts import prompt_length
 
 
 def _model_entry(call: ModelCall) -> dict[str, Any]:
@@ -25,7 +26,7 @@ def _model_entry(call: ModelCall) -> dict[str, Any]:
         "dialect": call.dialect,
         "line": call.line,
         "segment_index": call.segment_index,
-        "prompt_tokens": len(decode_ids(call.prompt_ids)),
+        "prompt_tokens": prompt_length(call.prompt_ids, call.prompt_base, call.reused_prefix_len),
         "completion_tokens": len(decode_ids(call.completion_ids)),
         "finish_reason": call.finish_reason,
         "status": call.status,

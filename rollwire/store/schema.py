@@ -100,6 +100,12 @@ class ModelCall(SQLModel, table=True):
     request_json: str = ""
     response_json: str = ""
     prompt_ids: bytes = Field(default=b"", sa_column=Column(LargeBinary, nullable=False))
+    prompt_base: int | None = Field(
+        default=None,
+        sa_type=BIG,
+        description="the earlier call whose prompt + sampled ids open this one's; prompt_ids then holds the rest "
+        "(rollwire.store.prompts). None: prompt_ids is the whole prompt",
+    )
     completion_ids: bytes = Field(default=b"", sa_column=Column(LargeBinary, nullable=False))
     completion_logprobs: bytes = Field(default=b"", sa_column=Column(LargeBinary, nullable=False))
     choice_index: int = 0

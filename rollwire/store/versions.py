@@ -19,7 +19,7 @@ from sqlmodel import SQLModel
 from rollwire.errors import StoreError
 from rollwire.store.schema import CALLS_BY_ROLLOUT, SchemaVersion
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Bump with a new entry in ``MIGRATIONS`` whenever a table or column changes."""
 TABLES = {"run", "rollout", "modelcall", "toolevent"}
 """Tables of every schema version: their presence without a version row means a store from before versions."""
@@ -73,7 +73,13 @@ def _v2_to_v3(conn: Connection) -> None:
     conn.execute(text(f"CREATE INDEX IF NOT EXISTS {CALLS_BY_ROLLOUT} ON modelcall (rollout_id, status){include}"))
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {0: _v0_to_v1, 1: _v1_to_v2, 2: _v2_to_v3}
+def _v3_to_v4(conn: Connection) -> None:
+    """A continuing call's prompt stored as what follows the call it continues (``schema.ModelCall.prompt_base``,
+    ``rollwire.store.prompts``); the rows already written keep their whole prompts (``prompt_base`` NULL)."""
+    _add_column(conn, "modelcall", "prompt_base", "BIGINT")
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {0: _v0_to_v1, 1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 """version -> the function that moves a store from it to version + 1."""
 
 

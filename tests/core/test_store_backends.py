@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, inspect, text
+from sqlmodel import col, select
 
 from rollwire.errors import StoreError
 from rollwire.rollouts import RolloutBook
-from rollwire.store import Rollout, RolloutStatus, open_engine, session_scope
+from rollwire.store import ModelCall, Rollout, RolloutStatus, decode_ids, encode_ids, open_engine, session_scope
+from rollwire.store.prompts import whole_prompts
 from rollwire.store.schema import CALLS_BY_ROLLOUT
 from rollwire.store.versions import SCHEMA_VERSION
 
@@ -78,12 +80,48 @@ def test_a_version_2_store_gains_the_covering_index_of_a_rollouts_calls(any_stor
     open_engine(any_store_url).dispose()
     with raw.connect() as conn:
         indexes = {i["name"]: i["column_names"] for i in inspect(conn).get_indexes("modelcall")}
-        assert conn.execute(text("SELECT version FROM rollwire_schema")).scalar() == 3
+        assert conn.execute(text("SELECT version FROM rollwire_schema")).scalar() == SCHEMA_VERSION
         if conn.dialect.name == "sqlite":
             ids = "SELECT id FROM modelcall WHERE rollout_id = 'r' AND status = 'complete'"  # the proxy's question
             assert "COVERING INDEX" in str(conn.execute(text(f"EXPLAIN QUERY PLAN {ids}")).all())
     raw.dispose()
     assert indexes.get(CALLS_BY_ROLLOUT) == ["rollout_id", "status"] and "ix_modelcall_rollout_id" not in indexes
+
+
+def test_a_version_3_store_keeps_its_whole_prompts_and_gains_continued_ones(any_store_url: str) -> None:
+    """Version 4 stores a continuing call's prompt as what follows the call it continues (``prompt_base``); a
+    version 3 store gains the column in place, and the prompts it holds (all whole) read back as they were."""
+    first = open_engine(any_store_url)
+    book = RolloutBook(first)
+    book.create_run("r")
+    (rollout, _token), = book.create("r", 1, {})
+    first.dispose()
+    raw = create_engine(any_store_url)
+    with raw.begin() as conn:  # back to version 3, with a row it wrote
+        conn.execute(text("ALTER TABLE modelcall DROP COLUMN prompt_base"))
+        conn.execute(text("UPDATE rollwire_schema SET version = 3"))
+        conn.execute(
+            text(
+                "INSERT INTO modelcall (rollout_id, dialect, requested_model, served_model, request_json, response_json,"
+                " prompt_ids, completion_ids, completion_logprobs, choice_index, sampling, policy_version, segment_index,"
+                " reused_prefix_len, line, status, latency_ms, started_ns, ended_ns) VALUES (:r, 'chat', '', '', '{}',"
+                " '{}', :p, :c, :c, 0, '{}', 0, 0, 0, 'main', 'complete', 0, 1, 2)"
+            ),
+            {"r": rollout.id, "p": encode_ids([5, 6, 7]), "c": encode_ids([8])},
+        )
+    raw.dispose()
+    engine = open_engine(any_store_url)
+    with session_scope(engine) as session:
+        (old,) = session.exec(select(ModelCall)).all()
+        continued = ModelCall(
+            rollout_id=rollout.id, prompt_ids=encode_ids([9]), prompt_base=old.id, reused_prefix_len=4, started_ns=3
+        )
+        session.add(continued)
+    with session_scope(engine) as session:
+        calls = list(session.exec(select(ModelCall).order_by(col(ModelCall.id))).all())
+    engine.dispose()
+    assert [c.prompt_base for c in calls] == [None, calls[0].id]
+    assert [decode_ids(p) for p in whole_prompts(calls)] == [[5, 6, 7], [5, 6, 7, 8, 9]]
 
 
 def test_cursors_are_unique_and_gap_free_across_writers(any_store_url: str) -> None:

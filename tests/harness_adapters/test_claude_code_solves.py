@@ -11,13 +11,14 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.harness_adapters.conftest import model_calls, needs_binary, run_one_task, scripted_policy_stack, workspace_of
-
 from rollwire.mcp_servers.tasks.loader import load_suite
 from rollwire.mcp_servers.tasks.schema import ToolCall
+
 from rollwire.reconstruct import reconstruct
 from rollwire.store import decode_ids
 from rollwire.store.db import open_engine
+from rollwire.store.prompts import whole_prompts
+from tests.harness_adapters.conftest import model_calls, needs_binary, run_one_task, scripted_policy_stack, workspace_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_harness]
 DEADLINE_S = 240.0
@@ -50,8 +51,8 @@ def test_claude_code_at_its_defaults_solves_a_task(tiny_model_dir: Path, tmp_pat
     assert all(r[0]["type"] == "tool_result" and not r[0].get("is_error") for r in results), results
     first = json.loads(calls[0].request_json)
     assert any(m["role"] == "system" for m in first["messages"])  # its reminders, inside messages
-    for call in calls:  # its default cap (32000 for a model name it does not know), clamped to what is left
-        prompt_len = len(decode_ids(call.prompt_ids))
+    for call, prompt in zip(calls, whole_prompts(calls)):  # its default cap (32000 for an unknown model), clamped
+        prompt_len = len(decode_ids(prompt))
         asked = json.loads(call.request_json)["max_tokens"]
         assert (call.max_tokens_requested, call.max_tokens_granted) == (asked, CONTEXT - prompt_len)
         assert CONTEXT - prompt_len < asked and prompt_len > 30_000  # its whole default prompt

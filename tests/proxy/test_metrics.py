@@ -16,6 +16,7 @@ from sqlmodel import select
 
 from rollwire.store import ModelCall, Refusal, decode_ids, session_scope
 from rollwire.store.db import open_engine
+from rollwire.store.prompts import whole_prompts
 from tests.proxy.conftest import Proxy
 
 
@@ -67,7 +68,8 @@ def test_proxy_metrics_match_the_store(proxy: Proxy, served_model: str) -> None:
     assert by_dialect == {("chat", "complete"): 4, ("responses", "complete"): 1, ("messages", "complete"): 1}
     for (dialect, status), count in by_dialect.items():
         assert total(samples, "rollwire_proxy_model_calls_total", dialect=dialect, status=status) == count
-    assert total(samples, "rollwire_proxy_prompt_tokens_total") == sum(len(decode_ids(r.prompt_ids)) for r in calls)
+    prompts = [decode_ids(p) for r, p in zip(rows, whole_prompts(rows)) if r.choice_index == 0]
+    assert total(samples, "rollwire_proxy_prompt_tokens_total") == sum(len(p) for p in prompts)
     assert total(samples, "rollwire_proxy_sampled_tokens_total") == sum(len(decode_ids(r.completion_ids)) for r in rows)
     reused = sum(r.reused_prefix_len for r in calls)
     assert reused > 0  # the follow-up was spliced onto the first call's ids

@@ -7,13 +7,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import openai
 import pytest
 from rollwire.proxy.app import create_app
+from rollwire.proxy.conversation import Conversation, Message
+from rollwire.proxy.priors import PriorCache
 
+from rollwire.rollouts import RolloutBook
 from rollwire.serving import ServerThread
 from rollwire.settings import ProxySettings
+from rollwire.store import ModelCall, encode_ids, open_engine, session_scope
+from rollwire.store.prompts import stored_prompt
 from tests.proxy.conftest import OPERATOR_KEY
 from tests.proxy.test_replicas import TOOLS, exact_calls
 
@@ -51,3 +57,41 @@ def test_cache_stays_bounded_and_evicted_rollouts_splice_exactly(
         held = [p for known in cache._known.values() for p in known.priors]
         assert cache.tokens == sum(len(p.prompt_ids) + len(p.sampled_ids) for p in held) > 0  # counted, not leaked
     assert [exact_calls(store_url, r["id"]) for r in rollouts] == [(TURNS, TURNS)] * ROLLOUTS
+
+
+def test_a_call_another_process_wrote_reads_back_whole(store_url: str) -> None:
+    """Another process's call continues one held here (its ids come from the cache), or one held as no prior (no
+    dialect here reads it back: the rollout is then read whole). Either way the prior holds the whole prompt."""
+    engine = open_engine(store_url)
+    book = RolloutBook(engine)
+    book.create_run("run")
+    ((rollout, _token),) = book.create("run", 1, {})
+    conv, answer = Conversation("m", (Message("user", "hi"),)), Message("assistant", "ok")
+    dialects = {"chat": (lambda _body: conv, lambda _body, _index: answer)}
+    cache = PriorCache(engine, dialects, shared=True)
+
+    def write(dialect: str, whole: list[int], sampled: list[int], base: int | None = None, reused: int = 0) -> None:
+        row = ModelCall(
+            rollout_id=rollout.id, dialect=dialect, request_json="{}", response_json="{}", prompt_base=base,
+            prompt_ids=stored_prompt(encode_ids(whole), base, reused), reused_prefix_len=reused,
+            completion_ids=encode_ids(sampled),
+        )  # fmt: skip
+        with session_scope(engine) as session:
+            session.add(row)
+
+    async def main() -> None:
+        write("another", [1, 2], [3])  # call 1: no dialect here reads it back
+        assert await cache.priors(rollout.id) == []
+        write("chat", [1, 2, 3, 4], [5], base=1, reused=3)  # call 2, continuing call 1
+        (second,) = await cache.priors(rollout.id)
+        assert (second.call_id, second.prompt_ids, second.sampled_ids) == (2, [1, 2, 3, 4], [5])
+        write("chat", [1, 2, 3, 4, 5, 6], [7], base=2, reused=5)  # call 3, continuing call 2 (held)
+        third = (await cache.priors(rollout.id))[-1]
+        assert (third.call_id, third.prompt_ids, third.ids_blob) == (
+            3,
+            [1, 2, 3, 4, 5, 6],
+            encode_ids(list(range(1, 8))),
+        )
+
+    anyio.run(main)
+    engine.dispose()

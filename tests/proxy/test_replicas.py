@@ -21,6 +21,7 @@ from sqlmodel import select
 
 from rollwire.serving import listening_socket
 from rollwire.store import decode_ids, open_engine, session_scope
+from rollwire.store.prompts import whole_prompts
 from rollwire.store.schema import ModelCall
 from tests.proxy.conftest import Proxy
 
@@ -48,7 +49,8 @@ def _converse(clients: list[openai.OpenAI], model: str, turns: int = TURNS) -> N
 
 
 def exact_calls(store_url: str, rollout_id: str) -> tuple[int, int]:
-    """(calls, calls that continue the previous call's exact ids in its segment); equal when all are exact."""
+    """(calls, calls that continue the previous call's exact ids in its segment); equal when all are exact. A
+    continuing call's row names the call it continues and keeps only what follows (``rollwire.store.prompts``)."""
     engine = open_engine(store_url)
     try:
         with session_scope(engine) as session:
@@ -56,20 +58,21 @@ def exact_calls(store_url: str, rollout_id: str) -> tuple[int, int]:
             calls = list(session.exec(query).all())
     finally:
         engine.dispose()
-    exact, before = 0, None
-    for call in calls:
-        prompt = decode_ids(call.prompt_ids)
+    exact, before, before_prompt = 0, None, b""
+    for call, whole in zip(calls, whole_prompts(calls)):
+        prompt = decode_ids(whole)
         if before is None:
             exact += call.segment_break is None and call.segment_index == 0
         else:
-            reused = decode_ids(before.prompt_ids) + decode_ids(before.completion_ids)
+            reused = decode_ids(before_prompt) + decode_ids(before.completion_ids)
             exact += (
                 call.segment_index == 0
                 and call.segment_break is None
                 and call.reused_prefix_len == len(reused)
                 and prompt[: len(reused)] == reused
+                and (call.prompt_base, decode_ids(call.prompt_ids)) == (before.id, prompt[len(reused) :])
             )
-        before = call
+        before, before_prompt = call, whole
     return len(calls), exact
 
 

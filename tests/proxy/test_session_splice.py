@@ -61,8 +61,8 @@ def test_splice_is_prompt_plus_sampled_plus_tail(renderer: Renderer) -> None:
     assert plan.segment_index == 0 and plan.segment_break is None and plan.spliced_from == 1
 
 
-def test_a_spliced_prompt_is_stored_as_the_earlier_calls_bytes_plus_its_tail(renderer: Renderer) -> None:
-    """A prior that carries its stored ids (``ids_blob``) makes the splice's stored prompt by concatenation: the
+def test_a_spliced_prompt_is_encoded_as_the_earlier_calls_bytes_plus_its_tail(renderer: Renderer) -> None:
+    """A prior that carries its stored ids (``ids_blob``) makes the splice's encoded prompt by concatenation: the
     same bytes as encoding the whole prompt; without one, the whole prompt is encoded."""
     first, answer, prior = _setup(renderer)
     nxt = Conversation("m", first.messages + (answer, Message("user", "more")))
@@ -71,8 +71,8 @@ def test_a_spliced_prompt_is_stored_as_the_earlier_calls_bytes_plus_its_tail(ren
     without = plan_prompt(nxt, [prior], renderer, "splice")
     assert with_blob.prompt_blob is not None and without.prompt_blob is None
     assert with_blob.prompt_ids == without.prompt_ids
-    assert with_blob.stored_prompt() == without.stored_prompt() == encode_ids(without.prompt_ids)
-    assert decode_ids(with_blob.stored_prompt()) == with_blob.prompt_ids
+    assert with_blob.encoded_prompt() == without.encoded_prompt() == encode_ids(without.prompt_ids)
+    assert decode_ids(with_blob.encoded_prompt()) == with_blob.prompt_ids
 
 
 def test_a_length_cut_answer_gets_its_end_of_turn_in_the_tail(renderer: Renderer) -> None:
@@ -184,7 +184,7 @@ def test_a_whole_prompt_already_remembered_is_no_work_to_plan(renderer: Renderer
 
 
 def test_a_whole_prompt_carries_its_stored_ids_rendered_or_remembered(renderer: Renderer) -> None:
-    """A call planned from a whole prompt stores the bytes the renderer keeps for it: the same bytes as encoding
+    """A call planned from a whole prompt carries the bytes the renderer keeps for it: the same bytes as encoding
     its ids, whether the prompt was just rendered or remembered, and whichever call it continues."""
     conv = Conversation("m", (Message("system", "Be exact. " * 40), Message("user", "list the files")))
     first = plan_prompt(conv, [], renderer, "splice")
@@ -195,4 +195,4 @@ def test_a_whole_prompt_carries_its_stored_ids_rendered_or_remembered(renderer: 
     answer = Message("assistant", "ok")
     prior = _prior(1, conv, answer, first.prompt_ids[:-3], [])  # a prefix of the prompt: continued by a re-render
     rerendered = plan_prompt(conv, [prior], renderer, "render")
-    assert rerendered.spliced_from == 1 and rerendered.stored_prompt() == encode_ids(rerendered.prompt_ids)
+    assert rerendered.spliced_from == 1 and rerendered.encoded_prompt() == encode_ids(rerendered.prompt_ids)
