@@ -129,7 +129,7 @@ class ModelCall(SQLModel, table=True):
     status: str = Field(default="complete", description="complete, partial (client left) or error")
     error: str | None = None
     latency_ms: float = 0.0
-    started_ns: int = Field(default_factory=now_ns, index=True, sa_type=BIG)
+    started_ns: int = Field(default_factory=now_ns, sa_type=BIG)
     ended_ns: int = Field(default_factory=now_ns, sa_type=BIG)
 
 

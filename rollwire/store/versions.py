@@ -75,8 +75,10 @@ def _v2_to_v3(conn: Connection) -> None:
 
 def _v3_to_v4(conn: Connection) -> None:
     """A continuing call's prompt stored as what follows the call it continues (``schema.ModelCall.prompt_base``,
-    ``rollwire.store.prompts``); the rows already written keep their whole prompts (``prompt_base`` NULL)."""
+    ``rollwire.store.prompts``); the rows already written keep their whole prompts (``prompt_base`` NULL). The
+    index on a call's start time goes: no query reads it, and every insert wrote it (a page of log a call)."""
     _add_column(conn, "modelcall", "prompt_base", "BIGINT")
+    conn.execute(text("DROP INDEX IF EXISTS ix_modelcall_started_ns"))
 
 
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {0: _v0_to_v1, 1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
