@@ -31,6 +31,10 @@ each) where the default sends one.
 LiteLLM lives in its own venv (``.venv-bench/litellm``, git-ignored; create it with
 ``python3 -m venv .venv-bench/litellm && .venv-bench/litellm/bin/pip install 'litellm[proxy]'``): installing
 it into the project's environment would change packages the project shares. Without it its rows say so.
+
+A row that fails (a server refusing or dropping connections) says why, and the others still run. A server
+that died under a row (LiteLLM 1.108.7 once segfaulted at 16 concurrent calls) is named with how it exited and
+started again, so the rows after it measure a live one.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import contextlib
 import json
 import math
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -261,8 +266,10 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
     for name, argv, port, headers in servers:
         health = f"http://127.0.0.1:{port}/" + ("health" if name.startswith("rollwire") else "health/liveliness")
         cores = sc | lc if name.startswith("rollwire x") else sc  # several workers: every core
-        with process(argv, health, cores) as proc:
+        with contextlib.ExitStack() as running:
+            proc = running.enter_context(process(argv, health, cores))
             admin = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer bench"})
+            cold = True
             for c in args.concurrency:
                 for mode in args.modes:
                     spec = {**base, "kind": "chat", "port": int(port), "headers": headers, "concurrency": c}
@@ -274,12 +281,24 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
                         else ["/v1/chat/completions"] * count
                     )
                     spec = {**spec, "stream": mode == "stream", "paths": paths}
-                    if (c, mode) == (args.concurrency[0], args.modes[0]):  # warm: imports, first connections
+                    if cold:  # warm: imports, first connections
                         with contextlib.suppress(LoadFailed):  # the row itself then says what fails
                             load({**spec, "requests": 2 * args.turns, "concurrency": 2, "paths": paths[-2:]}, lc)
-                        spec["paths"] = paths[:-2]
+                        spec["paths"], cold = paths[:-2], False
                     show(c, mode, name, spec, proc.pid)
+                    if proc.poll() is not None:  # it died under that row: the rows after it get a new one
+                        print(f"{'':>5} {'':<6} {name:<11} {_exited(proc.returncode)}: started again", flush=True)
+                        running.close()
+                        proc, cold = running.enter_context(process(argv, health, cores)), True
     summary(results, args)
+
+
+def _exited(code: int) -> str:
+    """A server's exit status in words: a signal by its name."""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"exited on {signal.Signals(-code).name}"
+    return f"exited with status {code}"
 
 
 def summary(results: dict[tuple[int, str, str], Row | LoadFailed], args: argparse.Namespace) -> None:
