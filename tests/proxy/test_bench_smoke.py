@@ -65,3 +65,61 @@ def test_a_row_that_cannot_run_says_why_and_the_summary_names_it(capsys: pytest.
     failed = bench.LoadFailed("load generator exited 1: ConnectionResetError")
     bench.summary({(1, "json", "rollwire"): bench.Row([1.0], 1.0, 0.001), (1, "json", "litellm"): failed}, args)
     assert "a row failed (see above)" in capsys.readouterr().out
+
+
+FLAKY_SERVER = """
+import json, os, signal, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+MARKER = Path(os.environ["FLAKY_MARKER"])
+ANSWER = json.dumps({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+    "role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "run_shell", "arguments": "{}"}}]}}]}).encode()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _answer(self, body):
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        self._answer(b"{}")
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["content-length"]))
+        if not MARKER.exists():  # the first instance dies on its first call
+            MARKER.touch()
+            os.kill(os.getpid(), signal.SIGSEGV)
+        self._answer(ANSWER)
+
+
+port = int(sys.argv[sys.argv.index("--port") + 1])
+ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
+
+
+def test_a_server_that_dies_under_a_row_is_named_and_started_again(tmp_path: Path) -> None:
+    """A stand-in for LiteLLM that segfaults on its first call: its first row fails, the bench says how it exited
+    and starts it again, and the next row measures the new one."""
+    fake = tmp_path / "litellm"
+    fake.write_text(f"#!{sys.executable}\n{FLAKY_SERVER}")
+    fake.chmod(0o755)
+    argv = [sys.executable, str(BENCH), "--requests", "4", "--concurrency", "1", "2", "--turns", "2"]
+    argv += ["--modes", "json", "--litellm", str(fake)]
+    env = {**os.environ, "FLAKY_MARKER": str(tmp_path / "died-once")}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line.split(None, 3) for line in done.stdout.splitlines()]
+    lite = [r for r in lines if "litellm" in r[:3]]
+    assert lite[0][:2] == ["1", "json"] and lite[0][3].startswith("failed: "), done.stdout
+    assert lite[1] == ["litellm", "exited", "on", "SIGSEGV: started again"], done.stdout
+    assert lite[2][:3] == ["2", "json", "litellm"] and float(lite[2][3].split()[2]) > 0, done.stdout  # req/s
