@@ -33,6 +33,7 @@ from rollwire.store import ModelCall, decode_ids, session_scope
 from rollwire.store.direct import DirectQuery
 from rollwire.store.prompts import whole_prompts
 from rollwire.store.reads import RunQuery, point_query, reads_in_place
+from rollwire.store.versions import check_current
 
 RequestParser = Callable[[dict[str, Any]], Conversation]
 AnswerParser = Callable[[dict[str, Any], int], Message]
@@ -79,6 +80,7 @@ def read_calls(engine: Engine, rollout_id: str, ids: Iterable[int] | None = None
     if ids is not None:
         query = query.where(col(ModelCall.id).in_(list(ids)))
     with session_scope(engine) as session:
+        check_current(session.connection())
         return list(session.exec(query.order_by(col(ModelCall.id))).scalars())  # type: ignore[call-overload]
 
 

@@ -18,6 +18,7 @@ from rollwire.errors import NotFound
 from rollwire.side_calls import MAIN
 from rollwire.store import ModelCall, Rollout, ToolEvent, decode_floats, decode_ids, session_scope
 from rollwire.store.prompts import whole_prompts
+from rollwire.store.versions import check_current
 from rollwire.timeline import build_timeline, load_tool_events
 from rollwire.trajectory import Segment, Trajectory, failure_cause
 
@@ -115,6 +116,7 @@ def build_trajectory(rollout: Rollout, calls: Sequence[ModelCall], events: Seque
 
 def load_calls(engine: Engine, rollout_id: str) -> list[ModelCall]:
     with session_scope(engine) as session:
+        check_current(session.connection())
         query = select(ModelCall).where(ModelCall.rollout_id == rollout_id).order_by(ModelCall.id)  # type: ignore[arg-type]
         return list(session.exec(query).all())
 

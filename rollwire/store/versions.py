@@ -10,10 +10,12 @@ lock; SQLite's write lock), so the schema is created once.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import inspect, select, text
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 from sqlmodel import SQLModel
 
 from rollwire.errors import StoreError
@@ -85,6 +87,30 @@ MIGRATIONS: dict[int, Callable[[Connection], None]] = {0: _v0_to_v1, 1: _v1_to_v
 """version -> the function that moves a store from it to version + 1."""
 
 
+CHECK_EVERY_S = 1.0
+"""How often ``check_current`` asks the store again (per store, per process)."""
+_checked: WeakKeyDictionary[Engine, float] = WeakKeyDictionary()
+"""Engine -> when ``check_current`` last found its store current (``time.monotonic``)."""
+
+
+def check_current(conn: Connection) -> None:
+    """``StoreError`` when a newer rollwire migrated the store since this process opened it. Rows of a newer schema
+    may mean something else (schema 4 made a continued call's ``prompt_ids`` its tail alone), so a process
+    that keeps reading them as its own schema says would read them wrong, silently. Called before reading rows
+    back; asks the store at most once every ``CHECK_EVERY_S``."""
+    now = time.monotonic()
+    if now - _checked.get(conn.engine, -CHECK_EVERY_S) < CHECK_EVERY_S:
+        return
+    found = conn.execute(select(SchemaVersion.version)).scalar()  # type: ignore[call-overload]
+    if found is not None and int(found) > SCHEMA_VERSION:
+        url = conn.engine.url.render_as_string(hide_password=True)
+        raise StoreError(
+            f"the store at {url} was migrated to schema version {found} by a newer rollwire while this "
+            f"process ran (it reads version {SCHEMA_VERSION}): restart it on the newer release"
+        )
+    _checked[conn.engine] = now
+
+
 def stored_version(conn: Connection) -> int | None:
     """The store's version: None for an empty database, 0 for rollwire tables without a version row."""
     names = set(inspect(conn).get_table_names())
@@ -119,4 +145,4 @@ def prepare(conn: Connection, where: str) -> None:
     conn.execute(SchemaVersion.__table__.insert().values(id=1, version=SCHEMA_VERSION))  # type: ignore[attr-defined]
 
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "prepare", "stored_version"]
+__all__ = ["CHECK_EVERY_S", "MIGRATIONS", "SCHEMA_VERSION", "check_current", "prepare", "stored_version"]

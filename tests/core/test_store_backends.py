@@ -8,12 +8,23 @@ import threading
 from pathlib import Path
 
 import pytest
+from rollwire.proxy.priors import read_calls
 from sqlalchemy import create_engine, inspect, text
 from sqlmodel import col, select
 
 from rollwire.errors import StoreError
+from rollwire.reconstruct import load_calls
 from rollwire.rollouts import RolloutBook
-from rollwire.store import ModelCall, Rollout, RolloutStatus, decode_ids, encode_ids, open_engine, session_scope
+from rollwire.store import (
+    ModelCall,
+    Rollout,
+    RolloutStatus,
+    decode_ids,
+    encode_ids,
+    open_engine,
+    session_scope,
+    versions,
+)
 from rollwire.store.prompts import whole_prompts
 from rollwire.store.schema import CALLS_BY_ROLLOUT
 from rollwire.store.versions import SCHEMA_VERSION
@@ -22,7 +33,7 @@ from rollwire.store.versions import SCHEMA_VERSION
 def test_nanosecond_times_and_cursors_fit(any_store_url: str) -> None:
     book = RolloutBook(open_engine(any_store_url))
     book.create_run("r")
-    (row, _token), = book.create("r", 1, {})
+    ((row, _token),) = book.create("r", 1, {})
     assert row.created_ns > 2**31 and book.get(row.id).created_ns == row.created_ns  # Postgres int4 would overflow
     done = book.set_status(row.id, RolloutStatus.FINISHED, reward=1.0)
     assert done.finished_seq == 1 and done.finished_ns is not None and done.finished_ns > 2**60
@@ -95,7 +106,7 @@ def test_a_version_3_store_keeps_its_whole_prompts_and_gains_continued_ones(any_
     first = open_engine(any_store_url)
     book = RolloutBook(first)
     book.create_run("r")
-    (rollout, _token), = book.create("r", 1, {})
+    ((rollout, _token),) = book.create("r", 1, {})
     first.dispose()
     raw = create_engine(any_store_url)
     with raw.begin() as conn:  # back to version 3, with a row it wrote
@@ -126,6 +137,31 @@ def test_a_version_3_store_keeps_its_whole_prompts_and_gains_continued_ones(any_
     engine.dispose()
     assert [c.prompt_base for c in calls] == [None, calls[0].id]
     assert [decode_ids(p) for p in whole_prompts(calls)] == [[5, 6, 7], [5, 6, 7, 8, 9]]
+
+
+def test_reading_calls_after_a_newer_release_migrated_the_store_stops_with_a_clear_error(
+    any_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process checks the schema when it opens the store; one still running when a newer release migrates it
+    must not read the newer rows as its own schema says (schema 4 changed what ``prompt_ids`` holds). Reads of
+    a rollout's calls ask again, at most once every ``CHECK_EVERY_S``."""
+    engine = open_engine(any_store_url)
+    book = RolloutBook(engine)
+    book.create_run("r")
+    ((rollout, _token),) = book.create("r", 1, {})
+    assert load_calls(engine, rollout.id) == []  # asked: current
+    raw = create_engine(any_store_url)
+    with raw.begin() as conn:
+        conn.execute(text("UPDATE rollwire_schema SET version = :v"), {"v": SCHEMA_VERSION + 1})
+    raw.dispose()
+    assert read_calls(engine, rollout.id) == []  # asked a moment ago: not again yet
+    monkeypatch.setattr(versions, "CHECK_EVERY_S", 0.0)
+    newer = f"migrated to schema version {SCHEMA_VERSION + 1} by a newer rollwire while this process ran"
+    with pytest.raises(StoreError, match=newer):
+        load_calls(engine, rollout.id)
+    with pytest.raises(StoreError, match=newer):
+        read_calls(engine, rollout.id)
+    engine.dispose()
 
 
 def test_cursors_are_unique_and_gap_free_across_writers(any_store_url: str) -> None:
