@@ -60,8 +60,8 @@ class PriorCall:
     """A later call already continues this one's segment."""
     ids_blob: bytes | None = None
     """``prompt_ids + sampled_ids`` as the store encodes them (``rollwire.store.codec``), where known: a call
-    that splices onto this one stores its prompt as this + its tail's encoding, not the whole prompt encoded
-    again (~10 ns an id: 0.3 ms a call at a 32k-token context)."""
+    that splices onto this one encodes its whole prompt as this + its tail's encoding (what it holds as a prior
+    in turn), not the whole prompt encoded again (~10 ns an id: 0.3 ms a call at a 32k-token context)."""
 
 
 @dataclass(frozen=True, slots=True)

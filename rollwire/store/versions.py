@@ -101,8 +101,8 @@ def check_current(conn: Connection) -> None:
     now = time.monotonic()
     if now - _checked.get(conn.engine, -CHECK_EVERY_S) < CHECK_EVERY_S:
         return
-    found = conn.execute(select(SchemaVersion.version)).scalar()  # type: ignore[call-overload]
-    if found is not None and int(found) > SCHEMA_VERSION:
+    found = _version_row(conn)
+    if found is not None and found > SCHEMA_VERSION:
         url = conn.engine.url.render_as_string(hide_password=True)
         raise StoreError(
             f"the store at {url} was migrated to schema version {found} by a newer rollwire while this "
@@ -111,12 +111,18 @@ def check_current(conn: Connection) -> None:
     _checked[conn.engine] = now
 
 
+def _version_row(conn: Connection) -> int | None:
+    """The version the store's version row holds (None: no row)."""
+    found = conn.execute(select(SchemaVersion.version)).scalar()  # type: ignore[call-overload]
+    return int(found) if found is not None else None
+
+
 def stored_version(conn: Connection) -> int | None:
     """The store's version: None for an empty database, 0 for rollwire tables without a version row."""
     names = set(inspect(conn).get_table_names())
     if SchemaVersion.__tablename__ in names:
-        found = conn.execute(select(SchemaVersion.version)).scalar()  # type: ignore[call-overload]
-        return int(found) if found is not None else 0
+        found = _version_row(conn)
+        return found if found is not None else 0
     return 0 if names & TABLES else None
 
 
