@@ -22,6 +22,7 @@ from rollwire.proxy.session import Plan, PriorCall, encode_work, plan_prompt
 from rollwire.proxy.upstream import Sampled, completion_body, exchange
 from rollwire.proxy.upstream_http import Pool
 
+from rollwire.compact_json import json_ids_extended
 from rollwire.errors import InvalidRequest, NotFound, UpstreamError
 from rollwire.settings import ProxySettings
 from rollwire.side_calls import MAIN, rules_of
@@ -78,6 +79,9 @@ class Prepared:
     prefill: str
     plan: Plan
     body: dict[str, Any]
+    prompt_json: bytes
+    """``body``'s prompt as the request writes it (``Plan.json_prompt``): sent, then extended by what a later call
+    splices onto (``PriorCall.ids_json``)."""
     line: str = MAIN
     """The agent's main line, or ``side:<rule>`` (``rollwire.side_calls``)."""
     cap: OutputCap = OutputCap(None, None)
@@ -201,7 +205,8 @@ class Generator:
         stop_ids = sorted(self.renderer.end_ids)
         sampling, cap = self._sampling(conv.sampling, len(plan.prompt_ids))
         body = completion_body(served, plan.prompt_ids, sampling, stop_ids)
-        return Prepared(started, prefill, plan, body, call_line(conv, priors, rules_of(caller.meta)), cap)
+        line = call_line(conv, priors, rules_of(caller.meta))
+        return Prepared(started, prefill, plan, body, plan.json_prompt(), line, cap)
 
     async def record(
         self,
@@ -261,7 +266,8 @@ class Generator:
                 }
             )
             blob = prompt_blob + completion_blob
-            learnt.append(self._learnt(dialect, body, choice, request_keys, tools_key, plan, segment, blob))
+            written = json_ids_extended(prepared.prompt_json, choice.sampled_ids)
+            learnt.append(self._learnt(dialect, body, choice, request_keys, tools_key, plan, segment, blob, written))
         return await self.recorder.record(rows, learnt)
 
     @staticmethod
@@ -274,6 +280,7 @@ class Generator:
         plan: Plan,
         segment: int,
         ids_blob: bytes,
+        ids_json: bytes,
     ) -> PriorCall | None:
         """The call as a later request will find it: its answer as the dialect reads it back from the body."""
         try:
@@ -281,8 +288,9 @@ class Generator:
         except (ValueError, KeyError, TypeError, StopIteration, InvalidRequest):
             return None
         return PriorCall(
-            0, request_keys, tools_key, answer.key(), plan.prompt_ids, choice.sampled_ids, segment, False, ids_blob
-        )
+            0, request_keys, tools_key, answer.key(), plan.prompt_ids, choice.sampled_ids, segment, False, ids_blob,
+            ids_json,
+        )  # fmt: skip
 
 
 __all__ = ["Generator", "Prepared", "RequestBody", "Served"]

@@ -248,7 +248,7 @@ async def start_live(
     """Plan the prompt and open the upstream stream (errors so far are ordinary HTTP errors); ``events()`` follow."""
     prepared = await generator.prepare(caller, conv)
     sent = time.perf_counter()
-    opened = await open_stream(generator.client, prepared.body)
+    opened = await open_stream(generator.client, prepared.body, prepared.prompt_json)
     return LiveGeneration(generator, caller, conv, dialect, request, prepared, opened, deltas, sent)
 
 

@@ -9,8 +9,9 @@ off) the query is skipped: the process's own writes are all there is.
 
 Memory is bounded twice: by the number of rollouts kept and by the prompt + sampled token ids they hold
 (an agent's calls each hold their whole context, so a long rollout weighs far more than a short one; each id is
-held as a list item and as its 4 stored bytes, ``PriorCall.ids_blob``); the
-least recently used rollouts go first and are read back from the store when they call again.
+held as a list item and as its 4 stored bytes, ``PriorCall.ids_blob``; each segment's latest call also holds its
+ids as JSON text, ``PriorCall.ids_json``, ~6 bytes an id); the least recently used rollouts go first and are
+read back from the store when they call again.
 """
 
 from __future__ import annotations
@@ -110,9 +111,14 @@ class Known:
                 self.tokens += len(prior.prompt_ids) + len(prior.sampled_ids)
         self.priors.sort(key=lambda p: p.call_id)
         self.priors = [
-            p if p.continued == (self.last[p.segment_index] != p.call_id) else replace(p, continued=not p.continued)
-            for p in self.priors
+            p if p.continued == (self.last[p.segment_index] != p.call_id) else _flipped(p) for p in self.priors
         ]  # only the calls whose flag changed are copied (a long rollout holds many, and learns one per call)
+
+
+def _flipped(prior: PriorCall) -> PriorCall:
+    """``prior`` with its ``continued`` flag turned; a continued call lets go of its JSON ids (``ids_json``): only
+    a branch splices onto it again, and that one writes its prompt afresh."""
+    return replace(prior, continued=not prior.continued, ids_json=prior.ids_json if prior.continued else None)
 
 
 Found = list[tuple[int, int, PriorCall | None]]

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from rollwire.proxy.conversation import Conversation
 
-from rollwire.compact_json import json_text
+from rollwire.compact_json import json_bytes, json_ids_extended, json_text
 from rollwire.store.codec import encode_ids
 
 POLICIES = ("splice", "render")
@@ -62,6 +62,10 @@ class PriorCall:
     """``prompt_ids + sampled_ids`` as the store encodes them (``rollwire.store.codec``), where known: a call
     that splices onto this one encodes its whole prompt as this + its tail's encoding (what it holds as a prior
     in turn), not the whole prompt encoded again (~10 ns an id: 0.3 ms a call at a 32k-token context)."""
+    ids_json: bytes | None = None
+    """``prompt_ids + sampled_ids`` as the upstream request writes them (a JSON array), where known: a call that
+    splices onto this one writes its prompt as this + its tail (``json_ids_extended``). Held only while the call
+    is its segment's latest (``Known.learn``), the one a next call continues."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +79,16 @@ class Plan:
     """The lowest segment index no call uses yet (for sibling choices of an n>1 request)."""
     prompt_blob: bytes | None = None
     """``prompt_ids`` as the store encodes them, where a splice made them cheaply (see ``PriorCall.ids_blob``)."""
+    prompt_json: bytes | None = None
+    """``prompt_ids`` as a JSON array, where a splice made them cheaply (see ``PriorCall.ids_json``)."""
 
     def encoded_prompt(self) -> bytes:
         """The whole prompt's ids in the store's encoding (``rollwire.store.codec``)."""
         return self.prompt_blob if self.prompt_blob is not None else encode_ids(self.prompt_ids)
+
+    def json_prompt(self) -> bytes:
+        """The whole prompt's ids as the upstream request writes them (``json_bytes``)."""
+        return self.prompt_json if self.prompt_json is not None else json_bytes(self.prompt_ids)
 
 
 def _extends(conv: Conversation, prior: PriorCall) -> bool:
@@ -146,14 +156,15 @@ def _splice(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, prefi
     text = tail_text(ops, conv, len(prior.request_keys) + 1, ended)
     if text is None:
         return None
-    reused = prior.prompt_ids + prior.sampled_ids
     tail = ops.encode(text + prefill)
-    prompt = reused + tail
+    prompt = [*prior.prompt_ids, *prior.sampled_ids, *tail]  # one copy of a long context, not two
+    reused = len(prior.prompt_ids) + len(prior.sampled_ids)
     blob = prior.ids_blob + encode_ids(tail) if prior.ids_blob is not None else None
+    written = json_ids_extended(prior.ids_json, tail) if prior.ids_json is not None else None
     if prior.continued:
         reason = f"branches from call {prior.call_id}, whose segment was already continued"
-        return Plan(prompt, _next_segment(priors), reason, len(reused), prior.call_id, prompt_blob=blob)
-    return Plan(prompt, prior.segment_index, None, len(reused), prior.call_id, prompt_blob=blob)
+        return Plan(prompt, _next_segment(priors), reason, reused, prior.call_id, prompt_blob=blob, prompt_json=written)
+    return Plan(prompt, prior.segment_index, None, reused, prior.call_id, prompt_blob=blob, prompt_json=written)
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -228,7 +239,7 @@ def plan_prompt(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, p
     free = max(_next_segment(priors), plan.segment_index + 1)
     return Plan(
         plan.prompt_ids, plan.segment_index, plan.segment_break, plan.reused_prefix_len, plan.spliced_from, free,
-        plan.prompt_blob,
+        plan.prompt_blob, plan.prompt_json,
     )  # fmt: skip
 
 

@@ -269,16 +269,18 @@ class Opened:
     prompt: bytes
 
 
-def _request_bytes(body: dict[str, Any]) -> tuple[bytes, bytes]:
-    """The streamed request's body, and the prompt's ids as they appear in it (written once, spliced in)."""
-    prompt = json_bytes(body["prompt"])
+def _request_bytes(body: dict[str, Any], prompt: bytes | None = None) -> tuple[bytes, bytes]:
+    """The streamed request's body, and the prompt's ids as they appear in it: ``prompt`` where the caller has them
+    written already (``json_bytes(body["prompt"])``), spliced in."""
+    prompt = json_bytes(body["prompt"]) if prompt is None else prompt
     head = json_bytes({**body, "prompt": 0, "stream": True})  # "model" comes first: the first "prompt":0 is ours
     return head.replace(b'"prompt":0', b'"prompt":' + prompt, 1), prompt
 
 
-async def open_stream(client: Pool, body: dict[str, Any]) -> Opened:
-    """Send a streamed completion and wait for its status; the caller reads ``chunks`` and closes the response."""
-    data, prompt = _request_bytes(body)
+async def open_stream(client: Pool, body: dict[str, Any], prompt: bytes | None = None) -> Opened:
+    """Send a streamed completion and wait for its status; the caller reads ``chunks`` and closes the response.
+    ``prompt``: ``body``'s prompt as JSON, where the caller has it written already."""
+    data, prompt = _request_bytes(body, prompt)
     try:
         response = await client.request("POST", "/v1/completions", data)
     except (TimeoutError, *TRANSPORT_ERRORS) as exc:

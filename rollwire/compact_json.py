@@ -28,4 +28,15 @@ def json_text(data: Any, sort_keys: bool = False) -> str:
     return json_bytes(data, sort_keys).decode()
 
 
-__all__ = ["json_bytes", "json_text"]
+def json_ids_extended(ids_json: bytes, more: list[int]) -> bytes:
+    """``json_bytes(ids + more)``, given ``ids_json`` (``json_bytes(ids)``, a list of integers). A spliced prompt
+    is an earlier one plus a few ids: writing ~19k ids again took ~0.14 ms a call, appending them ~10 us (a copy)."""
+    if not more:
+        return ids_json
+    added = json_bytes(more)
+    if ids_json == b"[]":
+        return added
+    return b"".join((memoryview(ids_json)[:-1], b",", memoryview(added)[1:]))
+
+
+__all__ = ["json_bytes", "json_ids_extended", "json_text"]

@@ -15,6 +15,7 @@ from rollwire.proxy.app import create_app
 from rollwire.proxy.conversation import Conversation, Message
 from rollwire.proxy.priors import PriorCache
 
+from rollwire.compact_json import json_bytes
 from rollwire.rollouts import RolloutBook
 from rollwire.serving import ServerThread
 from rollwire.settings import ProxySettings
@@ -57,6 +58,25 @@ def test_cache_stays_bounded_and_evicted_rollouts_splice_exactly(
         held = [p for known in cache._known.values() for p in known.priors]
         assert cache.tokens == sum(len(p.prompt_ids) + len(p.sampled_ids) for p in held) > 0  # counted, not leaked
     assert [exact_calls(store_url, r["id"]) for r in rollouts] == [(TURNS, TURNS)] * ROLLOUTS
+
+
+def test_only_each_segments_latest_call_holds_its_ids_as_json(
+    engine_url: str, served_model: str, tiny_model_dir: Path, store_url: str
+) -> None:
+    """The next call splices onto a segment's latest call by appending to its ids as sent (``ids_json``); an
+    earlier call lets go of them, so a rollout holds one such copy per segment, and its splices stay exact."""
+    settings = ProxySettings(upstream=engine_url, model=str(tiny_model_dir))
+    app = create_app(settings, store_url, tiny_model_dir.parent, operator_key=OPERATOR_KEY)
+    with ServerThread(app) as server:
+        admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {OPERATOR_KEY}"}, timeout=60)
+        run = admin.post("/admin/v1/runs", json={}).json()["id"]
+        (rollout,) = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": 1}).json()
+        for _ in _steps(openai.OpenAI(base_url=rollout["base_url"], api_key="u", max_retries=0), served_model):
+            pass
+        *earlier, latest = app.state.proxy.generator.recorder.cache._known[rollout["id"]].priors
+    assert len(earlier) == TURNS - 1 and all(p.continued and p.ids_json is None for p in earlier)
+    assert not latest.continued and latest.ids_json == json_bytes(latest.prompt_ids + latest.sampled_ids)
+    assert exact_calls(store_url, rollout["id"]) == (TURNS, TURNS)
 
 
 def test_a_call_another_process_wrote_reads_back_whole(store_url: str) -> None:

@@ -6,11 +6,13 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import orjson
 import pytest
 from rollwire.proxy.conversation import Conversation, Message
 from rollwire.proxy.render import Renderer
 from rollwire.proxy.session import PriorCall, encode_work, plan_prompt, whole_prompt
 
+from rollwire.compact_json import json_bytes
 from rollwire.store.codec import decode_ids, encode_ids
 
 
@@ -61,18 +63,22 @@ def test_splice_is_prompt_plus_sampled_plus_tail(renderer: Renderer) -> None:
     assert plan.segment_index == 0 and plan.segment_break is None and plan.spliced_from == 1
 
 
-def test_a_spliced_prompt_is_encoded_as_the_earlier_calls_bytes_plus_its_tail(renderer: Renderer) -> None:
-    """A prior that carries its stored ids (``ids_blob``) makes the splice's encoded prompt by concatenation: the
-    same bytes as encoding the whole prompt; without one, the whole prompt is encoded."""
+def test_a_spliced_prompt_is_the_earlier_calls_bytes_plus_its_tail(renderer: Renderer) -> None:
+    """A prior that carries its ids as stored (``ids_blob``) and as the upstream request writes them
+    (``ids_json``) makes the splice's stored and sent prompt by appending the tail: the same bytes as encoding
+    and writing the whole prompt; without them, the whole prompt is encoded and written."""
     first, answer, prior = _setup(renderer)
     nxt = Conversation("m", first.messages + (answer, Message("user", "more")))
-    carried = replace(prior, ids_blob=encode_ids(prior.prompt_ids + prior.sampled_ids))
-    with_blob = plan_prompt(nxt, [carried], renderer, "splice")
+    whole = prior.prompt_ids + prior.sampled_ids
+    carried = replace(prior, ids_blob=encode_ids(whole), ids_json=json_bytes(whole))
+    appended = plan_prompt(nxt, [carried], renderer, "splice")
     without = plan_prompt(nxt, [prior], renderer, "splice")
-    assert with_blob.prompt_blob is not None and without.prompt_blob is None
-    assert with_blob.prompt_ids == without.prompt_ids
-    assert with_blob.encoded_prompt() == without.encoded_prompt() == encode_ids(without.prompt_ids)
-    assert decode_ids(with_blob.encoded_prompt()) == with_blob.prompt_ids
+    assert appended.prompt_blob is not None and appended.prompt_json is not None
+    assert without.prompt_blob is None and without.prompt_json is None
+    assert appended.prompt_ids == without.prompt_ids
+    assert appended.encoded_prompt() == without.encoded_prompt() == encode_ids(without.prompt_ids)
+    assert appended.json_prompt() == without.json_prompt() == json_bytes(without.prompt_ids)
+    assert decode_ids(appended.encoded_prompt()) == orjson.loads(appended.json_prompt()) == appended.prompt_ids
 
 
 def test_a_length_cut_answer_gets_its_end_of_turn_in_the_tail(renderer: Renderer) -> None:
