@@ -12,13 +12,16 @@ proxy that reads them pays for that here too.
 By default the whole answer goes out at once, in one write. With ``PACE_MS`` the stub samples the way an
 engine does: one token every ``PACE_MS`` milliseconds. A streamed answer then goes out as it is sampled, one
 HTTP chunk per token (vLLM's server sends chunked event streams), so each token reaches the proxy on its own;
-an answer that is not streamed goes out whole once its last token is sampled.
+an answer that is not streamed goes out whole once its last token is sampled. Like vLLM since mid-2026 it
+takes a per-request ``stream_interval`` (and lists it in ``/openapi.json``): the first token goes out at once,
+then that many tokens a chunk.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 
 ARGUMENTS = '{"command": "ls"}'
@@ -48,6 +51,10 @@ def _split(text: bytes, placeholder: bytes) -> tuple[bytes, bytes]:
 
 def _chunked(event: bytes) -> bytes:
     return b"%x\r\n" % len(event) + event + b"\r\n"
+
+
+OPENAPI = _response(b'{"components":{"schemas":{"CompletionRequest":{"properties":{"stream_interval":{}}}}}}')
+_INTERVAL = re.compile(rb'"stream_interval":\s*(\d+)')
 
 
 class Stub:
@@ -113,8 +120,11 @@ class Stub:
         chunks.append({**head, "object": "chat.completion.chunk", "choices": [end], "usage": usage})
         return chunks
 
-    async def answer(self, writer: asyncio.StreamWriter, whole: bytes, events: list[bytes] | None) -> None:
-        """``whole`` at once; paced: ``events`` (a stream) one token apart, else ``whole`` after the last token."""
+    async def answer(
+        self, writer: asyncio.StreamWriter, whole: bytes, events: list[bytes] | None, interval: int = 1
+    ) -> None:
+        """``whole`` at once; paced: ``events`` (a stream) as sampled, the first token's at once and then
+        ``interval`` tokens' a chunk, else ``whole`` after the last token."""
         if not self.pace_s:
             writer.write(whole)
             return
@@ -123,9 +133,10 @@ class Stub:
             writer.write(whole)
             return
         writer.write(STREAM_HEAD)
-        for event in events:
-            await asyncio.sleep(self.pace_s)
-            writer.write(_chunked(event))
+        for at in [0, *range(1, len(events), interval)]:
+            sent = events[at : at + interval] if at else events[:1]
+            await asyncio.sleep(self.pace_s * len(sent))
+            writer.write(_chunked(b"".join(sent)))
         writer.write(b"0\r\n\r\n")
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -143,7 +154,8 @@ class Stub:
                 if path.endswith(b"/completions") and b"/chat/" not in path:
                     if b'"return_token_ids"' in body:
                         whole, events = self.echoing(body, stream)
-                        await self.answer(writer, whole, events)
+                        interval = _INTERVAL.search(body)
+                        await self.answer(writer, whole, events, int(interval[1]) if interval else 1)
                     elif stream:
                         await self.answer(writer, self.completion_stream, self.completion_events)
                     else:
@@ -155,6 +167,8 @@ class Stub:
                         await self.answer(writer, _response(b"".join(events), b"text/event-stream"), events)
                     else:
                         await self.answer(writer, _response(json.dumps(chat[0]).encode()), None)
+                elif path == b"/openapi.json":
+                    writer.write(OPENAPI)
                 else:
                     writer.write(self.models)
         except (asyncio.IncompleteReadError, ConnectionError):

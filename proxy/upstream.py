@@ -41,7 +41,11 @@ class UpstreamResult:
     weight_version: int | None
 
 
-def completion_body(model: str, prompt: list[int], sampling: Sampling, stop_ids: list[int]) -> dict[str, Any]:
+def completion_body(
+    model: str, prompt: list[int], sampling: Sampling, stop_ids: list[int], stream_interval: int | None = None
+) -> dict[str, Any]:
+    """The engine's completion request; ``stream_interval``: tokens a streamed chunk may hold (vLLM's per-request
+    field, sent only to an engine that takes it: ``takes_stream_interval``)."""
     body: dict[str, Any] = {
         "model": model,
         "prompt": prompt,
@@ -61,6 +65,8 @@ def completion_body(model: str, prompt: list[int], sampling: Sampling, stop_ids:
         body["stop"] = list(sampling.stop)
     if sampling.structured is not None:
         body["structured_outputs"] = sampling.structured.spec
+    if stream_interval is not None:
+        body["stream_interval"] = stream_interval
     return body
 
 
@@ -261,6 +267,19 @@ async def exchange(client: Pool, method: str, path: str, body: dict[str, Any] | 
         raise _failure(exc, client.base_url) from None
 
 
+async def takes_stream_interval(client: Pool) -> bool:
+    """Whether the engine takes a per-request ``stream_interval`` on completions (vLLM's since mid-2026): its
+    OpenAPI schema lists the field. Older vLLM ignores unknown fields but logs a warning on every request that
+    carries one, so it is only sent where listed; an engine without the schema (the bundled one) gets none."""
+    try:
+        status, data = await exchange(client, "GET", "/openapi.json")
+        if status != 200:
+            return False
+        return "stream_interval" in orjson.loads(data)["components"]["schemas"]["CompletionRequest"]["properties"]
+    except (RollwireError, ValueError, KeyError, TypeError):
+        return False
+
+
 @dataclass(frozen=True, slots=True)
 class Opened:
     """A streamed completion the upstream accepted, and its prompt's ids as the request carried them (JSON)."""
@@ -337,4 +356,5 @@ __all__ = [
     "completion_body",
     "make_client",
     "open_stream",
+    "takes_stream_interval",
 ]

@@ -2,7 +2,9 @@
 
 It can play an upstream that enforces structured outputs (vLLM): its model card then says so, and the
 ``structured_outputs`` field of each completion is kept here and taken out before the engine (which has no
-constrained decoding) sees it. It also signals when a completion has started streaming tokens back.
+constrained decoding) sees it. It can play one that takes a per-request ``stream_interval`` (vLLM since
+mid-2026): its ``/openapi.json`` then lists the field, and each completion's value is kept and taken out the
+same way. It also signals when a completion has started streaming tokens back.
 """
 
 from __future__ import annotations
@@ -22,12 +24,25 @@ def _with_length(headers: list[tuple[bytes, bytes]], length: int) -> list[tuple[
     return [(k, v) for k, v in headers if k.lower() != b"content-length"] + [(b"content-length", str(length).encode())]
 
 
+OPENAPI = {"components": {"schemas": {"CompletionRequest": {"properties": {"stream_interval": {}}}}}}
+"""What vLLM's OpenAPI schema says of its completions' ``stream_interval`` (the rest left out)."""
+
+
+async def _json(send: Any, data: Any) -> None:
+    out = json.dumps(data).encode()
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": out})
+
+
 class UpstreamShim:
-    def __init__(self, app: Any, structured_outputs: bool = False) -> None:
+    def __init__(self, app: Any, structured_outputs: bool = False, stream_interval: bool = False) -> None:
         self.app = app
         self.structured_outputs = structured_outputs
+        self.stream_interval = stream_interval
         self.formats: list[Any] = []
         """The ``structured_outputs`` value of every completion request (None where absent)."""
+        self.intervals: list[Any] = []
+        """The ``stream_interval`` value of every completion request (None where absent)."""
         self.streaming = threading.Event()
         """Set once a completion has sent its first streamed chunk."""
 
@@ -35,6 +50,8 @@ class UpstreamShim:
         path = scope.get("path")
         if scope["type"] == "http" and path == "/v1/models" and self.structured_outputs:
             await self._models(scope, receive, send)
+        elif scope["type"] == "http" and path == "/openapi.json" and self.stream_interval:
+            await _json(send, OPENAPI)
         elif scope["type"] == "http" and path == "/v1/completions":
             await self._completion(scope, receive, send)
         else:
@@ -68,6 +85,7 @@ class UpstreamShim:
                 break
         request = json.loads(raw)
         self.formats.append(request.pop("structured_outputs", None))
+        self.intervals.append(request.pop("stream_interval", None))
         out = json.dumps(request).encode()
         sent = False
 
@@ -88,10 +106,13 @@ class UpstreamShim:
 
 
 @contextlib.contextmanager
-def shimmed_engine(model_dir: Path, home: Path, structured_outputs: bool = False) -> Iterator[tuple[str, UpstreamShim]]:
+def shimmed_engine(
+    model_dir: Path, home: Path, structured_outputs: bool = False, stream_interval: bool = False
+) -> Iterator[tuple[str, UpstreamShim]]:
     """A bundled engine behind an UpstreamShim, served on a loopback port: (its URL, the shim)."""
     from rollwire.engine import create_app as create_engine
 
-    shim = UpstreamShim(create_engine(EngineSettings(model=str(model_dir), device="cpu"), home), structured_outputs)
+    engine = create_engine(EngineSettings(model=str(model_dir), device="cpu"), home)
+    shim = UpstreamShim(engine, structured_outputs, stream_interval)
     with ServerThread(shim) as server:
         yield server.url, shim
