@@ -155,7 +155,7 @@ class Stub:
                     if b'"return_token_ids"' in body:
                         whole, events = self.echoing(body, stream)
                         interval = _INTERVAL.search(body)
-                        await self.answer(writer, whole, events, int(interval[1]) if interval else 1)
+                        await self.answer(writer, whole, events, max(1, int(interval[1])) if interval else 1)
                     elif stream:
                         await self.answer(writer, self.completion_stream, self.completion_events)
                     else:
