@@ -115,6 +115,19 @@ async def health(request: Request) -> Response:
     return Response(status_code=200)
 
 
+OPENAPI = {
+    "openapi": "3.1.0",
+    "info": {"title": "rollwire engine", "version": "1"},
+    "components": {"schemas": {"CompletionRequest": CompletionRequest.model_json_schema()}},
+}
+"""The completion request's fields where vLLM's OpenAPI schema has them: a client learns from it which optional
+fields this engine takes (the proxy asks whether ``stream_interval`` is one)."""
+
+
+async def openapi(request: Request) -> Response:
+    return JSONResponse(OPENAPI)
+
+
 async def metrics(request: Request) -> Response:
     """The two gauges of vLLM's Prometheus /metrics a router or test looks at (sequences, not requests)."""
     engine = _engine(request)
@@ -188,6 +201,7 @@ def create_app(settings: EngineSettings, home: Path) -> Starlette:
         Route("/detokenize", detokenize_route, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/weight_version", weight_version, methods=["GET"]),
         Route("/reload_weights", reload_weights, methods=["POST"]),

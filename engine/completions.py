@@ -286,40 +286,53 @@ class _Run:
         done = counts[event.index]
         return {"prompt_tokens": prompt_tokens, "completion_tokens": done, "total_tokens": prompt_tokens + done}
 
-    def _event_choice(self, event: TokenEvent, sent_prompt: set[int], text_offsets: list[int]) -> dict[str, Any]:
+    def _event_choice(self, events: list[TokenEvent], sent_prompt: set[int], text_offsets: list[int]) -> dict[str, Any]:
+        """One choice's part of a chunk: ``events``, that choice's tokens since its last chunk (one, unless the
+        request sets ``stream_interval``)."""
+        last = events[-1]
         with_ids = bool(self.request.return_token_ids)
         prompt_ids = None
-        if with_ids and event.index not in sent_prompt:
-            sent_prompt.add(event.index)
-            prompt_ids = self.choices[event.index].prompt_ids
+        if with_ids and last.index not in sent_prompt:
+            sent_prompt.add(last.index)
+            prompt_ids = self.choices[last.index].prompt_ids
         logprobs = None
         if self.request.logprobs is not None:
             logprobs = self.service.logprobs_block(
-                [event], self.request.logprobs, text_offsets[event.index], bool(self.request.return_tokens_as_token_ids)
+                events, self.request.logprobs, text_offsets[last.index], bool(self.request.return_tokens_as_token_ids)
             )
-        text_offsets[event.index] += len(event.text)
+        text = "".join(e.text for e in events)
+        text_offsets[last.index] += len(text)
         return {
-            "index": event.index,
-            "text": event.text,
+            "index": last.index,
+            "text": text,
             "logprobs": logprobs,
-            "finish_reason": event.finish_reason,
-            "stop_reason": event.stop_reason,
+            "finish_reason": last.finish_reason,
+            "stop_reason": last.stop_reason,
             "prompt_token_ids": prompt_ids,
-            "token_ids": [event.sample.token_id] if with_ids else None,
+            "token_ids": [e.sample.token_id for e in events] if with_ids else None,
         }
 
     async def stream(self, first: list[TokenEvent]) -> AsyncIterator[str]:
-        """One chunk per sampled token per choice, then the usage chunk (if asked) and ``[DONE]``."""
+        """A chunk per sampled token per choice (with ``stream_interval``: a choice's first token, then one every
+        that many tokens and at its end, as vLLM sends them), then the usage chunk (if asked) and ``[DONE]``."""
         sent_prompt: set[int] = set()
         text_offsets = [0] * len(self.choices)
         counts = [0] * len(self.choices)
+        interval = self.request.stream_interval or 1
+        held: list[list[TokenEvent]] = [[] for _ in self.choices]
+        """Each choice's tokens not sent yet."""
         delivery = first
         try:
             while True:
                 for event in delivery:
                     counts[event.index] += 1
+                    events = held[event.index]
+                    events.append(event)
+                    if len(events) < interval and counts[event.index] > 1 and event.finish_reason is None:
+                        continue
+                    held[event.index] = []
                     yield self._chunk(
-                        [self._event_choice(event, sent_prompt, text_offsets)], self._running(event, counts)
+                        [self._event_choice(events, sent_prompt, text_offsets)], self._running(event, counts)
                     )
                 if self.open == 0:
                     break

@@ -55,6 +55,9 @@ class CompletionRequest(WireModel):
     add_special_tokens: bool = True
     return_token_ids: bool | None = None
     return_tokens_as_token_ids: bool | None = None
+    stream_interval: int | None = None
+    """Tokens a streamed chunk may hold (vLLM's per-request field): the first token goes at once, then a chunk
+    every this many tokens and at the end. Ignored for non-streamed requests."""
     user: str | None = None
     request_id: str | None = None
     # Known vLLM fields this engine does not implement; accepted only at their neutral value.
@@ -154,6 +157,10 @@ def _check_ranges(request: CompletionRequest) -> None:
     if request.logprobs is not None and not 0 <= request.logprobs <= MAX_LOGPROBS:
         raise InvalidRequest(
             f"logprobs must be between 0 and {MAX_LOGPROBS}, got {request.logprobs}.", param="logprobs"
+        )
+    if request.stream_interval is not None and request.stream_interval < 1:
+        raise InvalidRequest(
+            f"stream_interval must be at least 1, got {request.stream_interval}.", param="stream_interval"
         )
     if request.stream_options is not None and not request.stream:
         raise InvalidRequest("Stream options can only be defined when `stream=True`.", param="stream_options")

@@ -270,7 +270,7 @@ async def exchange(client: Pool, method: str, path: str, body: dict[str, Any] | 
 async def takes_stream_interval(client: Pool) -> bool:
     """Whether the engine takes a per-request ``stream_interval`` on completions (vLLM's since mid-2026): its
     OpenAPI schema lists the field. Older vLLM ignores unknown fields but logs a warning on every request that
-    carries one, so it is only sent where listed; an engine without the schema (the bundled one) gets none."""
+    carries one, so it is only sent where listed (the bundled engine lists it too)."""
     try:
         status, data = await exchange(client, "GET", "/openapi.json")
         if status != 200:

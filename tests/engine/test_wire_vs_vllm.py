@@ -118,3 +118,33 @@ def test_streamed_chunks_carry_the_same_fields(both: dict[str, str]) -> None:
         k: [ch["finish_reason"] for c in v for ch in c["choices"] if ch["finish_reason"]] for k, v in chunks.items()
     }
     assert finishes["bundled"] == finishes["vllm"] == ["length"]
+
+
+def _chunks(url: str, **body: Any) -> list[dict[str, Any]]:
+    model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
+    with httpx.stream("POST", f"{url}/v1/completions", json={**body, "model": model}, timeout=120) as reply:
+        lines = [line[6:] for line in reply.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(line) for line in lines[:-1]]
+
+
+def test_a_stream_interval_groups_tokens_into_the_same_chunks(both: dict[str, str]) -> None:
+    """The first token alone, then ``stream_interval`` tokens a chunk, the rest with the finish: as vLLM sends
+    them, with the same ids, logprobs and text offsets in each; and both list the field in /openapi.json."""
+    body = {"prompt": PROMPT, "max_tokens": 11, "temperature": 0.0, "logprobs": 1, "return_token_ids": True}
+    chunks = {k: _chunks(url, **body, stream=True, stream_interval=4, ignore_eos=True) for k, url in both.items()}
+    parts = {k: [c["choices"][0] for c in v] for k, v in chunks.items()}
+    assert (
+        [len(p["token_ids"]) for p in parts["bundled"]] == [len(p["token_ids"]) for p in parts["vllm"]] == [1, 4, 4, 2]
+    )
+    for ours, theirs in zip(parts["bundled"], parts["vllm"]):
+        assert ours["token_ids"] == theirs["token_ids"] and ours["text"] == theirs["text"]
+        assert ours["finish_reason"] == theirs["finish_reason"]
+        a, b = ours["logprobs"], theirs["logprobs"]
+        assert a["text_offset"] == b["text_offset"] and a["tokens"] == b["tokens"]
+        assert a["token_logprobs"] == pytest.approx(b["token_logprobs"], abs=LOGPROB_TOLERANCE)
+    for url in both.values():
+        schema = httpx.get(f"{url}/openapi.json", timeout=30).json()["components"]["schemas"]["CompletionRequest"]
+        assert "stream_interval" in schema["properties"]
+        status, reply = _complete(url, prompt=PROMPT, max_tokens=4, stream_interval=0)
+        assert status == 400 and "stream_interval" in reply["error"]["param"], reply  # vLLM: "body.stream_interval"

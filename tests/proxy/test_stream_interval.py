@@ -1,7 +1,8 @@
 """A whole (non-streamed) answer is still streamed from the engine, in chunks of many tokens where the engine
-takes a per-request ``stream_interval`` (vLLM lists it in its OpenAPI schema): the proxy then wakes a few times
-a call, not once a token, and records every token as the engine sampled it. A streamed answer keeps one token
-a chunk, and an engine that does not list the field never gets it (older vLLM logs every request that does)."""
+takes a per-request ``stream_interval`` (vLLM and the bundled engine list it in their OpenAPI schema): the proxy
+then wakes a few times a call, not once a token, and records every token as the engine sampled it. A streamed
+answer keeps one token a chunk, and an engine that does not list the field never gets it (older vLLM logs every
+request that does)."""
 
 from __future__ import annotations
 
@@ -39,30 +40,31 @@ def _takes(url: str) -> bool:
     return anyio.run(ask)
 
 
-@pytest.mark.parametrize("listed", [True, False])
+@pytest.mark.parametrize("listed", [None, True, False], ids=["bundled", "listed", "no-schema"])
 def test_only_whole_answers_ask_for_chunks_and_only_of_an_engine_that_lists_the_field(
-    start_proxy: Callable[..., Proxy], tiny_model_dir: Path, tmp_path: Path, served_model: str, listed: bool
+    start_proxy: Callable[..., Proxy], tiny_model_dir: Path, tmp_path: Path, served_model: str, listed: bool | None
 ) -> None:
     with shimmed_engine(tiny_model_dir, tmp_path / "engine", stream_interval=listed) as (upstream, shim):
         client = openai.OpenAI(base_url=start_proxy(upstream).new_rollout()["base_url"], api_key="x", max_retries=0)
-        whole = client.chat.completions.create(model=served_model, messages=USER, max_tokens=6)  # type: ignore[arg-type]
+        whole = client.chat.completions.create(model=served_model, messages=USER, max_tokens=40)  # type: ignore[arg-type]
         streamed = client.chat.completions.create(model=served_model, messages=USER, max_tokens=6, stream=True)  # type: ignore[arg-type]
         assert whole.choices[0].finish_reason and [c for c in streamed]
-    assert shim.intervals == ([WHOLE_ANSWER_STREAM_INTERVAL, None] if listed else [None, None])
+    assert shim.intervals == ([None, None] if listed is False else [WHOLE_ANSWER_STREAM_INTERVAL, None])
 
 
-def test_vllm_lists_the_field_and_the_bundled_engine_does_not(vllm_url: str, engine_url: str) -> None:
+def test_vllm_and_the_bundled_engine_list_the_field(vllm_url: str, engine_url: str) -> None:
     assert _takes(vllm_url) is True
-    assert _takes(engine_url) is False
+    assert _takes(engine_url) is True
     assert _takes("http://127.0.0.1:9") is False  # nothing listening: no field, no error here
 
 
-def test_vllm_sends_a_whole_answer_in_chunks_and_every_token_is_recorded(
-    vllm_url: str, tiny_model_dir: Path, tmp_path: Path
+def test_a_whole_answer_comes_in_chunks_and_every_token_is_recorded(
+    any_engine_url: str, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    """Real vLLM: the proxy asks for chunks of WHOLE_ANSWER_STREAM_INTERVAL tokens, vLLM sends them so, and the
-    call is recorded with exactly the ids and logprobs vLLM sampled (``EngineTap`` keeps them apart)."""
-    tap = EngineTap(HttpForward(vllm_url))
+    """The bundled engine, then real vLLM: the proxy asks for chunks of WHOLE_ANSWER_STREAM_INTERVAL tokens, the
+    engine sends them so, and the call is recorded with exactly the ids and logprobs it sampled (``EngineTap``
+    keeps them apart)."""
+    tap = EngineTap(HttpForward(any_engine_url))
     store = f"sqlite:///{tmp_path / 'store.db'}"
     with ServerThread(tap) as engine:
         app = create_app(ProxySettings(upstream=engine.url, model=str(tiny_model_dir)), store, tmp_path, OPERATOR_KEY)
@@ -82,6 +84,6 @@ def test_vllm_sends_a_whole_answer_in_chunks_and_every_token_is_recorded(
     assert decode_ids(row.completion_ids) == sampled["token_ids"]
     assert decode_floats(row.completion_logprobs) == pytest.approx(sampled["logprobs"]["token_logprobs"], abs=1e-6)
     unstopped = {**request, "max_tokens": 70, "ignore_eos": True, "stop_token_ids": []}
-    with httpx.stream("POST", f"{vllm_url}/v1/completions", json=unstopped, timeout=60) as sse:
+    with httpx.stream("POST", f"{any_engine_url}/v1/completions", json=unstopped, timeout=60) as sse:
         events = [line for line in sse.iter_lines() if line.startswith("data: {")]
-    assert len(events) == 1 + -(-69 // WHOLE_ANSWER_STREAM_INTERVAL)  # vLLM honours it: 1 + 69 tokens in 3 chunks
+    assert len(events) == 1 + -(-69 // WHOLE_ANSWER_STREAM_INTERVAL)  # honoured: 1 + 69 tokens in 3 chunks

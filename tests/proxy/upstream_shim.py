@@ -2,9 +2,9 @@
 
 It can play an upstream that enforces structured outputs (vLLM): its model card then says so, and the
 ``structured_outputs`` field of each completion is kept here and taken out before the engine (which has no
-constrained decoding) sees it. It can play one that takes a per-request ``stream_interval`` (vLLM since
-mid-2026): its ``/openapi.json`` then lists the field, and each completion's value is kept and taken out the
-same way. It also signals when a completion has started streaming tokens back.
+constrained decoding) sees it. Each completion's ``stream_interval`` is kept too; the shim can play an engine
+whose ``/openapi.json`` lists it or one that has no such schema (older vLLM ignores the field), where the engine
+would answer itself. It also signals when a completion has started streaming tokens back.
 """
 
 from __future__ import annotations
@@ -28,17 +28,18 @@ OPENAPI = {"components": {"schemas": {"CompletionRequest": {"properties": {"stre
 """What vLLM's OpenAPI schema says of its completions' ``stream_interval`` (the rest left out)."""
 
 
-async def _json(send: Any, data: Any) -> None:
+async def _json(send: Any, data: Any, status: int = 200) -> None:
     out = json.dumps(data).encode()
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
     await send({"type": "http.response.body", "body": out})
 
 
 class UpstreamShim:
-    def __init__(self, app: Any, structured_outputs: bool = False, stream_interval: bool = False) -> None:
+    def __init__(self, app: Any, structured_outputs: bool = False, stream_interval: bool | None = None) -> None:
         self.app = app
         self.structured_outputs = structured_outputs
         self.stream_interval = stream_interval
+        """True: ``/openapi.json`` lists ``stream_interval``; False: there is none (404); None: the engine's own."""
         self.formats: list[Any] = []
         """The ``structured_outputs`` value of every completion request (None where absent)."""
         self.intervals: list[Any] = []
@@ -50,8 +51,10 @@ class UpstreamShim:
         path = scope.get("path")
         if scope["type"] == "http" and path == "/v1/models" and self.structured_outputs:
             await self._models(scope, receive, send)
-        elif scope["type"] == "http" and path == "/openapi.json" and self.stream_interval:
-            await _json(send, OPENAPI)
+        elif scope["type"] == "http" and path == "/openapi.json" and self.stream_interval is not None:
+            await _json(
+                send, OPENAPI if self.stream_interval else {"detail": "Not Found"}, 200 if self.stream_interval else 404
+            )
         elif scope["type"] == "http" and path == "/v1/completions":
             await self._completion(scope, receive, send)
         else:
@@ -85,7 +88,7 @@ class UpstreamShim:
                 break
         request = json.loads(raw)
         self.formats.append(request.pop("structured_outputs", None))
-        self.intervals.append(request.pop("stream_interval", None))
+        self.intervals.append(request.get("stream_interval"))
         out = json.dumps(request).encode()
         sent = False
 
@@ -107,7 +110,7 @@ class UpstreamShim:
 
 @contextlib.contextmanager
 def shimmed_engine(
-    model_dir: Path, home: Path, structured_outputs: bool = False, stream_interval: bool = False
+    model_dir: Path, home: Path, structured_outputs: bool = False, stream_interval: bool | None = None
 ) -> Iterator[tuple[str, UpstreamShim]]:
     """A bundled engine behind an UpstreamShim, served on a loopback port: (its URL, the shim)."""
     from rollwire.engine import create_app as create_engine
