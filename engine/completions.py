@@ -319,8 +319,7 @@ class _Run:
         text_offsets = [0] * len(self.choices)
         counts = [0] * len(self.choices)
         interval = self.request.stream_interval or 1
-        held: list[list[TokenEvent]] = [[] for _ in self.choices]
-        """Each choice's tokens not sent yet."""
+        held: list[list[TokenEvent]] = [[] for _ in self.choices]  # each choice's tokens not sent yet
         delivery = first
         try:
             while True:

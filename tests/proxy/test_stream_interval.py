@@ -69,9 +69,10 @@ def test_a_whole_answer_comes_in_chunks_and_every_token_is_recorded(
     with ServerThread(tap) as engine:
         app = create_app(ProxySettings(upstream=engine.url, model=str(tiny_model_dir)), store, tmp_path, OPERATOR_KEY)
         with ServerThread(app) as proxy:
-            admin = httpx.Client(base_url=proxy.url, headers={"Authorization": f"Bearer {OPERATOR_KEY}"}, timeout=60)
-            run = admin.post("/admin/v1/runs", json={}).json()["id"]
-            (rollout,) = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": 1}).json()
+            headers = {"Authorization": f"Bearer {OPERATOR_KEY}"}
+            with httpx.Client(base_url=proxy.url, headers=headers, timeout=60) as admin:
+                run = admin.post("/admin/v1/runs", json={}).json()["id"]
+                (rollout,) = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": 1}).json()
             client = openai.OpenAI(base_url=rollout["base_url"], api_key="x", max_retries=0)
             model = client.models.list().data[0].id
             client.chat.completions.create(model=model, messages=USER, max_tokens=80, temperature=1.0, seed=3)  # type: ignore[arg-type]
