@@ -132,6 +132,7 @@ def test_a_stream_interval_groups_tokens_into_the_same_chunks(both: dict[str, st
     """The first token alone, then ``stream_interval`` tokens a chunk, the rest with the finish: as vLLM sends
     them, with the same ids, logprobs and text offsets in each; and both list the field in /openapi.json."""
     body = {"prompt": PROMPT, "max_tokens": 11, "temperature": 0.0, "logprobs": 1, "return_token_ids": True}
+    # ignore_eos: the full 11 tokens from both, so the chunk sizes are known (as the other length tests here)
     chunks = {k: _chunks(url, **body, stream=True, stream_interval=4, ignore_eos=True) for k, url in both.items()}
     parts = {k: [c["choices"][0] for c in v] for k, v in chunks.items()}
     assert (
