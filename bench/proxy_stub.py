@@ -13,8 +13,8 @@ By default the whole answer goes out at once, in one write. With ``PACE_MS`` the
 engine does: one token every ``PACE_MS`` milliseconds. A streamed answer then goes out as it is sampled, one
 HTTP chunk per token (vLLM's server sends chunked event streams), so each token reaches the proxy on its own;
 an answer that is not streamed goes out whole once its last token is sampled. Like vLLM since mid-2026 it
-takes a per-request ``stream_interval`` (and lists it in ``/openapi.json``): the first token goes out at once,
-then that many tokens a chunk.
+takes a per-request ``stream_interval`` (and lists it in ``/openapi.json``): the first token's event goes out
+at once, then one event for that many tokens (their ids and logprobs together), paced or not.
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ def _chunked(event: bytes) -> bytes:
 
 OPENAPI = _response(b'{"components":{"schemas":{"CompletionRequest":{"properties":{"stream_interval":{}}}}}}')
 _INTERVAL = re.compile(rb'"stream_interval":\s*(\d+)')
+ECHO = b'"prompt_token_ids":0'
+"""Where an answer's prompt echo goes (``Stub.echoing`` puts the request's ids there)."""
 
 
 class Stub:
@@ -64,34 +66,49 @@ class Stub:
         lp = {"token_logprobs": [-0.5] * len(ids), "tokens": None, "top_logprobs": None}
         choice = {"index": 0, "text": "", "finish_reason": "stop", "token_ids": ids, "logprobs": lp}
         self.completion = _response(json.dumps({"id": "c", "object": "text_completion", "choices": [choice]}).encode())
-        pieces = []
-        for i, t in enumerate(ids):
-            last = i == len(ids) - 1
-            c = {"index": 0, "text": "", "token_ids": [t], "finish_reason": "stop" if last else None}
-            c["logprobs"] = {"token_logprobs": [-0.5], "tokens": None, "top_logprobs": None}
-            pieces.append({"id": "c", "object": "text_completion", "choices": [c]})
-        self.completion_stream = _sse(pieces)
-        self.completion_events = _events(pieces)
-        echo = b'"prompt_token_ids":0'
+        self.completion_events = _events(self._pieces(1))
+        self.completion_stream = _response(b"".join(self.completion_events), b"text/event-stream")
         whole = {"id": "c", "object": "text_completion", "choices": [{**choice, "prompt_token_ids": 0}]}
-        first = {**pieces[0], "choices": [{**pieces[0]["choices"][0], "prompt_token_ids": 0}]}
-        self.echo_whole = _split(json.dumps(whole, separators=(",", ":")).encode(), echo)
-        self.echo_first = _split(_events([first])[0], echo)
-        """Answers with the prompt's ids to go in between (``echoing``)."""
+        self.echo_whole = _split(json.dumps(whole, separators=(",", ":")).encode(), ECHO)
+        self._echo_events: dict[int, tuple[tuple[bytes, bytes], list[bytes], list[int]]] = {}
         self.models = _response(b'{"object":"list","data":[{"id":"stub","object":"model","max_model_len":32768}]}')
         self.calls = 0
 
-    def echoing(self, body: bytes, stream: bool) -> tuple[bytes, list[bytes] | None]:
-        """The completion with the prompt's ids echoed as vLLM does: (the whole answer, its events or None). The
-        ids' JSON text is copied from the request as it stands, so the echo costs the stub no parse."""
+    def echoing(self, body: bytes, stream: bool, interval: int) -> tuple[bytes, list[bytes] | None, list[int]]:
+        """The completion with the prompt's ids echoed as vLLM does: (the whole answer, its events or None, the
+        tokens in each event). The ids' JSON text is copied from the request as it stands, so the echo costs the
+        stub no parse."""
         at = body.index(b"[", body.index(b'"prompt":'))
         prompt = body[at : body.index(b"]", at) + 1]
         if not stream:
             head, tail = self.echo_whole
-            return _response(head + prompt + tail), None
-        head, tail = self.echo_first
-        events = [head + prompt + tail, *self.completion_events[1:]]
-        return _response(b"".join(events), b"text/event-stream"), events
+            return _response(head + prompt + tail), None, []
+        (head, tail), later, tokens = self.echo_events(interval)
+        events = [head + prompt + tail, *later]
+        return _response(b"".join(events), b"text/event-stream"), events, tokens
+
+    def _pieces(self, interval: int) -> list[dict]:
+        """The answer's stream events as vLLM sends them for a ``stream_interval``: the first token alone, then
+        ``interval`` tokens an event (their ids and logprobs together), the finish reason on the last."""
+        ids = self.ids
+        groups = [ids[:1], *(ids[at : at + interval] for at in range(1, len(ids), interval))]
+        pieces = []
+        for n, group in enumerate(groups):
+            last = n == len(groups) - 1
+            c = {"index": 0, "text": "", "token_ids": group, "finish_reason": "stop" if last else None}
+            c["logprobs"] = {"token_logprobs": [-0.5] * len(group), "tokens": None, "top_logprobs": None}
+            pieces.append({"id": "c", "object": "text_completion", "choices": [c]})
+        return pieces
+
+    def echo_events(self, interval: int) -> tuple[tuple[bytes, bytes], list[bytes], list[int]]:
+        """For ``interval`` (made once each): the first event around its prompt echo, the events after it
+        (``[DONE]`` last), and the tokens in each event."""
+        if interval not in self._echo_events:
+            first, *later = self._pieces(interval)
+            tokens = [len(p["choices"][0]["token_ids"]) for p in (first, *later)] + [0]
+            first = {**first, "choices": [{**first["choices"][0], "prompt_token_ids": 0}]}
+            self._echo_events[interval] = (_split(_events([first])[0], ECHO), _events(later), tokens)
+        return self._echo_events[interval]
 
     def chat(self, stream: bool) -> list[dict]:
         """The chat answer: one body (not streamed) or its stream's events."""
@@ -121,10 +138,10 @@ class Stub:
         return chunks
 
     async def answer(
-        self, writer: asyncio.StreamWriter, whole: bytes, events: list[bytes] | None, interval: int = 1
+        self, writer: asyncio.StreamWriter, whole: bytes, events: list[bytes] | None, tokens: list[int] | None = None
     ) -> None:
-        """``whole`` at once; paced: ``events`` (a stream) as sampled, the first token's at once and then
-        ``interval`` tokens' a chunk, else ``whole`` after the last token."""
+        """``whole`` at once; paced: ``events`` (a stream) each as its ``tokens`` are sampled (one an event unless
+        told), else ``whole`` after the last token."""
         if not self.pace_s:
             writer.write(whole)
             return
@@ -133,10 +150,9 @@ class Stub:
             writer.write(whole)
             return
         writer.write(STREAM_HEAD)
-        for at in [0, *range(1, len(events), interval)]:
-            sent = events[at : at + interval] if at else events[:1]
-            await asyncio.sleep(self.pace_s * len(sent))
-            writer.write(_chunked(b"".join(sent)))
+        for event, count in zip(events, tokens or [1] * len(events)):
+            await asyncio.sleep(self.pace_s * count)
+            writer.write(_chunked(event))
         writer.write(b"0\r\n\r\n")
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -153,9 +169,9 @@ class Stub:
                 path = line.split(b" ")[1]
                 if path.endswith(b"/completions") and b"/chat/" not in path:
                     if b'"return_token_ids"' in body:
-                        whole, events = self.echoing(body, stream)
-                        interval = _INTERVAL.search(body)
-                        await self.answer(writer, whole, events, max(1, int(interval[1])) if interval else 1)
+                        asked = _INTERVAL.search(body)
+                        interval = max(1, int(asked[1])) if asked else 1
+                        await self.answer(writer, *self.echoing(body, stream, interval))
                     elif stream:
                         await self.answer(writer, self.completion_stream, self.completion_events)
                     else:
