@@ -32,6 +32,10 @@ LiteLLM lives in its own venv (``.venv-bench/litellm``, git-ignored; create it w
 ``python3 -m venv .venv-bench/litellm && .venv-bench/litellm/bin/pip install 'litellm[proxy]'``): installing
 it into the project's environment would change packages the project shares. Without it its rows say so.
 
+Every server runs from the first row to the last, and each concurrency and mode runs direct, then every server
+in turn: a shared machine's speed can drift by a fifth within minutes, and rows of a kind that run minutes
+apart would compare the hours, not the servers.
+
 A row that fails (a server refusing or dropping connections) says why, and the others still run. A server
 that died under a row (LiteLLM 1.108.7 once segfaulted at 16 concurrent calls) is named with how it exited and
 started again, so the rows after it measure a live one.
@@ -241,13 +245,14 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
         extra = f"{row.p50 - d.p50:>9.2f} {d.rate / row.rate:>8.1f}" if d and name != "direct" else ""
         print(f"{c:>5} {mode:<6} {name:<11} {row.p50:>8.2f} {row.p99:>8.2f} {row.rate:>8.0f} {cpu} {extra}", flush=True)
 
-    servers: list[tuple[str, list[str], str, str]] = []
+    servers: list[Server] = []
     for w in args.workers:
         port = _port()
         argv = [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "proxy", "--port", str(port)]
         argv += ["--upstream", f"http://127.0.0.1:{up_port}", "--db", f"sqlite:///{tmp}/bench{w}.db"]
         argv += ["--operator-key", "bench", "--workers", str(w)]
-        servers.append(("rollwire" if w == 1 else f"rollwire x{w}", argv, str(port), ""))
+        cores = sc | lc if w > 1 else sc  # several workers: every core
+        servers.append(Server("rollwire" if w == 1 else f"rollwire x{w}", argv, port, "", "/health", cores))
     if lite_bin:
         port = _port()
         config = f"{tmp}/litellm.yaml"
@@ -257,40 +262,70 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
             f"general_settings:\n  master_key: {LITELLM_KEY}\n"
         )
         argv = [lite_bin, "--config", config, "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
-        servers.append(("litellm", argv, str(port), f"authorization: Bearer {LITELLM_KEY}\r\n"))
-    for c in args.concurrency:
-        for mode in args.modes:
-            spec = {**base, "kind": "direct", "port": up_port, "paths": ["/v1/completions"], "concurrency": c}
-            spec["requests"] = max(args.requests, c * args.turns)
-            show(c, mode, "direct", {**spec, "stream": mode == "stream"}, None)
-    for name, argv, port, headers in servers:
-        health = f"http://127.0.0.1:{port}/" + ("health" if name.startswith("rollwire") else "health/liveliness")
-        cores = sc | lc if name.startswith("rollwire x") else sc  # several workers: every core
-        with contextlib.ExitStack() as running:
-            proc = running.enter_context(process(argv, health, cores))
-            admin = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer bench"})
-            cold = True
-            for c in args.concurrency:
-                for mode in args.modes:
-                    spec = {**base, "kind": "chat", "port": int(port), "headers": headers, "concurrency": c}
+        headers = f"authorization: Bearer {LITELLM_KEY}\r\n"
+        servers.append(Server("litellm", argv, port, headers, "/health/liveliness", sc))
+    with contextlib.ExitStack() as running:
+        for server in servers:
+            running.callback(server.stop)
+            running.callback(server.admin.close)
+            server.start()
+        for c in args.concurrency:
+            for mode in args.modes:
+                spec = {**base, "kind": "direct", "port": up_port, "paths": ["/v1/completions"], "concurrency": c}
+                spec["requests"] = max(args.requests, c * args.turns)
+                show(c, mode, "direct", {**spec, "stream": mode == "stream"}, None)
+                for server in servers:
+                    spec = {**base, "kind": "chat", "port": server.port, "headers": server.headers, "concurrency": c}
                     spec["requests"] = max(args.requests, c * args.turns)  # every worker runs whole conversations
                     count = math.ceil(spec["requests"] / args.turns) + c
                     paths = (
-                        [f"/{p}/chat/completions" for p in rollouts(admin, count)]
-                        if name.startswith("rollwire")
+                        [f"/{p}/chat/completions" for p in rollouts(server.admin, count)]
+                        if server.name.startswith("rollwire")
                         else ["/v1/chat/completions"] * count
                     )
                     spec = {**spec, "stream": mode == "stream", "paths": paths}
-                    if cold:  # warm: imports, first connections
+                    if server.cold:  # warm: imports, first connections
                         with contextlib.suppress(LoadFailed):  # the row itself then says what fails
                             load({**spec, "requests": 2 * args.turns, "concurrency": 2, "paths": paths[-2:]}, lc)
-                        spec["paths"], cold = paths[:-2], False
-                    show(c, mode, name, spec, proc.pid)
-                    if proc.poll() is not None:  # it died under that row: the rows after it get a new one
-                        print(f"{'':>5} {'':<6} {name:<11} {_exited(proc.returncode)}: started again", flush=True)
-                        running.close()
-                        proc, cold = running.enter_context(process(argv, health, cores)), True
+                        spec["paths"], server.cold = paths[:-2], False
+                    show(c, mode, server.name, spec, server.pid)
+                    code = server.exited()
+                    if code is not None:  # it died under that row: the rows after it get a new one
+                        print(f"{'':>5} {'':<6} {server.name:<11} {_exited(code)}: started again", flush=True)
+                        server.stop()
+                        server.start()
     summary(results, args)
+
+
+class Server:
+    """A server under test, started once for every row (so rows of each server alternate, and a machine whose
+    speed drifts over the run slows each server's row of a kind alike), and again if it dies under one."""
+
+    def __init__(self, name: str, argv: list[str], port: int, headers: str, health: str, cores: set[int]) -> None:
+        self.name, self.argv, self.port, self.headers, self.cores = name, argv, port, headers, cores
+        self.health = f"http://127.0.0.1:{port}{health}"
+        self.cold = True
+        """No row has run on this process yet (the first is preceded by a few warming calls)."""
+        self._stack = contextlib.ExitStack()
+        self._proc: subprocess.Popen[Any] | None = None
+        self.admin = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer bench"})
+        """rollwire's admin API (its rollouts' URLs), on the operator key the bench starts it with."""
+
+    def start(self) -> None:
+        self._proc = self._stack.enter_context(process(self.argv, self.health, self.cores))
+        self.cold = True
+
+    def stop(self) -> None:
+        self._stack.close()
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None
+        return self._proc.pid
+
+    def exited(self) -> int | None:
+        """Its exit status if it has exited, else None."""
+        return self._proc.poll() if self._proc is not None else None
 
 
 def _exited(code: int) -> str:
