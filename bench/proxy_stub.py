@@ -36,8 +36,9 @@ def _events(events: list[dict]) -> list[bytes]:
     return [f"data: {json.dumps(e, separators=(',', ':'))}\n\n".encode() for e in events] + [b"data: [DONE]\n\n"]
 
 
-def _sse(events: list[dict]) -> bytes:
-    return _response(b"".join(_events(events)), b"text/event-stream")
+def _sse(events: list[bytes]) -> bytes:
+    """An event stream's events as one response (a whole answer in one write)."""
+    return _response(b"".join(events), b"text/event-stream")
 
 
 STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -67,7 +68,7 @@ class Stub:
         choice = {"index": 0, "text": "", "finish_reason": "stop", "token_ids": ids, "logprobs": lp}
         self.completion = _response(json.dumps({"id": "c", "object": "text_completion", "choices": [choice]}).encode())
         self.completion_events = _events(self._pieces(1))
-        self.completion_stream = _response(b"".join(self.completion_events), b"text/event-stream")
+        self.completion_stream = _sse(self.completion_events)
         whole = {"id": "c", "object": "text_completion", "choices": [{**choice, "prompt_token_ids": 0}]}
         self.echo_whole = _split(json.dumps(whole, separators=(",", ":")).encode(), ECHO)
         self._echo_events: dict[int, tuple[tuple[bytes, bytes], list[bytes], list[int]]] = {}
@@ -85,7 +86,7 @@ class Stub:
             return _response(head + prompt + tail), None, []
         (head, tail), later, tokens = self.echo_events(interval)
         events = [head + prompt + tail, *later]
-        return _response(b"".join(events), b"text/event-stream"), events, tokens
+        return _sse(events), events, tokens
 
     def _pieces(self, interval: int) -> list[dict]:
         """The answer's stream events as vLLM sends them for a ``stream_interval``: the first token alone, then
@@ -180,7 +181,7 @@ class Stub:
                     chat = self.chat(stream)
                     if stream:
                         events = _events(chat)
-                        await self.answer(writer, _response(b"".join(events), b"text/event-stream"), events)
+                        await self.answer(writer, _sse(events), events)
                     else:
                         await self.answer(writer, _response(json.dumps(chat[0]).encode()), None)
                 elif path == b"/openapi.json":
