@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Any
 
+import event_loop
+
 TOOLS = [
     {
         "type": "function",
@@ -201,4 +203,4 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(run(json.loads(sys.argv[1])))))
+    print(json.dumps(event_loop.run(run(json.loads(sys.argv[1])))))

@@ -24,6 +24,8 @@ import json
 import re
 import sys
 
+import event_loop
+
 ARGUMENTS = '{"command": "ls"}'
 
 
@@ -204,4 +206,4 @@ async def main(port: int, ids: list[int], pace_s: float) -> None:
 
 if __name__ == "__main__":
     pace_ms = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
-    asyncio.run(main(int(sys.argv[1]), [int(t) for t in sys.argv[2].split(",")], pace_ms / 1000))
+    event_loop.run(main(int(sys.argv[1]), [int(t) for t in sys.argv[2].split(",")], pace_ms / 1000))
