@@ -10,6 +10,11 @@ in its order. Templates print each tool with the ``tojson`` filter on every rend
 was left; the template is compiled here in an environment of its own whose ``tojson`` remembers the text of
 each part of a kept tool set (the same object and options: the same text).
 
+The messages the proxy renders are its own (``Message.to_template``), plain JSON values already: for them the
+rebuild is skipped (``render(plain=True)``). And the environment's attribute lookup answers a dict's item without
+first raising the exception the sandbox's lookup raises (``_dict_first``). Together they halve the render of a
+long conversation.
+
 Those steps are private to transformers. Where one is missing (another release), or where a probe render at
 start-up differs from ``apply_chat_template``'s, every render goes through ``apply_chat_template`` itself.
 """
@@ -102,6 +107,34 @@ _PROBE = [
 ]
 
 
+_DICT_ATTRIBUTES = frozenset(dir(dict))
+"""Every name ``getattr`` finds on a ``dict`` (its type's and ``object``'s: a dict has no instance attributes)."""
+
+
+def _dict_first(environment: Any) -> Callable[[Any, str], Any]:
+    """``environment.getattr`` (what ``message.role`` runs), answering a plain dict's item without an exception.
+
+    The sandbox asks for a Python attribute first and takes the item when that raises ``AttributeError``. For a
+    ``dict`` and a name that is none of ``dict``'s own attributes, that is always the item (or undefined), so it
+    is taken at once: the same value, or the same undefined. Templates read ``message.role``, ``message.content``
+    and the like a few times a message; raising was about a third of rendering a long conversation (50 turns:
+    1.35 ms to 0.93 with the tiny model's template, 2.43 to 1.88 with Qwen3's). Any other object, or a name
+    ``dict`` has, goes through the sandbox's own ``getattr``.
+    """
+    sandboxed = environment.getattr
+    undefined = environment.undefined
+
+    def getattr(obj: Any, attribute: str) -> Any:
+        if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+            try:
+                return obj[attribute]
+            except KeyError:
+                return undefined(obj=obj, name=attribute)
+        return sandboxed(obj, attribute)
+
+    return getattr
+
+
 class ChatTemplate:
     """``render(messages, tools, add_generation_prompt, **template_variables)`` -> the prompt text."""
 
@@ -126,11 +159,21 @@ class ChatTemplate:
         return self._steps is not None
 
     def render(
-        self, messages: list[dict[str, Any]], tools: list[Any], add_generation_prompt: bool, **kwargs: Any
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[Any],
+        add_generation_prompt: bool,
+        *,
+        plain: bool = False,
+        **kwargs: Any,
     ) -> str:
+        """``plain``: the caller vouches that ``messages`` hold plain JSON values only (dicts, lists, str, numbers,
+        bools) and no None field, as ``Message.to_template`` builds them. transformers' conversion of the
+        messages (drop None fields, rebuild everything out of plain types) is then a deep copy that changes
+        nothing, and is skipped: half the time of rendering a long conversation (50 turns: 2.05 ms to 1.35)."""
         if self._steps is None:
             return self._reference(messages, tools, add_generation_prompt, **kwargs)
-        return self._quick(self._steps, messages, tools, add_generation_prompt, **kwargs)
+        return self._quick(self._steps, messages, tools, add_generation_prompt, plain=plain, **kwargs)
 
     def _reference(
         self, messages: list[dict[str, Any]], tools: list[Any], add_generation_prompt: bool, **kwargs: Any
@@ -146,13 +189,15 @@ class ChatTemplate:
         messages: list[dict[str, Any]],
         tools: list[Any],
         add_generation_prompt: bool,
+        *,
+        plain: bool = False,
         **kwargs: Any,
     ) -> str:
         """``apply_chat_template``'s steps for one conversation, text out, no documents, the tools converted once."""
         template = self.tokenizer.get_chat_template(None, tools or None)
-        chat = steps.normalize(messages)
+        chat = messages if plain else steps.plain(steps.normalize(messages))
         variables = steps.plain({**self.tokenizer.special_tokens_map, **kwargs})
-        chat = steps.alias_reasoning(steps.plain(chat))
+        chat = steps.alias_reasoning(chat)
         compiled = self._compiled.get(template) or self._compile(steps, template)
         return str(
             compiled.render(
@@ -192,6 +237,7 @@ class ChatTemplate:
         compiled = steps.build(template)
         filters = compiled.environment.filters
         filters["tojson"] = self._remembering(filters["tojson"])
+        compiled.environment.getattr = _dict_first(compiled.environment)
         if len(self._compiled) >= 4:  # a tokenizer has one or two templates (default, tool use)
             self._compiled.clear()
         self._compiled[template] = compiled
@@ -228,14 +274,21 @@ class ChatTemplate:
                     expected: str | type[Exception] = self._reference(messages, tools, generation, **kwargs)
                 except Exception as exc:  # noqa: BLE001  (a template may refuse the probe: then both must)
                     expected = type(exc)
-                try:
-                    found: str | type[Exception] = self._quick(self._steps, messages, tools, generation, **kwargs)
-                    found = self._quick(self._steps, messages, tools, generation, **kwargs)  # the kept tools, too
-                except Exception as exc:  # noqa: BLE001
-                    found = type(exc)
-                if found != expected:
-                    return False
+                for plain in (False, True):  # the probes are plain JSON: either way, the same text
+                    if self._probe(messages, tools, generation, plain, kwargs) != expected:
+                        return False
         return True
+
+    def _probe(
+        self, messages: list[Any], tools: list[Any], generation: bool, plain: bool, kwargs: dict[str, Any]
+    ) -> str | type[Exception]:
+        """The quick path's text (its second render: the kept tools), or the class of what it raised."""
+        assert self._steps is not None
+        try:
+            self._quick(self._steps, messages, tools, generation, plain=plain, **kwargs)
+            return self._quick(self._steps, messages, tools, generation, plain=plain, **kwargs)
+        except Exception as exc:  # noqa: BLE001  (compared with what apply_chat_template raised)
+            return type(exc)
 
 
 __all__ = ["TOOL_SETS", "ChatTemplate"]

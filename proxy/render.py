@@ -55,9 +55,10 @@ class Renderer:
     def render(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], add_generation_prompt: bool, **kwargs: Any
     ) -> str:
-        """``kwargs``: template variables such as ``enable_thinking`` (a template that has no use for one ignores it)."""
+        """``messages`` as ``Message.to_template`` builds them (plain JSON values: the template's ``plain`` render);
+        ``kwargs``: template variables such as ``enable_thinking`` (a template that has no use for one ignores it)."""
         try:
-            return self.template.render(messages, tools, add_generation_prompt, **kwargs)
+            return self.template.render(messages, tools, add_generation_prompt, plain=True, **kwargs)
         except (TemplateError, TypeError, ValueError, KeyError) as exc:  # raise_exception, bad message shapes
             raise InvalidRequest(f"the chat template cannot render these messages: {exc}".splitlines()[0]) from None
 

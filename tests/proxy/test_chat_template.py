@@ -78,8 +78,10 @@ def _same_renders(template: ChatTemplate) -> int:
             with pytest.raises(type(exc)):
                 template.render(copy.deepcopy(messages), copy.deepcopy(tools), generation, **kwargs)
             continue
-        for _ in range(2):  # converting the tools, then the kept ones
-            assert template.render(copy.deepcopy(messages), copy.deepcopy(tools), generation, **kwargs) == expected
+        for plain in (False, True):  # the messages are plain JSON: vouching for it changes nothing
+            for _ in range(2):  # converting the tools, then the kept ones
+                text = template.render(copy.deepcopy(messages), copy.deepcopy(tools), generation, plain=plain, **kwargs)
+                assert text == expected
         rendered += 1
     return rendered
 
@@ -152,3 +154,28 @@ def test_a_probe_that_renders_differently_turns_the_quick_path_off(
     template = Renderer.from_folder(tiny_model_dir).template
     assert not template.quick
     _same_renders(template)
+
+
+ATTRIBUTES_TEMPLATE = (
+    "{%- for m in messages %}"
+    "{{ m.role }}|{{ m.content.upper() }}|{{ m.missing is defined }}|{{ m.items is defined }}|"
+    "{{ m.get('name', '-') }}|{{ m.keys() | list | length }}|{{ m.__class__ is defined }}|{{ m.pop is defined }};"
+    "{%- endfor %}"
+)
+
+
+def test_attribute_lookups_on_messages_answer_as_the_sandbox_does(qwen_tokenizer_files: Path) -> None:
+    """``message.role`` is the item; a name ``dict`` has (``items``, ``get``) is the method, a private or
+    mutating one is refused; a missing one is undefined; a key named like a method does not shadow it."""
+    tokenizer = qwen_tokenizer(None)
+    tokenizer.chat_template = ATTRIBUTES_TEMPLATE
+    template = ChatTemplate(tokenizer)
+    assert template.quick
+    messages = [
+        {"role": "user", "content": "list the files", "name": "ada"},
+        {"role": "assistant", "content": "ok", "items": "a key named like a method", "pop": 1},
+    ]
+    expected = tokenizer.apply_chat_template(copy.deepcopy(messages), tokenize=False)
+    assert expected == "user|LIST THE FILES|False|True|ada|3|False|False;assistant|OK|False|True|-|4|False|False;"
+    for plain in (False, True):
+        assert template.render(copy.deepcopy(messages), [], False, plain=plain) == expected
