@@ -59,10 +59,11 @@ def settle_heap() -> None:
     gc.set_threshold(YOUNG_COLLECTION_EVERY, *gc.get_threshold()[1:])
 
 
-UVICORN_OPTIONS: dict[str, Any] = {"log_config": None, "proxy_headers": False}
+UVICORN_OPTIONS: dict[str, Any] = {"log_config": None, "proxy_headers": False, "access_log": False}
 """What every served app shares. No logging config of uvicorn's own (the CLI configures logging). No
 ``X-Forwarded-*`` rewriting of the client address: no service reads it, and the middleware was ~1% of a
-proxied call (py-spy)."""
+proxied call (py-spy). No access log: its line holds the request path, and a rollout's path holds its token
+(``rollwire.logging`` kept it at WARNING, so it never printed, yet uvicorn formatted its fields per response)."""
 
 
 def serve(app: Any, sock: socket.socket, log_level: str = "warning", lifespan: str = "on") -> int:

@@ -57,6 +57,8 @@ def test_proxy_logs_json_lines_with_rollout_and_call_ids(tiny_model_dir: Path, t
     assert len(recorded) == 1
     assert recorded[0]["rollout_id"] == rollout_id and isinstance(recorded[0]["call_id"], int)
     assert recorded[0]["dialect"] == "chat" and recorded[0]["logger"] == "rollwire.proxy.recorder"
+    token = found.group(1).split("/r/")[1].split("/")[0]
+    assert token not in err  # even at DEBUG no line prints a request's path (no access log): it holds the token
 
 
 def test_unknown_log_format_is_one_line(tmp_path: Path) -> None:
