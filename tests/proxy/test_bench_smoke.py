@@ -123,3 +123,24 @@ def test_a_server_that_dies_under_a_row_is_named_and_started_again(tmp_path: Pat
     assert lite[0][:2] == ["1", "json"] and lite[0][3].startswith("failed: "), done.stdout
     assert lite[1] == ["litellm", "exited", "on", "SIGSEGV: started again"], done.stdout
     assert lite[2][:3] == ["2", "json", "litellm"] and float(lite[2][3].split()[2]) > 0, done.stdout  # req/s
+
+
+def test_the_loopback_floor_prints_a_row_per_layout_and_transport() -> None:
+    """bench/loopback.py measures a round trip on one core and, where the process may use two, across them."""
+    loopback = BENCH.parent / "loopback.py"
+    argv = [sys.executable, str(loopback), "--round-trips", "200", "--bytes", "64"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split() for line in done.stdout.splitlines()[1:]]
+    layouts = ["one core", "two cores"] if len(os.sched_getaffinity(0)) > 1 else ["one core"]
+    assert [(f"{r[0]} {r[1]}", r[2]) for r in rows] == [(lay, t) for t in ("tcp", "unix") for lay in layouts]
+    assert all(float(r[3]) > 0 for r in rows)  # a round trip's wall time was measured
+    assert all(float(r[7]) == 1.0 for r in rows if r[1] == "core")  # each one-core row is its own baseline
+
+
+def test_the_loopback_floor_refuses_an_empty_run() -> None:
+    loopback = BENCH.parent / "loopback.py"
+    argv = [sys.executable, str(loopback), "--round-trips", "0"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "--round-trips and --bytes must be at least 1" in done.stderr
