@@ -7,8 +7,9 @@ and back). ``bench/proxy.py`` pins the proxy to one core and its stub and load g
 cross cores, while its "direct" row stays on one core. Here two processes ping-pong ``--bytes`` over a
 loopback TCP connection (and over a Unix socket pair, for comparison), pinned to one core, then to two. The
 table gives the wall time of a round trip and the sender's CPU time for it (user + system, from getrusage),
-and how many times the one-core figure each is. On a virtual machine, waking a process on another core takes
-the hypervisor's help, and that shows here as several times the CPU and ten times the wall time.
+and how many times the one-core figure each is. On the two-core virtual machine this was written on, the
+two-core rows took ~9x the CPU and ~12x the wall time of the one-core rows: waking a process on the other core
+most likely takes an interrupt between cores, which the hypervisor handles.
 """
 
 from __future__ import annotations
@@ -62,18 +63,18 @@ def measure(layout: str, transport: str, cores: tuple[int, int], round_trips: in
     """``round_trips`` exchanges of ``size`` bytes: this process on ``cores[0]``, a forked echo on ``cores[1]``."""
     near, far = _pair(transport)
     pid = os.fork()
-    if pid == 0:  # the echo: answer each message with itself until the sender stops
-        code = 0
+    if pid == 0:  # the echo: answer each message with itself, then exit 0
+        code = 1
         try:
             near.close()
             os.sched_setaffinity(0, {cores[1]})
             for _ in range(round_trips + 1):
                 far.sendall(_recv_exactly(far, size))
-        except OSError:
-            code = 1
+            code = 0
         finally:
             os._exit(code)
     far.close()
+    failed: OSError | None = None
     try:
         os.sched_setaffinity(0, {cores[0]})
         message = b"x" * size
@@ -84,11 +85,13 @@ def measure(layout: str, transport: str, cores: tuple[int, int], round_trips: in
             near.sendall(message)
             _recv_exactly(near, size)
         wall, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF)
+    except OSError as exc:
+        failed = exc
     finally:
         near.close()
         _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"the echo process failed ({layout}, {transport})")
+    if failed is not None or os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"the {layout} {transport} row failed: {failed or 'the echo process exited with an error'}")
     per = 1e6 / round_trips
     user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
     return Row(layout, transport, wall * per, user * per, system * per)
