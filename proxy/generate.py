@@ -28,6 +28,7 @@ from rollwire.settings import ProxySettings
 from rollwire.side_calls import MAIN, rules_of
 from rollwire.store import encode_floats, encode_ids, now_ns
 from rollwire.store.prompts import stored_prompt
+from rollwire.store.requests import stored_request
 
 INLINE_PLAN_CHARS = 2048
 """Plans that render and encode at most this many characters run on the event loop: that costs well under
@@ -96,6 +97,9 @@ class Prepared:
     """The agent's main line, or ``side:<rule>`` (``rollwire.side_calls``)."""
     cap: OutputCap = OutputCap(None, None)
     """The output cap asked for and the one sent (recorded on the call)."""
+    base_request: str | None = None
+    """The whole request of the call the plan continues, where held: this call's request is stored as an edit of
+    it (``rollwire.store.requests``)."""
 
 
 class Generator:
@@ -219,7 +223,8 @@ class Generator:
         interval = WHOLE_ANSWER_STREAM_INTERVAL if not conv.stream and self.served.stream_interval else None
         body = completion_body(served, plan.prompt_ids, sampling, stop_ids, interval)
         line = call_line(conv, priors, rules_of(caller.meta))
-        return Prepared(started, prefill, plan, body, plan.json_prompt(), line, cap)
+        base = _request_of(priors, plan.spliced_from)
+        return Prepared(started, prefill, plan, body, plan.json_prompt(), line, cap, base)
 
     async def record(
         self,
@@ -243,6 +248,7 @@ class Generator:
         learnt: list[PriorCall | None] = []
         prompt_blob = plan.encoded_prompt()
         stored = stored_prompt(prompt_blob, plan.spliced_from, plan.reused_prefix_len)
+        kept = stored_request(request.text, plan.spliced_from, prepared.base_request)
         for choice in generation.choices:
             first = choice.index == 0
             completion_blob = encode_ids(choice.sampled_ids)
@@ -253,7 +259,10 @@ class Generator:
                     "dialect": dialect.name,
                     "requested_model": conv.model,
                     "served_model": self.served.name or "",
-                    "request_json": request.text,
+                    "request_json": kept.text,
+                    "request_base": kept.base,
+                    "request_head": kept.head,
+                    "request_tail": kept.tail,
                     "response_json": body_text,
                     "prompt_ids": stored,
                     "prompt_base": plan.spliced_from,
@@ -280,7 +289,9 @@ class Generator:
             )
             blob = prompt_blob + completion_blob
             written = json_ids_extended(prepared.prompt_json, choice.sampled_ids)
-            learnt.append(self._learnt(dialect, body, choice, request_keys, tools_key, plan, segment, blob, written))
+            learnt.append(
+                self._learnt(dialect, body, choice, request_keys, tools_key, plan, segment, blob, written, request.text)
+            )
         return await self.recorder.record(rows, learnt)
 
     @staticmethod
@@ -294,6 +305,7 @@ class Generator:
         segment: int,
         ids_blob: bytes,
         ids_json: bytes,
+        request_text: str,
     ) -> PriorCall | None:
         """The call as a later request will find it: its answer as the dialect reads it back from the body."""
         try:
@@ -302,8 +314,17 @@ class Generator:
             return None
         return PriorCall(
             0, request_keys, tools_key, answer.key(), plan.prompt_ids, choice.sampled_ids, segment, False, ids_blob,
-            ids_json,
+            ids_json, request_text,
         )  # fmt: skip
+
+
+def _request_of(priors: list[PriorCall], call_id: int | None) -> str | None:
+    """The whole request held for call ``call_id`` (None: no such call, or its request is not held)."""
+    if call_id is not None:
+        for prior in reversed(priors):  # the call a plan continues is most often the latest
+            if prior.call_id == call_id:
+                return prior.request_text
+    return None
 
 
 __all__ = ["Generator", "Prepared", "RequestBody", "Served"]

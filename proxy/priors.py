@@ -34,6 +34,7 @@ from rollwire.store import ModelCall, decode_ids, session_scope
 from rollwire.store.direct import DirectQuery
 from rollwire.store.prompts import whole_prompts
 from rollwire.store.reads import RunQuery, point_query, reads_in_place
+from rollwire.store.requests import whole_requests
 from rollwire.store.versions import check_current
 
 RequestParser = Callable[[dict[str, Any]], Conversation]
@@ -41,10 +42,11 @@ AnswerParser = Callable[[dict[str, Any], int], Message]
 Dialects = dict[str, tuple[RequestParser, AnswerParser]]
 
 
-def _prior(row: ModelCall, prompt: bytes, parse: RequestParser, answer: AnswerParser) -> PriorCall | None:
-    """``row`` as a prior, ``prompt`` its whole prompt (stored bytes); None where it cannot be read back."""
+def _prior(row: ModelCall, prompt: bytes, request: str, parse: RequestParser, answer: AnswerParser) -> PriorCall | None:
+    """``row`` as a prior, ``prompt`` its whole prompt (stored bytes), ``request`` its whole request; None where it
+    cannot be read back."""
     try:
-        conv = parse(json.loads(row.request_json))
+        conv = parse(json.loads(request))
         message = answer(json.loads(row.response_json), row.choice_index)
     except (ValueError, KeyError, TypeError, StopIteration, InvalidRequest):  # an unreadable row is just not a prior
         return None
@@ -58,6 +60,7 @@ def _prior(row: ModelCall, prompt: bytes, parse: RequestParser, answer: AnswerPa
         segment_index=row.segment_index,
         continued=False,
         ids_blob=prompt + bytes(row.completion_ids or b""),
+        request_text=request,
     )
 
 
@@ -100,6 +103,10 @@ class Known:
         """Call id -> the ids a call continuing it starts with (its prompt + sampled ids, stored bytes)."""
         return {p.call_id: p.ids_blob for p in self.priors if p.ids_blob is not None}
 
+    def requests(self) -> dict[int, str]:
+        """Call id -> its whole request, for the calls that hold it (each segment's latest)."""
+        return {p.call_id: p.request_text for p in self.priors if p.request_text is not None}
+
     def learn(self, found: list[tuple[int, int, PriorCall | None]]) -> None:
         """Add (call id, segment index, prior or None) triples and mark what they continue."""
         for call_id, segment, prior in found:
@@ -116,22 +123,30 @@ class Known:
 
 
 def _flipped(prior: PriorCall) -> PriorCall:
-    """``prior`` with its ``continued`` flag turned; a continued call lets go of its JSON ids (``ids_json``): only
-    a branch splices onto it again, and that one writes its prompt afresh."""
-    return replace(prior, continued=not prior.continued, ids_json=prior.ids_json if prior.continued else None)
+    """``prior`` with its ``continued`` flag turned; a continued call lets go of its JSON ids (``ids_json``) and its
+    request: only a branch splices onto it again, and that one writes its prompt and request afresh."""
+    if prior.continued:
+        return replace(prior, continued=False)
+    return replace(prior, continued=True, ids_json=None, request_text=None)
 
 
 Found = list[tuple[int, int, PriorCall | None]]
 """(call id, segment index, the call as a prior or None when no dialect here can continue it)."""
 
 
-def parse_calls(rows: list[ModelCall], dialects: Dialects, opened: Mapping[int, bytes] | None = None) -> Found:
-    """``rows`` as priors; ``opened``: what calls read earlier hold (``whole_prompts``' ``known``), for rows that
-    continue one of them. ``StoreError`` where a row continues a call in neither."""
+def parse_calls(
+    rows: list[ModelCall],
+    dialects: Dialects,
+    opened: Mapping[int, bytes] | None = None,
+    requests: Mapping[int, str] | None = None,
+) -> Found:
+    """``rows`` as priors; ``opened`` and ``requests``: what calls read earlier hold (``whole_prompts``' and
+    ``whole_requests``' ``known``), for rows that continue one of them. ``StoreError`` where a row continues a
+    call in neither."""
     found: Found = []
-    for row, prompt in zip(rows, whole_prompts(rows, opened)):
+    for row, prompt, request in zip(rows, whole_prompts(rows, opened), whole_requests(rows, requests)):
         pair = dialects.get(row.dialect)
-        found.append((int(row.id or 0), row.segment_index, _prior(row, prompt, *pair) if pair else None))
+        found.append((int(row.id or 0), row.segment_index, _prior(row, prompt, request, *pair) if pair else None))
     return found
 
 
@@ -182,8 +197,8 @@ class PriorCache:
             ids = await self._ids(rollout_id)
             seen = known.seen if known is not None else set()
             missing = [i for i in ids if i not in seen]
-            opened = known.opened() if known is not None and missing else None
-            found = await anyio.to_thread.run_sync(self._read, rollout_id, missing, opened) if missing else []
+            held = (known.opened(), known.requests()) if known is not None and missing else None
+            found = await anyio.to_thread.run_sync(self._read, rollout_id, missing, held) if missing else []
             self.refreshed += len(found) if known is not None else 0
         else:
             found = []
@@ -200,13 +215,16 @@ class PriorCache:
         commit before it)."""
         return [int(row[0]) for row in self._read_inline(self._ids_query, rollout_id=rollout_id)]
 
-    def _read(self, rollout_id: str, ids: list[int] | None, opened: dict[int, bytes] | None) -> Found:
+    def _read(
+        self, rollout_id: str, ids: list[int] | None, held: tuple[dict[int, bytes], dict[int, str]] | None
+    ) -> Found:
         """The rollout's complete calls (only ``ids`` when given) as priors. Another process's call may continue one
-        this process holds (``Known.opened``); where it continues one held as no prior (no dialect here reads it
-        back), the rollout is read whole."""
+        this process holds (``Known.opened``, ``Known.requests``); where it continues one held as no prior (no
+        dialect here reads it back) or without its request (a branch of a continued call), the rollout is read
+        whole."""
         rows = read_calls(self.engine, rollout_id, ids)
         try:
-            return parse_calls(rows, self.dialects, opened)
+            return parse_calls(rows, self.dialects, *(held or ()))
         except StoreError:
             if ids is None:
                 raise

@@ -66,6 +66,9 @@ class PriorCall:
     """``prompt_ids + sampled_ids`` as the upstream request writes them (a JSON array), where known: a call that
     splices onto this one writes its prompt as this + its tail (``json_ids_extended``). Held only while the call
     is its segment's latest (``Known.learn``), the one a next call continues."""
+    request_text: str | None = None
+    """The call's whole request as sent, where known: a call that continues this one stores its own request as an
+    edit of it (``rollwire.store.requests``). Held, as ``ids_json``, only while the call is its segment's latest."""
 
 
 @dataclass(frozen=True, slots=True)

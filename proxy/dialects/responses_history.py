@@ -13,6 +13,7 @@ from sqlmodel import select
 
 from rollwire.errors import InvalidRequest
 from rollwire.store import ModelCall, session_scope
+from rollwire.store.requests import whole_requests
 
 
 def _items(value: Any) -> list[Any]:
@@ -22,14 +23,19 @@ def _items(value: Any) -> list[Any]:
 
 
 def _stored(engine: Engine, rollout_id: str, response_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The request and response of the rollout's call that answered ``response_id``. Every call of the rollout
+    is read: a call's request may be stored as an edit of an earlier call's (``rollwire.store.requests``)."""
     with session_scope(engine) as session:
-        query = select(ModelCall).where(ModelCall.rollout_id == rollout_id, ModelCall.dialect == "responses")
-        rows = list(session.exec(query.order_by(ModelCall.id.desc())).all())  # type: ignore[union-attr]
-    for row in rows:
+        query = select(ModelCall).where(ModelCall.rollout_id == rollout_id)
+        rows = list(session.exec(query.order_by(ModelCall.id)).all())  # type: ignore[arg-type]
+    requests = whole_requests(rows)
+    for row, request in zip(reversed(rows), reversed(requests)):
+        if row.dialect != "responses":
+            continue
         try:
             response = json.loads(row.response_json)
             if response.get("id") == response_id:
-                return json.loads(row.request_json), response
+                return json.loads(request), response
         except (ValueError, AttributeError):
             continue
     return None

@@ -97,7 +97,26 @@ class ModelCall(SQLModel, table=True):
     dialect: str = "chat"
     requested_model: str = ""
     served_model: str = ""
-    request_json: str = ""
+    request_json: str = Field(
+        default="",
+        description="the request as sent, or the text between the head and tail an edit keeps of its base's "
+        "(rollwire.store.requests)",
+    )
+    request_base: int | None = Field(
+        default=None,
+        sa_type=BIG,
+        description="the earlier call whose whole request this one's edits. None: request_json is the whole request",
+    )
+    request_head: int = Field(
+        default=0,
+        sa_column_kwargs={"server_default": "0"},
+        description="characters of the base's whole request that open this one's",
+    )
+    request_tail: int = Field(
+        default=0,
+        sa_column_kwargs={"server_default": "0"},
+        description="characters of the base's whole request that close this one's",
+    )
     response_json: str = ""
     prompt_ids: bytes = Field(default=b"", sa_column=Column(LargeBinary, nullable=False))
     prompt_base: int | None = Field(

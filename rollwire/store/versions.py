@@ -21,7 +21,7 @@ from sqlmodel import SQLModel
 from rollwire.errors import StoreError
 from rollwire.store.schema import CALLS_BY_ROLLOUT, SchemaVersion
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Bump with a new entry in ``MIGRATIONS`` whenever a table or column changes."""
 TABLES = {"run", "rollout", "modelcall", "toolevent"}
 """Tables of every schema version: their presence without a version row means a store from before versions."""
@@ -83,7 +83,22 @@ def _v3_to_v4(conn: Connection) -> None:
     conn.execute(text("DROP INDEX IF EXISTS ix_modelcall_started_ns"))
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {0: _v0_to_v1, 1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+def _v4_to_v5(conn: Connection) -> None:
+    """A continuing call's request stored as an edit of the request of the call it continues
+    (``schema.ModelCall.request_base``, ``rollwire.store.requests``); the rows already written keep their whole
+    requests (``request_base`` NULL)."""
+    _add_column(conn, "modelcall", "request_base", "BIGINT")
+    _add_column(conn, "modelcall", "request_head", "INTEGER NOT NULL DEFAULT 0")
+    _add_column(conn, "modelcall", "request_tail", "INTEGER NOT NULL DEFAULT 0")
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {
+    0: _v0_to_v1,
+    1: _v1_to_v2,
+    2: _v2_to_v3,
+    3: _v3_to_v4,
+    4: _v4_to_v5,
+}
 """version -> the function that moves a store from it to version + 1."""
 
 
@@ -95,9 +110,9 @@ _checked: WeakKeyDictionary[Engine, float] = WeakKeyDictionary()
 
 def check_current(conn: Connection) -> None:
     """``StoreError`` when a newer rollwire migrated the store since this process opened it. Rows of a newer schema
-    may mean something else (schema 4 made a continued call's ``prompt_ids`` its tail alone), so a process
-    that keeps reading them as its own schema says would read them wrong, silently. Called before reading rows
-    back; asks the store at most once every ``CHECK_EVERY_S``."""
+    may mean something else (schema 4 made a continued call's ``prompt_ids`` its tail alone, schema 5 its
+    ``request_json`` an edit), so a process that keeps reading them as its own schema says would read them
+    wrong, silently. Called before reading rows back; asks the store at most once every ``CHECK_EVERY_S``."""
     now = time.monotonic()
     if now - _checked.get(conn.engine, -CHECK_EVERY_S) < CHECK_EVERY_S:
         return

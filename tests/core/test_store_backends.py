@@ -110,7 +110,8 @@ def test_a_version_3_store_keeps_its_whole_prompts_and_gains_continued_ones(any_
     first.dispose()
     raw = create_engine(any_store_url)
     with raw.begin() as conn:  # back to version 3, with a row it wrote
-        conn.execute(text("ALTER TABLE modelcall DROP COLUMN prompt_base"))
+        for column in ("prompt_base", "request_base", "request_head", "request_tail"):
+            conn.execute(text(f"ALTER TABLE modelcall DROP COLUMN {column}"))
         conn.execute(text("CREATE INDEX ix_modelcall_started_ns ON modelcall (started_ns)"))
         conn.execute(text("UPDATE rollwire_schema SET version = 3"))
         conn.execute(

@@ -18,6 +18,7 @@ from rollwire.reconstruct import reconstruct
 from rollwire.store import decode_ids
 from rollwire.store.db import open_engine
 from rollwire.store.prompts import whole_prompts
+from rollwire.store.requests import whole_requests
 from tests.harness_adapters.conftest import model_calls, needs_binary, run_one_task, scripted_policy_stack, workspace_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_harness]
@@ -47,13 +48,13 @@ def test_claude_code_at_its_defaults_solves_a_task(tiny_model_dir: Path, tmp_pat
     assert (workspace_of(tmp_path / "ws", row.id) / "draft.txt").read_text() == "cat"  # Bash really ran
     used = [b["name"] for c in calls for b in json.loads(c.response_json)["content"] if b["type"] == "tool_use"]
     assert used == ["Bash", "Bash", "mcp__rollwire__write_file"], used
-    results = [json.loads(c.request_json)["messages"][-1]["content"] for c in calls[1:]]
+    requests = [json.loads(r) for r in whole_requests(calls)]
+    results = [r["messages"][-1]["content"] for r in requests[1:]]
     assert all(r[0]["type"] == "tool_result" and not r[0].get("is_error") for r in results), results
-    first = json.loads(calls[0].request_json)
-    assert any(m["role"] == "system" for m in first["messages"])  # its reminders, inside messages
-    for call, prompt in zip(calls, whole_prompts(calls)):  # its default cap (32000 for an unknown model), clamped
+    assert any(m["role"] == "system" for m in requests[0]["messages"])  # its reminders, inside messages
+    for call, prompt, request in zip(calls, whole_prompts(calls), requests):  # its default cap (32000), clamped
         prompt_len = len(decode_ids(prompt))
-        asked = json.loads(call.request_json)["max_tokens"]
+        asked = request["max_tokens"]
         assert (call.max_tokens_requested, call.max_tokens_granted) == (asked, CONTEXT - prompt_len)
         assert CONTEXT - prompt_len < asked and prompt_len > 30_000  # its whole default prompt
     assert len(tap.calls) == len(calls) >= 4  # three tool turns and the answer, every one recorded

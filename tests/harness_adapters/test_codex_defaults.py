@@ -26,6 +26,7 @@ from rollwire.mcp_servers.tasks.schema import Suite, ToolCall
 from rollwire.reconstruct import reconstruct
 from rollwire.store import decode_ids
 from rollwire.store.db import open_engine
+from rollwire.store.requests import whole_requests
 from rollwire.store.schema import ModelCall, Rollout
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_harness, needs_binary("codex", "@openai/codex")]
@@ -80,9 +81,9 @@ def _assert_one_exact_segment(tap: Any, info: Any, row: Rollout, calls: list[Mod
     assert sum(segment.loss_mask) == sum(len(decode_ids(c.completion_ids)) for c in calls)  # sampled only
 
 
-def _items(call: ModelCall, side: str) -> list[dict[str, Any]]:
-    body = json.loads(call.request_json if side == "input" else call.response_json)
-    return list(body[side])
+def _items(body: str, side: str) -> list[dict[str, Any]]:
+    """The ``input`` items of a whole request, or the ``output`` items of a response (JSON text)."""
+    return list(json.loads(body)[side])
 
 
 def test_codex_default_model_solves_with_freeform_exec(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -90,13 +91,14 @@ def test_codex_default_model_solves_with_freeform_exec(tiny_model_dir: Path, tmp
     assert row.status == "finished" and row.exit_code == 0, (row.error, row.log_tail)
     assert row.reward == 1.0, (row.reward_breakdown, row.log_tail)
     calls = model_calls(info, row.id)
-    first = json.loads(calls[0].request_json)
+    requests = whole_requests(calls)
+    first = json.loads(requests[0])
     assert not first.get("tools"), "Codex's default model sends its tools as input items"
     assert any(i.get("type") == "additional_tools" for i in first["input"])
     for call, step in zip(calls, DEFAULT_MODEL_STEPS, strict=False):
-        (sent,) = [i for i in _items(call, "output") if i["type"] != "message" and i["type"] != "reasoning"]
+        (sent,) = [i for i in _items(call.response_json, "output") if i["type"] not in ("message", "reasoning")]
         assert (sent["type"], sent["name"], sent["input"]) == ("custom_tool_call", "exec", step.arguments["input"])
-    carried = [i for i in _items(calls[-1], "input") if i.get("type") == "custom_tool_call_output"]
+    carried = [i for i in _items(requests[-1], "input") if i.get("type") == "custom_tool_call_output"]
     assert len(carried) == len(DEFAULT_MODEL_STEPS)
     assert "wrote 3 bytes to answer.txt" in json.dumps(carried[1]["output"]), carried[1]  # the gateway, via exec
     assert "written" in json.dumps(carried[2]["output"]), carried[2]  # its own shell
@@ -108,13 +110,14 @@ def test_codex_custom_slug_solves_with_function_tools(tiny_model_dir: Path, tmp_
     assert row.status == "finished" and row.exit_code == 0, (row.error, row.log_tail)
     assert row.reward == 1.0, (row.reward_breakdown, row.log_tail)
     calls = model_calls(info, row.id)
-    for call in calls:  # the hosted web_search Codex sends by default: not shown, named on every recorded call
-        tools = json.loads(call.request_json)["tools"]
+    requests = whole_requests(calls)
+    for call, request in zip(calls, requests):  # the hosted web_search Codex sends by default: named on each call
+        tools = json.loads(request)["tools"]
         hosted = [{"type": t["type"], "at": f"tools[{i}]"} for i, t in enumerate(tools) if t["type"] == "web_search"]
         assert hosted and json.loads(call.response_json)["left_out_tools"] == hosted
-    sent = [[(i.get("namespace"), i["name"]) for i in _items(c, "output") if i["type"] == "function_call"]
+    sent = [[(i.get("namespace"), i["name"]) for i in _items(c.response_json, "output") if i["type"] == "function_call"]
             for c in calls]  # fmt: skip
     assert sent == [[(None, "exec_command")], [(GATEWAY, "write_file")], [(None, "exec_command")], []]
-    outputs = [i for i in _items(calls[-1], "input") if i.get("type") == "function_call_output"]
+    outputs = [i for i in _items(requests[-1], "input") if i.get("type") == "function_call_output"]
     assert len(outputs) == 3 and "written" in json.dumps(outputs[2]["output"])
     _assert_one_exact_segment(tap, info, row, calls)

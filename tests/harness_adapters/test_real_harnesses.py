@@ -20,6 +20,7 @@ from tests.harness_adapters.conftest import (
 )
 
 from rollwire.stack import StackInfo
+from rollwire.store.requests import whole_requests
 from rollwire.store.schema import Rollout
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_harness]
@@ -55,10 +56,10 @@ def test_codex_with_the_gateway_as_mcp_server(engine_stack: StackInfo, tmp_path:
     rollout is accepted. (A scripted policy solving tasks this way: test_codex_defaults.py.)"""
     row = run_one_task(engine_stack, "codex", tmp_path, deadline_s=DEADLINE_S)
     _ended_by_itself(row, engine_stack)
-    for call in model_calls(engine_stack, row.id):
-        request = json.loads(call.request_json)
+    for text in whole_requests(model_calls(engine_stack, row.id)):
+        request = json.loads(text)
         assert any(item.get("type") == "additional_tools" for item in request["input"])
-        assert "mcp__rollwire" in call.request_json  # Codex listed the gateway's tools
+        assert "mcp__rollwire" in text  # Codex listed the gateway's tools
 
 
 @needs_binary("claude", "@anthropic-ai/claude-code")

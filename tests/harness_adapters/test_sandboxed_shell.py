@@ -22,6 +22,7 @@ from rollwire.mcp_servers.tasks.schema import Criterion, Suite, Task, ToolCall
 from rollwire.orchestrator.runtimes.sandbox import probe
 from rollwire.orchestrator.suite_run import run_suite
 from rollwire.settings import OrchestratorSettings, Settings
+from rollwire.store.requests import whole_requests
 
 pytestmark = [
     pytest.mark.slow,
@@ -76,7 +77,7 @@ def test_codex_shell_tool_runs_inside_the_workspace(tiny_model_dir: Path, tmp_pa
     assert [i["name"] for i in first if i["type"] == "function_call"] == ["exec_command"]
     outputs = [
         str(item.get("output"))
-        for item in json.loads(calls[1].request_json)["input"]
+        for item in json.loads(whole_requests(calls)[1])["input"]
         if item.get("type") == "function_call_output"
     ]
     assert len(outputs) == 1, outputs

@@ -114,7 +114,8 @@ def _full_call(rollout_id: str) -> dict[str, Any]:
     """Every column given, as the proxy writes a call: the insert runs on the driver's cursor."""
     return {
         "rollout_id": rollout_id, "dialect": "chat", "requested_model": "m", "served_model": "m",
-        "request_json": "{}", "response_json": "{}", "prompt_ids": b"\x01\x00\x00\x00", "completion_ids": b"",
+        "request_json": "{}", "request_base": None, "request_head": 0, "request_tail": 0, "response_json": "{}",
+        "prompt_ids": b"\x01\x00\x00\x00", "prompt_base": None, "completion_ids": b"",
         "completion_logprobs": b"", "choice_index": 0, "finish_reason": "stop", "sampling": {"temperature": 1.0},
         "policy_version": 0, "segment_index": 0, "segment_break": None, "reused_prefix_len": 0, "line": "main",
         "max_tokens_requested": None, "max_tokens_granted": None, "status": "complete", "error": None,

@@ -3,6 +3,7 @@ read back from the store when it calls again: its calls stay exact."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from rollwire.proxy.app import create_app
 from rollwire.proxy.conversation import Conversation, Message
 from rollwire.proxy.priors import PriorCache
+from sqlmodel import col, select
 
 from rollwire.compact_json import json_bytes
 from rollwire.rollouts import RolloutBook
@@ -21,6 +23,7 @@ from rollwire.serving import ServerThread
 from rollwire.settings import ProxySettings
 from rollwire.store import ModelCall, encode_ids, open_engine, session_scope
 from rollwire.store.prompts import stored_prompt
+from rollwire.store.requests import stored_request
 from tests.proxy.conftest import OPERATOR_KEY
 from tests.proxy.test_replicas import TOOLS, exact_calls
 
@@ -76,6 +79,9 @@ def test_only_each_segments_latest_call_holds_its_ids_as_json(
         *earlier, latest = app.state.proxy.generator.recorder.cache._known[rollout["id"]].priors
     assert len(earlier) == TURNS - 1 and all(p.continued and p.ids_json is None for p in earlier)
     assert not latest.continued and latest.ids_json == json_bytes(latest.prompt_ids + latest.sampled_ids)
+    # the same for its request, which the next call's row keeps as an edit of
+    assert all(p.request_text is None for p in earlier) and latest.request_text is not None
+    assert len(json.loads(latest.request_text)["messages"]) == 2 * TURNS - 1
     assert exact_calls(store_url, rollout["id"]) == (TURNS, TURNS)
 
 
@@ -115,3 +121,45 @@ def test_a_call_another_process_wrote_reads_back_whole(store_url: str) -> None:
 
     anyio.run(main)
     engine.dispose()
+
+
+def test_a_request_another_process_edited_reads_back_whole(store_url: str) -> None:
+    """Another process's call edits the request of a call held here (its text comes from the cache), or of one
+    this process holds without its request (a branch of a continued call: the rollout is then read whole)."""
+    engine = open_engine(store_url)
+    book = RolloutBook(engine)
+    book.create_run("run")
+    ((rollout, _token),) = book.create("run", 1, {})
+    answer = Message("assistant", "ok")
+    dialects = {"chat": (lambda body: Conversation("m", (Message("user", body["q"]),)), lambda _body, _i: answer)}
+    cache = PriorCache(engine, dialects, shared=True)
+    tools = "t" * 1000  # what every request repeats
+
+    def body(question: str) -> str:
+        return json.dumps({"q": question, "tools": tools})
+
+    def write(whole: str, segment: int = 0, base: int | None = None, base_text: str | None = None) -> None:
+        kept = stored_request(whole, base, base_text)
+        row = ModelCall(
+            rollout_id=rollout.id, request_json=kept.text, request_base=kept.base, request_head=kept.head,
+            request_tail=kept.tail, response_json="{}", prompt_ids=encode_ids([1]), completion_ids=encode_ids([2]),
+            segment_index=segment,
+        )  # fmt: skip
+        with session_scope(engine) as session:
+            session.add(row)
+
+    async def main() -> None:
+        write(body("a"))  # call 1
+        assert [p.request_text for p in await cache.priors(rollout.id)] == [body("a")]
+        write(body("ab"), base=1, base_text=body("a"))  # call 2 edits call 1 (held with its request)
+        first, second = await cache.priors(rollout.id)
+        assert (first.request_text, second.request_text) == (None, body("ab"))  # call 1 is continued now
+        write(body("ac"), segment=1, base=1, base_text=body("a"))  # call 3, a branch: edits call 1 (not held)
+        priors = await cache.priors(rollout.id)
+        assert [(p.call_id, p.request_text) for p in priors] == [(1, None), (2, body("ab")), (3, body("ac"))]
+
+    anyio.run(main)
+    with session_scope(engine) as session:
+        stored = [c.request_base for c in session.exec(select(ModelCall).order_by(col(ModelCall.id))).all()]
+    engine.dispose()
+    assert stored == [None, 1, 1]  # written as edits, read back whole

@@ -7,6 +7,7 @@ then ``rollwire proxy --workers 2`` (forked processes on one socket) driven by m
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import signal
 import subprocess
@@ -17,11 +18,12 @@ from typing import Any
 
 import httpx
 import openai
-from sqlmodel import select
 
+from rollwire.reconstruct import load_calls
 from rollwire.serving import listening_socket
-from rollwire.store import decode_ids, open_engine, session_scope
+from rollwire.store import decode_ids, open_engine
 from rollwire.store.prompts import whole_prompts
+from rollwire.store.requests import whole_requests
 from rollwire.store.schema import ModelCall
 from tests.proxy.conftest import Proxy
 
@@ -48,16 +50,18 @@ def _converse(clients: list[openai.OpenAI], model: str, turns: int = TURNS) -> N
         messages += [message, {"role": "user", "content": f"output of step {turn}: ok"}]
 
 
+def _calls(store_url: str, rollout_id: str) -> list[ModelCall]:
+    engine = open_engine(store_url)
+    try:
+        return load_calls(engine, rollout_id)
+    finally:
+        engine.dispose()
+
+
 def exact_calls(store_url: str, rollout_id: str) -> tuple[int, int]:
     """(calls, calls that continue the previous call's exact ids in its segment); equal when all are exact. A
     continuing call's row names the call it continues and keeps only what follows (``rollwire.store.prompts``)."""
-    engine = open_engine(store_url)
-    try:
-        with session_scope(engine) as session:
-            query = select(ModelCall).where(ModelCall.rollout_id == rollout_id).order_by(ModelCall.id)  # type: ignore[arg-type]
-            calls = list(session.exec(query).all())
-    finally:
-        engine.dispose()
+    calls = _calls(store_url, rollout_id)
     exact, before, before_prompt = 0, None, b""
     for call, whole in zip(calls, whole_prompts(calls)):
         prompt = decode_ids(whole)
@@ -76,6 +80,17 @@ def exact_calls(store_url: str, rollout_id: str) -> tuple[int, int]:
     return len(calls), exact
 
 
+def requests_read_back(store_url: str, rollout_id: str) -> list[tuple[int | None, int]]:
+    """(the position of the call whose request a call's row edits, how many messages its whole request holds),
+    call by call."""
+    calls = _calls(store_url, rollout_id)
+    ids = [c.id for c in calls]
+    return [
+        (None if call.request_base is None else ids.index(call.request_base), len(json.loads(whole)["messages"]))
+        for call, whole in zip(calls, whole_requests(calls))
+    ]
+
+
 def _rollout_id(proxy: Proxy) -> tuple[str, str]:
     rollout = proxy.new_rollout()
     return rollout["id"], rollout["base_url"]
@@ -91,6 +106,9 @@ def test_round_robin_replicas_splice_exactly(
         clients = [openai.OpenAI(base_url=b, api_key="unused", max_retries=0) for b in bases]
         _converse(clients, served_model)
         assert exact_calls(any_store_url, rollout_id) == (TURNS, TURNS)
+        # each call's row keeps its request as an edit of the last one's, written by the other replica
+        edits = [(turn - 1, 2 * turn + 1) for turn in range(1, TURNS)]
+        assert requests_read_back(any_store_url, rollout_id) == [(None, 1), *edits]
 
 
 def test_without_a_shared_store_check_round_robin_is_not_exact(

@@ -8,6 +8,8 @@ from typing import Any
 import openai
 import pytest
 
+from rollwire.reconstruct import load_calls
+from rollwire.store import open_engine
 from tests.proxy.dialects.conftest import Stack
 
 
@@ -101,5 +103,16 @@ def test_previous_response_id_continues_the_stored_history(dialect_stack: Stack)
     )
     assert again.usage is not None and out.usage is not None
     assert again.usage.input_tokens > out.usage.input_tokens + out.usage.output_tokens
+    # the second call's row keeps its request as an edit of the first's: named again, it is read back whole
+    third = client.responses.create(
+        model="m", previous_response_id=again.id, input=follow, tools=TOOLS, max_output_tokens=5, temperature=0.0
+    )
+    assert third.usage is not None and third.usage.input_tokens > again.usage.input_tokens + again.usage.output_tokens
     trajectory = dialect_stack.check_exact(rollout["id"], first)
-    assert len(trajectory["segments"]) == 1  # the expanded history splices onto the first call's exact ids
+    assert len(trajectory["segments"]) == 1  # each expanded history splices onto the last call's exact ids
+    engine = open_engine(dialect_stack.store_url)
+    try:
+        calls = load_calls(engine, rollout["id"])
+    finally:
+        engine.dispose()
+    assert [c.request_base for c in calls] == [None, calls[0].id, calls[1].id]
