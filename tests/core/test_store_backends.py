@@ -26,6 +26,7 @@ from rollwire.store import (
     versions,
 )
 from rollwire.store.prompts import whole_prompts
+from rollwire.store.requests import stored_request, whole_requests
 from rollwire.store.schema import CALLS_BY_ROLLOUT
 from rollwire.store.versions import SCHEMA_VERSION
 
@@ -138,6 +139,47 @@ def test_a_version_3_store_keeps_its_whole_prompts_and_gains_continued_ones(any_
     engine.dispose()
     assert [c.prompt_base for c in calls] == [None, calls[0].id]
     assert [decode_ids(p) for p in whole_prompts(calls)] == [[5, 6, 7], [5, 6, 7, 8, 9]]
+
+
+def test_a_version_4_store_keeps_its_whole_requests_and_gains_edited_ones(any_store_url: str) -> None:
+    """Version 5 keeps a continuing call's request as an edit of the request it continues (``request_base``). A
+    version 4 store is moved in place; the requests it holds (all whole) read back as they were, and a new call
+    edits one of them."""
+    first = open_engine(any_store_url)
+    book = RolloutBook(first)
+    book.create_run("r")
+    ((rollout, _token),) = book.create("r", 1, {})
+    first.dispose()
+    old_request = '{"messages": [{"role": "user", "content": "hi"}], "tools": "' + "t" * 400 + '"}'
+    raw = create_engine(any_store_url)
+    with raw.begin() as conn:  # back to version 4, with a row it wrote
+        for column in ("request_base", "request_head", "request_tail"):
+            conn.execute(text(f"ALTER TABLE modelcall DROP COLUMN {column}"))
+        conn.execute(text("UPDATE rollwire_schema SET version = 4"))
+        conn.execute(
+            text(
+                "INSERT INTO modelcall (rollout_id, dialect, requested_model, served_model, request_json, response_json,"
+                " prompt_ids, completion_ids, completion_logprobs, choice_index, sampling, policy_version, segment_index,"
+                " reused_prefix_len, line, status, latency_ms, started_ns, ended_ns) VALUES (:r, 'chat', '', '', :q,"
+                " '{}', :p, :c, :c, 0, '{}', 0, 0, 0, 'main', 'complete', 0, 1, 2)"
+            ),
+            {"r": rollout.id, "q": old_request, "p": encode_ids([5]), "c": encode_ids([6])},
+        )
+    raw.dispose()
+    engine = open_engine(any_store_url)
+    new_request = old_request.replace('"hi"}]', '"hi"}, {"role": "assistant", "content": "ok"}]')
+    with session_scope(engine) as session:
+        (old,) = session.exec(select(ModelCall)).all()
+        kept = stored_request(new_request, old.id, old_request)
+        columns = {"request_json": kept.text, "request_base": kept.base, "request_head": kept.head}
+        session.add(ModelCall(rollout_id=rollout.id, request_tail=kept.tail, started_ns=3, **columns))
+    calls = load_calls(engine, rollout.id)
+    engine.dispose()
+    assert [(c.request_base, c.request_head, c.request_tail) for c in calls] == [
+        (None, 0, 0),
+        (calls[0].id, kept.head, kept.tail),
+    ]
+    assert len(calls[1].request_json) < 50 and whole_requests(calls) == [old_request, new_request]
 
 
 def test_reading_calls_after_a_newer_release_migrated_the_store_stops_with_a_clear_error(
