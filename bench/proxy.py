@@ -16,7 +16,9 @@ and commits the call to its SQLite store before answering. Rows come non-streame
 (one token per upstream chunk). ``cpu ms/req`` is the server processes' user + system CPU time (from
 /proc, children included) over the row divided by its requests: the per-core figure that the machine's
 other load does not distort; ``req/cpu-s`` is its inverse, and the closing lines compare rollwire's with
-LiteLLM's. ``--workers 2`` adds rows for `rollwire proxy --workers 2` (two processes, one store).
+LiteLLM's. ``--workers 2`` adds rows for `rollwire proxy --workers 2` (two processes, one store). ``kB/call``
+is what rollwire's store keeps for each call of the row (request, response, prompt and sampled ids, logprobs:
+the columns that grow with a conversation), read from its database after the row.
 
 By default the stub sends each answer in one write, so a streamed answer's token chunks reach the proxy
 together. An engine samples one token at a time: ``--pace-ms N`` makes the stub sample a token every N ms and
@@ -50,6 +52,7 @@ import math
 import os
 import signal
 import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -229,11 +232,11 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
     base["tools"] = args.tools
     results: dict[tuple[int, str, str], Row | LoadFailed] = {}
     head = f"{'conc':>5} {'mode':<6} {'path':<11} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} {'cpu ms/req':>10}"
-    print(f"{head} {'req/cpu-s':>9} {'added p50':>9} {'direct/x':>8}", flush=True)
+    print(f"{head} {'req/cpu-s':>9} {'added p50':>9} {'direct/x':>8} {'kB/call':>7}", flush=True)
 
-    def show(c: int, mode: str, name: str, spec: dict[str, Any], server: int | None) -> None:
+    def show(c: int, mode: str, name: str, spec: dict[str, Any], server: Server | None) -> None:
         try:
-            row = measure(spec, server, lc)
+            row = measure(spec, server.pid if server else None, lc)
         except LoadFailed as exc:
             results[(c, mode, name)] = exc
             print(f"{c:>5} {mode:<6} {name:<11} failed: {exc}", flush=True)
@@ -241,8 +244,12 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
         results[(c, mode, name)] = row
         d = results.get((c, mode, "direct"))
         d = d if isinstance(d, Row) else None
-        cpu = f"{row.cpu_ms:>10.3f} {1e3 / row.cpu_ms:>9.0f}" if row.cpu_ms else f"{'':>10} {'':>9}"
+        cpu = f"{'':>10} {'':>9}"  # direct: no server of ours to measure
+        if row.cpu_ms is not None:  # a short row may finish inside one clock tick of CPU time: 0, printed as such
+            cpu = f"{row.cpu_ms:>10.3f} {1e3 / row.cpu_ms if row.cpu_ms else math.inf:>9.0f}"
         extra = f"{row.p50 - d.p50:>9.2f} {d.rate / row.rate:>8.1f}" if d and name != "direct" else ""
+        stored = server.stored_per_call() if server else None
+        extra += f" {stored / 1e3:>7.1f}" if stored is not None else ""
         print(f"{c:>5} {mode:<6} {name:<11} {row.p50:>8.2f} {row.p99:>8.2f} {row.rate:>8.0f} {cpu} {extra}", flush=True)
 
     servers: list[Server] = []
@@ -252,7 +259,9 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
         argv += ["--upstream", f"http://127.0.0.1:{up_port}", "--db", f"sqlite:///{tmp}/bench{w}.db"]
         argv += ["--operator-key", "bench", "--workers", str(w)]
         cores = sc | lc if w > 1 else sc  # several workers: every core
-        servers.append(Server("rollwire" if w == 1 else f"rollwire x{w}", argv, port, "", "/health", cores))
+        rollwire = Server("rollwire" if w == 1 else f"rollwire x{w}", argv, port, "", "/health", cores)
+        rollwire.db = Path(tmp) / f"bench{w}.db"
+        servers.append(rollwire)
     if lite_bin:
         port = _port()
         config = f"{tmp}/litellm.yaml"
@@ -288,7 +297,8 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
                         with contextlib.suppress(LoadFailed):  # the row itself then says what fails
                             load({**spec, "requests": 2 * args.turns, "concurrency": 2, "paths": paths[-2:]}, lc)
                         spec["paths"], server.cold = paths[:-2], False
-                    show(c, mode, server.name, spec, server.pid)
+                        server.stored_per_call()  # the row counts its own calls, not these
+                    show(c, mode, server.name, spec, server)
                     code = server.exited()
                     if code is not None:  # it died under that row: the rows after it get a new one
                         print(f"{'':>5} {'':<6} {server.name:<11} {_exited(code)}: started again", flush=True)
@@ -310,6 +320,10 @@ class Server:
         self._proc: subprocess.Popen[Any] | None = None
         self.admin = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer bench"})
         """rollwire's admin API (its rollouts' URLs), on the operator key the bench starts it with."""
+        self.db: Path | None = None
+        """rollwire's SQLite store (None for a server that keeps none)."""
+        self._stored_up_to = 0
+        """The last call id ``stored_per_call`` counted."""
 
     def start(self) -> None:
         self._proc = self._stack.enter_context(process(self.argv, self.health, self.cores))
@@ -326,6 +340,22 @@ class Server:
     def exited(self) -> int | None:
         """Its exit status if it has exited, else None."""
         return self._proc.poll() if self._proc is not None else None
+
+    def stored_per_call(self) -> float | None:
+        """Bytes the store keeps a call for the calls written since the last count (None: no store, no call).
+        Read-only beside the running server: SQLite's WAL lets a reader see every commit without a lock."""
+        if self.db is None:
+            return None
+        grows = ("request_json", "response_json", "prompt_ids", "completion_ids", "completion_logprobs")
+        size = " + ".join(f"length(CAST({c} AS BLOB))" for c in grows)
+        with contextlib.closing(sqlite3.connect(f"file:{self.db}?mode=ro", uri=True)) as conn:
+            calls, stored, last = conn.execute(
+                f"SELECT count(*), sum({size}), max(id) FROM modelcall WHERE id > ?", (self._stored_up_to,)
+            ).fetchone()
+        if not calls:
+            return None
+        self._stored_up_to = last
+        return float(stored) / calls
 
 
 def _exited(code: int) -> str:

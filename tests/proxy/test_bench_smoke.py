@@ -36,6 +36,7 @@ def test_bench_prints_the_table(pace_ms: str) -> None:
     ]
     assert all(float(r[5]) > 0 for r in rows)  # requests/s measured
     assert all(float(r[6]) >= 0 for r in rows if r[2] == "rollwire")  # the proxy's CPU time per request
+    assert all(len(r) == 11 and float(r[10]) > 0 for r in rows if r[2] == "rollwire")  # what its store keeps a call
 
 
 def _bench() -> Any:
