@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,10 +83,12 @@ async def run_with(
     settings: OrchestratorSettings,
     adapter: Any,
     scorer: Scorer | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
 ) -> Progress:
     scheduler = Scheduler(
-        book=book, runtime=runtime, adapter=adapter, scorer=scorer or ExitCodeScorer(), settings=settings, endpoints=ENDPOINTS
-    )
+        book=book, runtime=runtime, adapter=adapter, scorer=scorer or ExitCodeScorer(), settings=settings,
+        endpoints=ENDPOINTS, on_progress=on_progress,
+    )  # fmt: skip
     return await scheduler.run(run)
 
 

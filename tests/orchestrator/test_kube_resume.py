@@ -9,6 +9,7 @@ from fake_cluster import creates, fake_cluster, live_objects
 
 from rollwire.orchestrator.runtimes.kube_api import api_client_from_settings
 from rollwire.orchestrator.runtimes.kubernetes import KubernetesRuntime
+from rollwire.orchestrator.scheduler import Progress
 
 
 @pytest.mark.asyncio
@@ -17,15 +18,24 @@ async def test_restart_mid_run_resumes_without_duplicate_pods(book) -> None:
     adapter = ImageAdapter("img/hold", images={"t0": "img/ok"})  # t0 finishes at once, the rest hold
     settings = k8s_settings()
     orch = orchestrator_settings(concurrency=4)
+    held = anyio.Event()
+
+    def counted(progress: Progress) -> None:
+        """The first wave (t0) finished and the next four are past STARTING -> RUNNING in the store: a pod the
+        kubelet runs is not yet a row the orchestrator has moved, so the kubelet alone is the wrong signal."""
+        if progress.finished >= 4 and progress.running >= 4:
+            held.set()
+
     async with fake_cluster() as (api, url, kubelet):
         with anyio.fail_after(30):
             async with anyio.create_task_group() as group:
                 async def first() -> None:
                     async with KubernetesRuntime(settings, api_client_from_settings(settings, host=url)) as runtime:
-                        await run_with(runtime, book, run, orch, adapter)
+                        await run_with(runtime, book, run, orch, adapter, on_progress=counted)
 
                 group.start_soon(first)
                 await kubelet.wait_for(lambda: len(kubelet.running) >= 4 and len(kubelet.live) == 4 and len(kubelet.seen) > 4)
+                await held.wait()
                 group.cancel_scope.cancel()  # the orchestrator dies; its pods keep running
             before = {row.id: row.status for row in book.rollouts("run-resume")}
             assert "running" in before.values() and "pending" in before.values()
