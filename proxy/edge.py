@@ -15,7 +15,7 @@ from typing import Any
 from rollwire.proxy.dialects.chat import ChatDialect
 from rollwire.proxy.dialects.messages import MessagesDialect
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -62,7 +62,8 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 class ErrorEdge:
     """ASGI middleware: an exception nothing else handled becomes a 500 in the dialect's shape (logged with its
-    traceback); the connection stays open for the client's next request."""
+    traceback); the connection stays open for the client's next request. A client that hung up before its body
+    was read is no error: it is noted, and nothing is sent."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -80,6 +81,10 @@ class ErrorEdge:
 
         try:
             await self.app(scope, receive, tracked)
+        except ClientDisconnect:  # the client left before its request was read: nobody to answer, nothing recorded
+            if started:
+                raise
+            logger.info("client left before its request was read (%s)", scope.get("path", ""))
         except Exception as exc:
             if started:
                 raise

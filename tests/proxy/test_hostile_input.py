@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from rollwire.request_body import read_json_text
 from rollwire.serving import ServerThread
 from rollwire.store import ModelCall, decode_ids, open_engine
 from tests.proxy.conftest import Proxy
@@ -121,6 +124,30 @@ def test_a_bug_is_a_500_in_the_dialect_shape_and_the_connection_stays_usable(bug
         assert not closing
     conn.request("GET", "/ok")
     assert conn.getresponse().read() == b'{"ok":true}' and conn.sock is first
+
+
+def test_a_client_that_leaves_mid_body_is_noted_not_an_error(caplog: pytest.LogCaptureFixture) -> None:
+    """The client closes its connection with its body half sent: nobody is left to answer and nothing was asked
+    of the model, so the edge notes it rather than logging an unhandled error with its traceback."""
+    done = threading.Event()
+
+    async def read(request: Request) -> Response:
+        try:
+            await read_json_text(request, 1 << 20)
+        finally:
+            done.set()
+        return JSONResponse({})
+
+    app = Starlette(routes=[Route("/v1/chat/completions", read, methods=["POST"])], middleware=[Middleware(ErrorEdge)])
+    with caplog.at_level(logging.INFO, logger="rollwire.proxy.edge"), ServerThread(app) as server:
+        url = urlsplit(server.url)
+        with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+            head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
+            sock.sendall(head + b'{"model": "m", "messa')
+        assert done.wait(30), "the route never read the body"
+    # the server has stopped: its handling of that request is over
+    edge = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "rollwire.proxy.edge"]
+    assert edge == [("INFO", "client left before its request was read (/v1/chat/completions)")]
 
 
 @pytest.fixture()
