@@ -9,10 +9,18 @@ the loop with the signals turned into cancellation of the whole run: teardown ha
 cancel scopes, then KeyboardInterrupt is raised once the loop is done (the CLI exits 130). A second signal
 during that teardown falls through to the handler that was there before: pressing Ctrl-C twice still means
 "now".
+
+Cancelling a whole run at once also meets a race in anyio (4.16, asyncio backend): it waits for a raw socket
+(its UNIX socket streams and listeners: the sandbox's endpoint relay) with ``loop.add_reader(sock,
+future.set_result, None)``, and when the waiting task is cancelled in the same pass of the loop in which the
+socket turned ready, the reader still runs, on the cancelled future. asyncio then logs an InvalidStateError
+with its traceback on the way out, though nothing waits on that future any more. The run's loop drops that
+one error (``_late_wakeup``) and hands every other to asyncio's own handler.
 """
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import threading
 from collections.abc import Awaitable, Callable
@@ -55,6 +63,7 @@ def run_interruptible(func: Callable[..., Awaitable[T]], *args: Any) -> T:
         scope.cancel()
 
     async def main() -> T | None:
+        asyncio.get_running_loop().set_exception_handler(_unless_late_wakeup)
         result, error = None, None
         async with anyio.create_task_group() as group:
             await group.start(watch, group.cancel_scope)
@@ -75,6 +84,24 @@ def run_interruptible(func: Callable[..., Awaitable[T]], *args: Any) -> T:
     if interrupted:
         raise KeyboardInterrupt
     return result  # type: ignore[return-value]
+
+
+def _late_wakeup(context: dict[str, Any]) -> bool:
+    """Whether asyncio's error ``context`` is a ``future.set_result`` callback that ran on a future already
+    cancelled: a wake-up that came too late to matter (see the module's docstring)."""
+    callback = getattr(context.get("handle"), "_callback", None)
+    future = getattr(callback, "__self__", None)
+    return (
+        isinstance(context.get("exception"), asyncio.InvalidStateError)
+        and getattr(callback, "__name__", None) == "set_result"
+        and isinstance(future, asyncio.Future)
+        and future.cancelled()
+    )
+
+
+def _unless_late_wakeup(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    if not _late_wakeup(context):
+        loop.default_exception_handler(context)
 
 
 def _restore(handlers: dict[int, Any]) -> None:

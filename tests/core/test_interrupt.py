@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import signal
+import socket
 import subprocess
 import sys
 
@@ -99,3 +102,32 @@ def test_cli_exits_130_under_python_m_when_interrupted_inside_an_exec(tmp_path) 
     argv = [sys.executable, "-m", "interrupted_command"]
     done = subprocess.run(argv, check=False, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 130, done.stderr[-2000:]
+
+
+async def _late_wakeup_race() -> None:
+    """anyio's raw-socket wait, raced as a cancelled run meets it: the socket turns ready in the same pass of the
+    loop that cancels the future its reader will set (the cancel runs first, then the reader)."""
+    loop = asyncio.get_running_loop()
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        future: asyncio.Future[None] = loop.create_future()
+        removed = asyncio.Event()
+        loop.add_reader(ours, future.set_result, None)
+        future.add_done_callback(lambda _: (loop.remove_reader(ours), removed.set()))
+        loop.call_soon(future.cancel)
+        theirs.send(b"x")
+        await removed.wait()
+
+
+@pytest.mark.parametrize("runner", ["anyio.run", "run_interruptible"])
+def test_a_wakeup_on_a_cancelled_future_is_no_error_in_an_interruptible_run(
+    runner: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The race is real (plain ``anyio.run`` logs it with a traceback); ``run_interruptible`` drops only it."""
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        (anyio.run if runner == "anyio.run" else run_interruptible)(_late_wakeup_race)
+    logged = [r for r in caplog.records if r.name == "asyncio"]
+    if runner == "anyio.run":
+        assert len(logged) == 1 and isinstance(logged[0].exc_info[1], asyncio.InvalidStateError)
+    else:
+        assert logged == []
