@@ -9,10 +9,9 @@ from typing import Any
 
 import anyio.to_thread
 from sqlalchemy.engine import Engine
-from sqlmodel import select
 
 from rollwire.errors import InvalidRequest
-from rollwire.store import ModelCall, session_scope
+from rollwire.reconstruct import load_calls
 from rollwire.store.requests import whole_requests
 
 
@@ -25,9 +24,7 @@ def _items(value: Any) -> list[Any]:
 def _stored(engine: Engine, rollout_id: str, response_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """The request and response of the rollout's call that answered ``response_id``. Every call of the rollout
     is read: a call's request may be stored as an edit of an earlier call's (``rollwire.store.requests``)."""
-    with session_scope(engine) as session:
-        query = select(ModelCall).where(ModelCall.rollout_id == rollout_id)
-        rows = list(session.exec(query.order_by(ModelCall.id)).all())  # type: ignore[arg-type]
+    rows = load_calls(engine, rollout_id)
     requests = whole_requests(rows)
     for row, request in zip(reversed(rows), reversed(requests)):
         if row.dialect != "responses":

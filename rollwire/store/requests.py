@@ -12,7 +12,7 @@ order of its fields. Every writer and reader of ``ModelCall.request_json`` goes 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from rollwire.errors import StoreError
@@ -22,7 +22,7 @@ MIN_SAVED = 256
 """Characters an edit must save to be stored as one; a smaller saving is not worth a read of the base."""
 
 _BLOCK = 4096
-"""Characters compared in the first step; each matching step doubles it (see ``common_prefix``)."""
+"""Characters compared in the first step; each matching step doubles it (see ``_alike_run``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,41 +77,32 @@ def _whole(call: ModelCall, whole: Mapping[int, str]) -> str:
 
 
 def common_prefix(a: str, b: str) -> int:
-    """How many characters ``a`` and ``b`` open with alike. Compared in blocks that double while they match,
-    then halved within the block that does not: C-speed comparisons, each character copied a few times at most
-    (a character-by-character loop costs ~15 ms at 300 kB)."""
-    n = min(len(a), len(b))
-    low, step = 0, _BLOCK
-    while low < n:
-        high = min(n, low + step)
-        if not a.startswith(b[low:high], low):
-            break
-        low, step = high, step * 2
-    else:
-        return n
-    while high - low > 1:  # a[:low] == b[:low]; they differ within [low, high)
-        middle = (low + high) // 2
-        if a.startswith(b[low:middle], low):
-            low = middle
-        else:
-            high = middle
-    return low
+    """How many characters ``a`` and ``b`` open with alike."""
+    return _alike_run(min(len(a), len(b)), lambda low, high: a.startswith(b[low:high], low))
 
 
 def common_suffix(a: str, b: str, limit: int) -> int:
-    """How many characters ``a`` and ``b`` close with alike, at most ``limit`` (as ``common_prefix``)."""
+    """How many characters ``a`` and ``b`` close with alike, at most ``limit``."""
     size_a, size_b = len(a), len(b)
+    return _alike_run(limit, lambda low, high: a.endswith(b[size_b - high : size_b - low], 0, size_a - low))
+
+
+def _alike_run(limit: int, alike: Callable[[int, int], bool]) -> int:
+    """The longest run of alike characters from one end, at most ``limit``; ``alike(low, high)``: whether the
+    characters ``low`` to ``high`` from that end are, given that those before ``low`` are. Compared in blocks
+    that double while they match, then halved within the block that does not: C-speed comparisons, each
+    character copied a few times at most (a character-by-character loop costs ~15 ms at 300 kB)."""
     low, step = 0, _BLOCK
     while low < limit:
         high = min(limit, low + step)
-        if not a.endswith(b[size_b - high : size_b - low], 0, size_a - low):
+        if not alike(low, high):
             break
         low, step = high, step * 2
     else:
         return max(limit, 0)
-    while high - low > 1:
+    while high - low > 1:  # alike up to low; they differ within [low, high)
         middle = (low + high) // 2
-        if a.endswith(b[size_b - middle : size_b - low], 0, size_a - low):
+        if alike(low, middle):
             low = middle
         else:
             high = middle
