@@ -5,6 +5,7 @@
     python bench/proxy.py --pace-ms 1 --requests 200      # tokens arrive one at a time, as from an engine
     python bench/proxy.py --system-chars 16000            # a system prompt as long as a real harness's
     python bench/proxy.py --tools 20                      # as many tool definitions as a real harness sends
+    python bench/proxy.py --passthrough                   # and the server stack alone, doing none of rollwire's work
 
 The stub upstream (``proxy_stub.py``) and the load generator (``proxy_load.py``) are bare asyncio HTTP in
 processes of their own, pinned to other cores than the proxy where the machine has them, so the "direct" row
@@ -29,6 +30,11 @@ The conversations open with a one-line system prompt. A real harness sends 10-20
 every call (Claude Code, Codex): ``--system-chars N`` adds that much, so the rows count what a proxy does per
 character of a prompt that every call repeats. ``--tools N`` likewise sends N tool definitions (~1.5k characters
 each) where the default sends one.
+
+``--passthrough`` adds rows for ``proxy_passthrough.py``: uvicorn, Starlette and the proxy's upstream client as
+`rollwire proxy` runs them, passing each call through untouched (nothing rendered, tokenized, parsed or recorded).
+Its CPU time is what a call costs before rollwire does anything, and the closing lines split rollwire's row into
+that and rollwire's own work.
 
 LiteLLM lives in its own venv (``.venv-bench/litellm``, git-ignored; create it with
 ``python3 -m venv .venv-bench/litellm && .venv-bench/litellm/bin/pip install 'litellm[proxy]'``): installing
@@ -204,6 +210,11 @@ def main() -> None:
     parser.add_argument("--litellm", default=None, help=f"LiteLLM proxy executable (default {LITELLM} if present)")
     parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM's rows")
     parser.add_argument(
+        "--passthrough",
+        action="store_true",
+        help="add rows for the server stack alone (bench/proxy_passthrough.py): what a call costs before rollwire's own work",
+    )
+    parser.add_argument(
         "--pace-ms", type=float, default=0.0, help="the stub samples one token every N ms (default 0: all at once)"
     )
     parser.add_argument(
@@ -262,6 +273,10 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
         rollwire = Server("rollwire" if w == 1 else f"rollwire x{w}", argv, port, "", "/health", cores)
         rollwire.db = Path(tmp) / f"bench{w}.db"
         servers.append(rollwire)
+    if args.passthrough:
+        port = _port()
+        argv = [sys.executable, str(HERE / "proxy_passthrough.py"), str(port), f"http://127.0.0.1:{up_port}"]
+        servers.append(Server("passthrough", argv, port, "", "/health", sc))
     if lite_bin:
         port = _port()
         config = f"{tmp}/litellm.yaml"
@@ -376,6 +391,15 @@ def summary(results: dict[tuple[int, str, str], Row | LoadFailed], args: argpars
                 print(f"{c:>5} {mode:<6} rollwire / LiteLLM requests per CPU-second: {lite.cpu_ms / ours.cpu_ms:.1f}x")
             elif ours and not lite:
                 print(f"{c:>5} {mode:<6} litellm: not run (--no-litellm, or not installed: see --litellm)")
+            bare = results.get((c, mode, "passthrough"))
+            whole, stack = (
+                (ours.cpu_ms, bare.cpu_ms) if isinstance(ours, Row) and isinstance(bare, Row) else (None, None)
+            )
+            if whole is not None and stack is not None:
+                own = whole - stack
+                print(
+                    f"{c:>5} {mode:<6} rollwire's own work: {own:.3f} of its {whole:.3f} CPU ms a call (stack: {stack:.3f})"
+                )
             for w in args.workers[1:]:
                 more = results.get((c, mode, f"rollwire x{w}"))
                 if isinstance(ours, Row) and isinstance(more, Row):

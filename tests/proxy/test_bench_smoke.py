@@ -1,4 +1,5 @@
-"""bench/proxy.py runs end to end with a tiny N and prints its table (direct and rollwire rows, both modes), with
+"""bench/proxy.py runs end to end with a tiny N and prints its table (direct, rollwire and pass-through rows, both
+modes), with
 the stub answering at once or paced like an engine (one token per HTTP chunk: the proxy reads a chunked stream)."""
 
 from __future__ import annotations
@@ -20,23 +21,23 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "proxy.py"
 @pytest.mark.parametrize("pace_ms", ["0", "1"])
 def test_bench_prints_the_table(pace_ms: str) -> None:
     argv = [sys.executable, str(BENCH), "--requests", "4", "--concurrency", "1", "2", "--turns", "2", "--no-litellm"]
-    argv += ["--pace-ms", pace_ms]
+    argv += ["--pace-ms", pace_ms, "--passthrough"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = [r for r in (line.split() for line in done.stdout.splitlines()) if r[2:3] in (["direct"], ["rollwire"])]
-    assert [tuple(r[:3]) for r in rows] == [  # each kind of row direct, then through the proxy
-        ("1", "json", "direct"),
-        ("1", "json", "rollwire"),
-        ("1", "stream", "direct"),
-        ("1", "stream", "rollwire"),
-        ("2", "json", "direct"),
-        ("2", "json", "rollwire"),
-        ("2", "stream", "direct"),
-        ("2", "stream", "rollwire"),
+    lines = [line.split() for line in done.stdout.splitlines()]
+    rows = [r for r in lines if r[2:3] in (["direct"], ["rollwire"], ["passthrough"])]
+    assert [tuple(r[:3]) for r in rows] == [  # each kind of row direct, then through the proxy, then passed through
+        (c, mode, name)
+        for c in ("1", "2")
+        for mode in ("json", "stream")
+        for name in ("direct", "rollwire", "passthrough")
     ]
     assert all(float(r[5]) > 0 for r in rows)  # requests/s measured
-    assert all(float(r[6]) >= 0 for r in rows if r[2] == "rollwire")  # the proxy's CPU time per request
+    assert all(float(r[6]) >= 0 for r in rows if r[2] != "direct")  # each server's CPU time per request
     assert all(len(r) == 11 and float(r[10]) > 0 for r in rows if r[2] == "rollwire")  # what its store keeps a call
+    assert all(len(r) == 10 for r in rows if r[2] == "passthrough")  # it keeps no store
+    split = [" ".join(r[:2]) for r in lines if "rollwire's own work:" in " ".join(r)]
+    assert split == ["1 json", "1 stream", "2 json", "2 stream"]  # the closing lines split rollwire's row
 
 
 def _bench() -> Any:
