@@ -392,11 +392,8 @@ def summary(results: dict[tuple[int, str, str], Row | LoadFailed], args: argpars
             elif ours and not lite:
                 print(f"{c:>5} {mode:<6} litellm: not run (--no-litellm, or not installed: see --litellm)")
             bare = results.get((c, mode, "passthrough"))
-            whole, stack = (
-                (ours.cpu_ms, bare.cpu_ms) if isinstance(ours, Row) and isinstance(bare, Row) else (None, None)
-            )
-            if whole is not None and stack is not None:
-                own = whole - stack
+            if isinstance(ours, Row) and isinstance(bare, Row) and ours.cpu_ms is not None and bare.cpu_ms is not None:
+                own, whole, stack = ours.cpu_ms - bare.cpu_ms, ours.cpu_ms, bare.cpu_ms
                 print(
                     f"{c:>5} {mode:<6} rollwire's own work: {own:.3f} of its {whole:.3f} CPU ms a call (stack: {stack:.3f})"
                 )

@@ -7,7 +7,8 @@ upstream client (``rollwire.proxy.upstream_http``). Each chat call's body is rea
 the upstream's ``/v1/chat/completions`` (the stub answers there too), and the answer goes back as it arrives:
 whole, or as the upstream's event stream. No rendering, splicing, tokenizing, parsing of the answer, recording,
 auth or metrics. Its row (``bench/proxy.py --passthrough``) is what a call costs before rollwire does anything:
-the rest of rollwire's row is rollwire's own work.
+the rest of rollwire's row is rollwire's own work. Compare CPU columns: its answers come from the stub's chat
+route (as LiteLLM's do), which under ``--pace-ms`` streams fewer events than a completion and so ends sooner.
 """
 
 from __future__ import annotations

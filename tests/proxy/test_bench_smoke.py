@@ -1,6 +1,6 @@
 """bench/proxy.py runs end to end with a tiny N and prints its table (direct, rollwire and pass-through rows, both
-modes), with
-the stub answering at once or paced like an engine (one token per HTTP chunk: the proxy reads a chunked stream)."""
+modes), with the stub answering at once or paced like an engine (one token per HTTP chunk: the proxy reads a
+chunked stream)."""
 
 from __future__ import annotations
 
