@@ -17,7 +17,8 @@ import json
 import sys
 from collections.abc import AsyncIterator
 
-from rollwire.proxy.upstream_http import Pool, Response, Timeouts
+from rollwire.proxy.upstream import make_client
+from rollwire.proxy.upstream_http import Response
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
@@ -25,10 +26,11 @@ from starlette.responses import Response as HTTPResponse
 from starlette.routing import Route
 
 from rollwire.serving import listening_socket, serve
+from rollwire.settings import ProxySettings
 
 
 def app(upstream: str) -> Starlette:
-    pool = Pool(upstream, Timeouts(connect=10.0, read=600.0, total=600.0))
+    pool = make_client(upstream, ProxySettings().upstream_timeout_s)  # as the proxy makes its own
 
     async def chat(request: Request) -> HTTPResponse:
         body = await request.body()
