@@ -133,8 +133,10 @@ def _wait_healthy(url: str, proc: subprocess.Popen[Any]) -> None:
 
 
 @contextmanager
-def process(argv: list[str], health: str, cores: set[int]) -> Iterator[subprocess.Popen[Any]]:
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def process(
+    argv: list[str], health: str, cores: set[int], env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[Any]]:
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         os.sched_setaffinity(proc.pid, cores)
         _wait_healthy(health, proc)
@@ -187,6 +189,14 @@ def measure(spec: dict[str, Any], server: int | None, cores: set[int]) -> Row:
     before = cpu_seconds(server) if server else 0.0
     latencies, wall = load(spec, cores)
     return Row(latencies, wall, cpu_seconds(server) - before if server else None)
+
+
+def rollwire_argv(port: int, up_port: int, db: Path, workers: int = 1) -> list[str]:
+    """`rollwire proxy` as the bench runs it: on ``port``, in front of the stub, recording to ``db``, its admin API
+    on the operator key ``bench`` (``Server.admin``)."""
+    argv = [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "proxy", "--port", str(port)]
+    argv += ["--upstream", f"http://127.0.0.1:{up_port}", "--db", f"sqlite:///{db}"]
+    return argv + ["--operator-key", "bench", "--workers", str(workers)]
 
 
 def rollouts(admin: httpx.Client, count: int) -> list[str]:
@@ -266,12 +276,11 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
     servers: list[Server] = []
     for w in args.workers:
         port = _port()
-        argv = [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "proxy", "--port", str(port)]
-        argv += ["--upstream", f"http://127.0.0.1:{up_port}", "--db", f"sqlite:///{tmp}/bench{w}.db"]
-        argv += ["--operator-key", "bench", "--workers", str(w)]
+        db = Path(tmp) / f"bench{w}.db"
         cores = sc | lc if w > 1 else sc  # several workers: every core
-        rollwire = Server("rollwire" if w == 1 else f"rollwire x{w}", argv, port, "", "/health", cores)
-        rollwire.db = Path(tmp) / f"bench{w}.db"
+        name = "rollwire" if w == 1 else f"rollwire x{w}"
+        rollwire = Server(name, rollwire_argv(port, up_port, db, w), port, "", "/health", cores)
+        rollwire.db = db
         servers.append(rollwire)
     if args.passthrough:
         port = _port()
@@ -326,8 +335,17 @@ class Server:
     """A server under test, started once for every row (so rows of each server alternate, and a machine whose
     speed drifts over the run slows each server's row of a kind alike), and again if it dies under one."""
 
-    def __init__(self, name: str, argv: list[str], port: int, headers: str, health: str, cores: set[int]) -> None:
-        self.name, self.argv, self.port, self.headers, self.cores = name, argv, port, headers, cores
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        port: int,
+        headers: str,
+        health: str,
+        cores: set[int],
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.name, self.argv, self.port, self.headers, self.cores, self.env = name, argv, port, headers, cores, env
         self.health = f"http://127.0.0.1:{port}{health}"
         self.cold = True
         """No row has run on this process yet (the first is preceded by a few warming calls)."""
@@ -341,7 +359,7 @@ class Server:
         """The last call id ``stored_per_call`` counted."""
 
     def start(self) -> None:
-        self._proc = self._stack.enter_context(process(self.argv, self.health, self.cores))
+        self._proc = self._stack.enter_context(process(self.argv, self.health, self.cores, self.env))
         self.cold = True
 
     def stop(self) -> None:

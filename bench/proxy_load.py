@@ -133,39 +133,61 @@ def _streamed_message(data: bytes) -> dict[str, Any]:
     return message
 
 
+class Conversation:
+    """One rollout's multi-turn tool conversation: each call sends the history so far, and each answer's tool call
+    comes back into it with a tool result, so every call extends the one before."""
+
+    def __init__(self, path: str, system: str, tools: list[dict[str, Any]], stream: bool) -> None:
+        self.path, self.tools, self.stream = path, tools, stream
+        self.messages: list[Any] = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": "List the files, then fix the failing test."},
+        ]
+        self.turn = 0
+
+    def body(self) -> bytes:
+        body = {"model": "stub", "messages": self.messages, "tools": self.tools, "max_tokens": 64}
+        return json.dumps({**body, "stream": self.stream}).encode()
+
+    def answered(self, data: bytes) -> None:
+        """Take the answer to ``body()`` (JSON, or the stream's events) into the history."""
+        message = _streamed_message(data) if self.stream else json.loads(data)["choices"][0]["message"]
+        calls = message.get("tool_calls") or []
+        if not calls:
+            raise SystemExit(f"no tool call in the answer: {message}")
+        self.messages = self.messages + [
+            {k: v for k, v in message.items() if v is not None and k in ("role", "content", "tool_calls")},
+            {"role": "tool", "tool_call_id": calls[0]["id"], "content": f"{RESULT}step {self.turn}\n"},
+        ]
+        self.turn += 1
+
+
+def system_prompt(extra: int) -> str:
+    """``SYSTEM`` and ``extra`` characters of guidance."""
+    return SYSTEM + (GUIDANCE * (extra // len(GUIDANCE) + 1))[:extra] if extra else SYSTEM
+
+
 async def run(spec: dict[str, Any]) -> dict[str, Any]:
     latencies: list[float] = []
     issued = 0
     paths = list(reversed(spec["paths"]))
     stream, turns = spec["stream"], spec["turns"]
     extra = spec.get("system_chars", 0)
-    system = SYSTEM + (GUIDANCE * (extra // len(GUIDANCE) + 1))[:extra] if extra else SYSTEM
+    system = system_prompt(extra)
     tools = harness_tools(spec.get("tools", 1) - 1)
 
     async def chat(conn: Conn) -> None:
         nonlocal issued
         while issued < spec["requests"] and paths:
-            path = paths.pop()
-            messages: list[Any] = [
-                {"role": "system", "content": system},
-                {"role": "user", "content": "List the files, then fix the failing test."},
-            ]
-            for turn in range(turns):
+            conversation = Conversation(paths.pop(), system, tools, stream)
+            for _ in range(turns):
                 if issued >= spec["requests"]:
                     return
                 issued += 1
-                body = {"model": "stub", "messages": messages, "tools": tools, "max_tokens": 64, "stream": stream}
                 start = time.perf_counter()
-                data = await conn.post(path, json.dumps(body).encode())
+                data = await conn.post(conversation.path, conversation.body())
                 latencies.append(time.perf_counter() - start)
-                message = _streamed_message(data) if stream else json.loads(data)["choices"][0]["message"]
-                calls = message.get("tool_calls") or []
-                if not calls:
-                    raise SystemExit(f"no tool call in the answer: {message}")
-                messages = messages + [
-                    {k: v for k, v in message.items() if v is not None and k in ("role", "content", "tool_calls")},
-                    {"role": "tool", "tool_call_id": calls[0]["id"], "content": f"{RESULT}step {turn}\n"},
-                ]
+                conversation.answered(data)
 
     bodies = [
         json.dumps(

@@ -146,3 +146,61 @@ def test_the_loopback_floor_refuses_an_empty_run() -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2
     assert "--round-trips and --bytes must be at least 1" in done.stderr
+
+
+AB = BENCH.parent / "proxy_ab.py"
+
+
+def test_the_ab_bench_prints_a_row_per_round_and_mode_and_a_closing_line_per_mode() -> None:
+    """bench/proxy_ab.py runs HEAD's proxy and the working tree's side by side, each build first in every other
+    round, and averages the rounds."""
+    argv = [sys.executable, str(AB), "--calls", "6", "--rounds", "2", "--modes", "json", "stream"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line.split() for line in done.stdout.splitlines()]
+    rows = [r for r in lines if r[:1] in (["json"], ["stream"])]
+    assert [tuple(r[:3]) for r in rows] == [("json", "1", "base"), ("stream", "1", "base")] + [
+        ("json", "2", "tree"),
+        ("stream", "2", "tree"),
+    ]
+    assert all(float(r[6]) > 0 and float(r[7]) > 0 for r in rows)  # each build's p50 was measured
+    closing = [" ".join(r) for r in lines if r[:1] in (["json:"], ["stream:"])]
+    assert [c.split()[0] for c in closing] == ["json:", "stream:"]
+    assert all("x HEAD's (mean of 2 rounds" in c for c in closing)
+
+
+def test_the_ab_bench_says_which_revision_git_cannot_read() -> None:
+    argv = [sys.executable, str(AB), "--base", "no-such-revision", "--calls", "3", "--rounds", "1"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    assert "cannot read revision 'no-such-revision' from git:" in done.stderr.strip().splitlines()[-1]
+
+
+LAYOUT_PROBE = """
+import subprocess
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import proxy_ab
+dest = proxy_ab.lay_out(proxy_ab.export("HEAD", Path(sys.argv[2]) / "src"), Path(sys.argv[2]) / "built")
+probe = "import rollwire.proxy.app as app, rollwire.store as store; print(app.__file__); print(store.__file__)"
+where = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=proxy_ab.build_env(dest))
+print(dest)
+print(where.stdout, where.stderr)
+"""
+
+
+def test_a_laid_out_revision_is_what_the_proxy_imports(tmp_path: Path) -> None:
+    """A build's copy holds the revision's files as installed subpackages, and a process with it first on
+    PYTHONPATH imports rollwire from it, not from the project's own install (else both builds would be one)."""
+    done = subprocess.run(
+        [sys.executable, "-c", LAYOUT_PROBE, str(BENCH.parent), str(tmp_path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    built, *imported = done.stdout.split()
+    head = subprocess.run(
+        ["git", "-C", str(BENCH.parents[1]), "show", "HEAD:proxy/app.py"], capture_output=True, check=True
+    ).stdout
+    assert (Path(built) / "rollwire" / "proxy" / "app.py").read_bytes() == head
+    assert len(imported) == 2 and all(Path(f).is_relative_to(built) for f in imported), done.stdout
