@@ -10,14 +10,14 @@ core, in front of one stub on another, and one conversation at a time (concurren
 most) whose calls alternate between them, turn by turn. Whatever slows the machine slows both builds' calls alike.
 
 Each round starts both proxies anew, gives each the same conversations (``bench/proxy_load.py``'s multi-turn tool
-calls, recording on) and reads each proxy's CPU time from /proc. Two processes of one build differ by a percent or
-two (where the allocator and the hash seed put things), and in A/A runs (no change in the tree) the build started
-and called second in a round ran ~2% cheaper. So every round has new processes, rounds alternate which build
-goes first, and the closing line averages them: run an even number of rounds (six: the mean of an A/A run came
-within 0.3% of 1). An A/A run is also the way to see this machine's noise.
+calls, recording on) and reads each proxy's CPU time from /proc. Two processes of one build can differ by a
+percent or two, and in A/A runs (no change in the tree) the build started and called second in a round ran
+~1-2% cheaper. So every round has new processes, rounds alternate which build goes first, and the closing line
+averages them: run an even number of rounds (an A/A run's mean came within 0.5% of 1 in four rounds). An A/A run
+is also the way to see this machine's noise.
 
 The two proxies share one core's caches, so a call here costs more CPU than in ``bench/proxy.py``'s rows
-(~1.25 against ~1.05 ms a json call at concurrency 1): read the ratio, not the absolute figures.
+(~1.1-1.3 against ~1.05 ms a json call at concurrency 1): read the ratio, not the absolute figures.
 
 Each build runs from a copy laid out as the installed package is (``setup.py``'s folders as subpackages), so
 the base revision must still run with the flags ``bench/proxy.py`` starts the proxy with.
