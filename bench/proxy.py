@@ -191,6 +191,12 @@ def measure(spec: dict[str, Any], server: int | None, cores: set[int]) -> Row:
     return Row(latencies, wall, cpu_seconds(server) - before if server else None)
 
 
+def stub_argv(port: int, ids: list[int], pace_ms: float = 0.0) -> list[str]:
+    """The stub upstream (``proxy_stub.py``) on ``port``, sampling ``ids`` (``tool_call_ids``), one token every
+    ``pace_ms`` (0: all at once)."""
+    return [sys.executable, str(HERE / "proxy_stub.py"), str(port), ",".join(map(str, ids)), str(pace_ms)]
+
+
 def rollwire_argv(port: int, up_port: int, db: Path, workers: int = 1) -> list[str]:
     """`rollwire proxy` as the bench runs it: on ``port``, in front of the stub, recording to ``db``, its admin API
     on the operator key ``bench`` (``Server.admin``)."""
@@ -241,9 +247,7 @@ def main() -> None:
     ids = tool_call_ids()
     with tempfile.TemporaryDirectory() as tmp:
         up_port = _port()
-        stub_argv = [sys.executable, str(HERE / "proxy_stub.py"), str(up_port), ",".join(map(str, ids))]
-        stub_argv.append(str(args.pace_ms))
-        with process(stub_argv, f"http://127.0.0.1:{up_port}/v1/models", load_cores):
+        with process(stub_argv(up_port, ids, args.pace_ms), f"http://127.0.0.1:{up_port}/v1/models", load_cores):
             table(args, tmp, up_port, lite_bin, server_cores, load_cores)
 
 

@@ -33,7 +33,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tarfile
 import tempfile
 import time
@@ -45,9 +44,11 @@ from pathlib import Path
 import event_loop
 from proxy_load import Conn, Conversation, harness_tools, system_prompt
 
-from proxy import HERE, Server, _cores, _port, cpu_seconds, process, rollouts, rollwire_argv, tool_call_ids
+from proxy import HERE, Server, _cores, _port, cpu_seconds, process, rollouts, rollwire_argv, stub_argv, tool_call_ids
 
 ROOT = HERE.parent
+TURNS = 3
+"""Calls a conversation makes (``bench/proxy.py``'s default ``--turns``)."""
 WARM_CALLS = 60
 """Calls each proxy answers before its first round (imports, first connections, caches)."""
 
@@ -107,7 +108,7 @@ async def alternate(ports: list[int], paths: list[list[str]], conversations: int
     try:
         for n in range(conversations):
             talks = [Conversation(p[n], system, tools, stream) for p in paths]
-            for _ in range(3):
+            for _ in range(TURNS):
                 for conn, talk, spent in zip(conns, talks, latencies):
                     start = time.perf_counter()
                     data = await conn.post(talk.path, talk.body())
@@ -121,7 +122,7 @@ async def alternate(ports: list[int], paths: list[list[str]], conversations: int
 
 
 def round_of(servers: list[Server], calls: int, stream: bool) -> list[Measured]:
-    conversations = math.ceil(calls / 3)
+    conversations = math.ceil(calls / TURNS)
     paths = [[f"/{p}/chat/completions" for p in rollouts(s.admin, conversations)] for s in servers]
     before = [cpu_seconds(s.pid) for s in servers]
     latencies = event_loop.run(alternate([s.port for s in servers], paths, conversations, stream))
@@ -135,8 +136,7 @@ def round_of(servers: list[Server], calls: int, stream: bool) -> list[Measured]:
 def stub() -> Iterator[int]:
     """The stub upstream on the load's cores, for the whole run: its port."""
     up = _port()
-    argv = [sys.executable, str(HERE / "proxy_stub.py"), str(up), ",".join(map(str, tool_call_ids())), "0"]
-    with process(argv, f"http://127.0.0.1:{up}/v1/models", _cores()[1]):
+    with process(stub_argv(up, tool_call_ids()), f"http://127.0.0.1:{up}/v1/models", _cores()[1]):
         yield up
 
 
@@ -159,8 +159,8 @@ def proxies(builds: dict[str, Path], up: int, tmp: Path, round_no: int) -> Itera
 def warm(servers: dict[str, Server], stream: bool) -> None:
     """``WARM_CALLS`` calls to each, one build at a time (warming is not what a round measures)."""
     for server in servers.values():
-        paths = [f"/{p}/chat/completions" for p in rollouts(server.admin, WARM_CALLS // 3)]
-        event_loop.run(alternate([server.port], [paths], WARM_CALLS // 3, stream))
+        paths = [f"/{p}/chat/completions" for p in rollouts(server.admin, WARM_CALLS // TURNS)]
+        event_loop.run(alternate([server.port], [paths], WARM_CALLS // TURNS, stream))
 
 
 def main() -> None:

@@ -40,11 +40,9 @@ def main() -> None:
     ids = bench.tool_call_ids()
     with tempfile.TemporaryDirectory() as tmp:
         up = bench._port()
-        stub = [sys.executable, str(bench.HERE / "proxy_stub.py"), str(up), ",".join(map(str, ids))]
+        stub = bench.stub_argv(up, ids)
         port = bench._port()
-        argv = [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "proxy", "--port", str(port)]
-        argv += ["--upstream", f"http://127.0.0.1:{up}", "--db", f"sqlite:///{tmp}/memory.db"]
-        argv += ["--operator-key", "bench", *args.proxy_args]
+        argv = [*bench.rollwire_argv(port, up, Path(tmp) / "memory.db"), *args.proxy_args]  # theirs come last: they win
         with (
             bench.process(stub, f"http://127.0.0.1:{up}/v1/models", load_cores),
             bench.process(argv, f"http://127.0.0.1:{port}/health", server_cores) as proxy,
