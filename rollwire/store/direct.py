@@ -85,30 +85,35 @@ _Compiled = tuple[str, list[str], dict[str, Callable[[Any], Any]], dict[str, Any
 
 
 class DirectInsert:
-    """``INSERT ... RETURNING id`` of ``table`` (under ``only_if``, if given), compiled once per set of columns."""
+    """``INSERT`` of ``table`` (under ``only_if``, if given) that gives the new id, compiled once per set of columns."""
 
     def __init__(self, table: Table, dialect: Dialect, only_if: Condition | None = None) -> None:
         self._table = table
         self._dialect = dialect
         self._only_if = only_if
+        self._row_id = dialect.name == "sqlite"
+        """SQLite: the new id from the cursor (``lastrowid``, and ``rowcount`` says whether a row went in) rather
+        than ``RETURNING``, which made each insert + commit ~15% dearer (38 us to 33, a model call's row)."""
         self._compiled: dict[tuple[str, ...], tuple[Insert, _Compiled | None]] = {}
         self.driver_error: type[Exception] = dialect.loaded_dbapi.Error
 
     def _build(self, keys: tuple[str, ...]) -> Insert:
-        returning = self._table.c.id
         if self._only_if is None:
-            return insert(self._table).returning(returning)
-        columns = self._table.c
-        values = select(*(bindparam(k, type_=columns[k].type) for k in keys)).select_from(self._only_if.source)
-        source = values.where(self._only_if.where).with_for_update(read=True)
-        return insert(self._table).from_select(list(keys), source).returning(returning)
+            statement = insert(self._table)
+        else:
+            columns = self._table.c
+            values = select(*(bindparam(k, type_=columns[k].type) for k in keys)).select_from(self._only_if.source)
+            source = values.where(self._only_if.where).with_for_update(read=True)
+            statement = insert(self._table).from_select(list(keys), source)
+        return statement if self._row_id else statement.returning(self._table.c.id)
 
     def _statement(self, keys: tuple[str, ...]) -> tuple[Insert, _Compiled | None]:
         if keys not in self._compiled:
             statement = self._build(keys)
             compiled = statement.compile(dialect=self._dialect, column_keys=list(keys))
             direct: _Compiled | None = None
-            if not compiled.insert_prefetch and self._dialect.insert_returning:  # no default to compute here
+            no_default = not compiled.insert_prefetch  # no Python-side default to compute here
+            if no_default and (self._row_id or self._dialect.insert_returning):
                 columns = self._table.c
                 processors = {k: columns[k].type.dialect_impl(self._dialect).bind_processor(self._dialect) for k in keys}
                 constants = {}
@@ -125,7 +130,10 @@ class DirectInsert:
         """The new row's id, inserted in ``connection``'s transaction; None when ``only_if`` kept it out."""
         statement, direct = self._statement(tuple(row))
         if direct is None:
-            found = connection.execute(statement, dict(row)).scalar_one_or_none()
+            result = connection.execute(statement, dict(row))
+            if self._row_id:
+                return int(result.lastrowid) if result.rowcount else None
+            found = result.scalar_one_or_none()
             return int(found) if found is not None else None
         sql, names, processors, constants = direct
         values = {k: (processors[k](v) if k in processors else v) for k, v in row.items()}
@@ -135,6 +143,8 @@ class DirectInsert:
         cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
             cursor.execute(sql, args)
+            if self._row_id:
+                return int(cursor.lastrowid) if cursor.rowcount else None
             found = cursor.fetchone()
         except self.driver_error as exc:  # as SQLAlchemy raises it (OperationalError, IntegrityError, ...)
             raise DBAPIError.instance(sql, args, exc, self.driver_error) from exc

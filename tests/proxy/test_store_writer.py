@@ -20,6 +20,7 @@ from rollwire.store.writer import RowWriter
 
 
 def _row(rollout_id: str = "ro", index: int = 0) -> dict[str, Any]:
+    """A call's row with some columns left to their defaults (inserted through SQLAlchemy's execute)."""
     return {
         "rollout_id": rollout_id,
         "dialect": "chat",
@@ -33,6 +34,16 @@ def _row(rollout_id: str = "ro", index: int = 0) -> dict[str, Any]:
         "started_ns": time.time_ns(),
         "ended_ns": time.time_ns(),
     }
+
+
+def _full_row(rollout_id: str = "ro", index: int = 0) -> dict[str, Any]:
+    """A call's row with every column given, as the proxy writes them (inserted on the driver's cursor)."""
+    return {
+        **_row(rollout_id, index), "requested_model": "m", "served_model": "m", "request_base": None, "request_head": 0,
+        "request_tail": 0, "prompt_base": None, "finish_reason": "stop", "sampling": {}, "policy_version": 0,
+        "segment_index": 0, "segment_break": None, "reused_prefix_len": 0, "line": "main",
+        "max_tokens_requested": None, "max_tokens_granted": None, "error": None, "latency_ms": 0.0,
+    }  # fmt: skip
 
 
 @pytest.fixture()
@@ -52,10 +63,16 @@ def _count(path: str) -> int:
         return int(other.execute("SELECT count(*) FROM modelcall").fetchone()[0])
 
 
-def _commits(engine: Any) -> list[int]:
-    """A list that grows by one at each commit on ``engine``."""
-    seen: list[int] = []
-    event.listen(engine, "commit", lambda conn: seen.append(1))
+def _commits(engine: Any) -> list[str]:
+    """A list that grows by one at each commit on a connection of ``engine`` (as SQLite runs it: SQLAlchemy's
+    commit or the driver's own)."""
+    seen: list[str] = []
+
+    def traced(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.set_trace_callback(lambda sql: seen.append(sql) if sql == "COMMIT" else None)
+
+    event.listen(engine, "connect", traced)
+    engine.dispose()  # connections pooled before are opened again, traced
     return seen
 
 
@@ -64,17 +81,24 @@ async def _crowd(writer: RowWriter, n: int = 3) -> None:
     await asyncio.gather(*(writer.insert([_row(index=i)]) for i in range(n)))
 
 
-def test_rows_are_committed_when_insert_returns(db: str) -> None:
+ROWS = pytest.mark.parametrize("row", [_row, _full_row], ids=["some-columns", "every-column"])
+
+
+@ROWS
+def test_rows_are_committed_when_insert_returns(db: str, row: Any) -> None:
     engine = open_engine(f"sqlite:///{db}")
     writer = RowWriter(engine, ModelCall.__table__)  # type: ignore[attr-defined]
 
     async def main() -> list[int]:
-        first = await writer.insert([_row(), _row(index=1)])
+        first = await writer.insert([row(), row(index=1)])
         assert _count(db) == 2
-        return first + await writer.insert([_row()])
+        return first + await writer.insert([row(index=2)])
 
     ids = asyncio.run(main())
     assert len(set(ids)) == 3 and _count(db) == 3
+    with sqlite3.connect(db) as other:  # each id returned is its own row's
+        found = dict(other.execute("SELECT id, choice_index FROM modelcall").fetchall())
+    assert [found[i] for i in ids] == [0, 1, 2]
     writer.close()
     engine.dispose()
 
@@ -104,14 +128,15 @@ def test_a_held_lock_moves_rows_to_the_thread_without_stalling_the_loop(db: str,
     engine.dispose()
 
 
+@ROWS
 @pytest.mark.parametrize("inline", [True, False])
-def test_a_bad_row_fails_only_its_caller(db: str, inline: bool) -> None:
+def test_a_bad_row_fails_only_its_caller(db: str, inline: bool, row: Any) -> None:
     engine = open_engine(f"sqlite:///{db}")
     writer = RowWriter(engine, ModelCall.__table__, inline=inline)  # type: ignore[attr-defined]
 
     async def main() -> list[Any]:
         return await asyncio.gather(
-            writer.insert([_row()]), writer.insert([_row("no-such-rollout")]), writer.insert([_row()]),
+            writer.insert([row()]), writer.insert([row("no-such-rollout")]), writer.insert([row()]),
             return_exceptions=True,
         )  # fmt: skip
 
@@ -122,26 +147,27 @@ def test_a_bad_row_fails_only_its_caller(db: str, inline: bool) -> None:
     engine.dispose()
 
 
-def test_inserts_that_arrive_together_share_one_commit_and_a_lone_one_waits_for_none(db: str) -> None:
+@ROWS
+def test_inserts_that_arrive_together_share_one_commit_and_a_lone_one_waits_for_none(db: str, row: Any) -> None:
     engine = open_engine(f"sqlite:///{db}")
     writer = RowWriter(engine, ModelCall.__table__)  # type: ignore[attr-defined]
     commits = _commits(engine)
 
     async def main() -> None:
-        await writer.insert([_row()])  # (opens the writer's connection, which commits a setting)
+        await writer.insert([row()])  # (opens the writer's connection, which commits a setting)
         before = len(commits)
-        await _crowd(writer)
+        await asyncio.gather(*(writer.insert([row(index=i)]) for i in range(3)))
         assert len(commits) - before == 3  # the first crowded pass: nobody knew yet, each committed its own
         before = len(commits)
-        ids = await asyncio.gather(*(writer.insert([_row(index=i)]) for i in range(8)))
+        ids = await asyncio.gather(*(writer.insert([row(index=i)]) for i in range(8)))
         assert len(commits) - before == 1 and len({i for group in ids for i in group}) == 8
         assert _count(db) == 12  # committed when the inserts returned
-        gathered = asyncio.ensure_future(writer.insert([_row()]))  # alone in its pass, after a crowded one
+        gathered = asyncio.ensure_future(writer.insert([row()]))  # alone in its pass, after a crowded one
         await asyncio.sleep(0)  # one pass: its rows wait for the next
         assert not gathered.done()
         await gathered
         before = len(commits)
-        lone = asyncio.ensure_future(writer.insert([_row()]))  # the writer has seen a lone pass: it commits at once
+        lone = asyncio.ensure_future(writer.insert([row()]))  # the writer has seen a lone pass: it commits at once
         await asyncio.sleep(0)
         assert lone.done() and len(commits) - before == 1 and _count(db) == 14
 
@@ -150,7 +176,8 @@ def test_inserts_that_arrive_together_share_one_commit_and_a_lone_one_waits_for_
     engine.dispose()
 
 
-def test_in_a_shared_commit_a_bad_row_or_a_refusal_fails_only_its_caller(db: str) -> None:
+@ROWS
+def test_in_a_shared_commit_a_bad_row_or_a_refusal_fails_only_its_caller(db: str, row: Any) -> None:
     def guard(conn: Any, rollout_id: str) -> None:
         if rollout_id == "refused":
             raise Forbidden("rollout refused is finished: nothing more is recorded for it")
@@ -161,8 +188,8 @@ def test_in_a_shared_commit_a_bad_row_or_a_refusal_fails_only_its_caller(db: str
     async def main() -> list[Any]:
         await _crowd(writer)
         return await asyncio.gather(
-            writer.insert([_row()]), writer.insert([_row("no-such-rollout")]), writer.insert([_row("refused")]),
-            writer.insert([_row()]), return_exceptions=True,
+            writer.insert([row()]), writer.insert([row("no-such-rollout")]), writer.insert([row("refused")]),
+            writer.insert([row()]), return_exceptions=True,
         )  # fmt: skip
 
     good, bad, refused, also_good = asyncio.run(main())
