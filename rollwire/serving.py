@@ -66,6 +66,16 @@ proxied call (py-spy). No access log: its line holds the request path, and a rol
 (``rollwire.logging`` kept it at WARNING, so it never printed, yet uvicorn formatted its fields per response)."""
 
 
+def uvicorn_config(app: Any, **options: Any) -> Any:
+    """uvicorn's ``Config`` for ``app`` as every service is served: ``UVICORN_OPTIONS``, and each whole answer in
+    one write (``rollwire.http_writes``)."""
+    import uvicorn
+
+    from rollwire.http_writes import one_write_protocol
+
+    return uvicorn.Config(app, http=one_write_protocol(), **UVICORN_OPTIONS, **options)
+
+
 def serve(app: Any, sock: socket.socket, log_level: str = "warning", lifespan: str = "on") -> int:
     """Serve ``app`` with uvicorn on ``sock`` until a signal stops it; 0 if it started, 1 if not.
 
@@ -79,8 +89,7 @@ def serve(app: Any, sock: socket.socket, log_level: str = "warning", lifespan: s
             if not self.should_exit:
                 settle_heap()
 
-    config = uvicorn.Config(app, log_level=log_level, lifespan=lifespan, **UVICORN_OPTIONS)  # type: ignore[arg-type]
-    server = _Server(config)
+    server = _Server(uvicorn_config(app, log_level=log_level, lifespan=lifespan))
     server.run(sockets=[sock])
     return 0 if server.started else 1
 
@@ -93,7 +102,7 @@ class ServerThread:
 
         self._sock = listening_socket(host, port)
         self.host, self.port = self._sock.getsockname()[:2]
-        config = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=5, **UVICORN_OPTIONS)
+        config = uvicorn_config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=5)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._serve, name=f"uvicorn:{self.port}", daemon=True)
         self._error: BaseException | None = None
@@ -134,4 +143,4 @@ class ServerThread:
         self.stop()
 
 
-__all__ = ["YOUNG_COLLECTION_EVERY", "ServerThread", "listening_socket", "serve", "settle_heap"]
+__all__ = ["YOUNG_COLLECTION_EVERY", "ServerThread", "listening_socket", "serve", "settle_heap", "uvicorn_config"]
