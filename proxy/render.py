@@ -39,6 +39,7 @@ class Renderer:
         names = [t for t in END_OF_TURN if t in vocab] or [tokenizer.eos_token]
         self.end_text: str = names[0]
         self._backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+        self._encode_ids = self._backend_encoder()
         cleans = getattr(tokenizer, "clean_up_tokenization_spaces", True)
         self._decoder = self._backend if not cleans else None
         """Decodes exactly as the wrapper does when it has no clean-up to apply afterwards."""
@@ -94,9 +95,21 @@ class Renderer:
             return key in self._rendered
 
     def encode(self, text: str) -> list[int]:
-        if self._backend is not None:  # the Rust tokenizer itself: the same ids without the wrapper's ~45 us
-            return list(self._backend.encode(text, add_special_tokens=False).ids)
+        if self._encode_ids is not None:
+            return self._encode_ids(text)
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _backend_encoder(self) -> Callable[[str], list[int]] | None:
+        """The Rust tokenizer itself: the same ids without the wrapper's ~45 us. Its batch encoder without offsets
+        (``encode_batch_fast``, tokenizers >= 0.21) skips mapping every token to its characters, which a prompt's
+        ids never use: ~20% of an encode (a tail of 170 characters: 45 us to 35 hot, ~13 us a call in the proxy)."""
+        backend = self._backend
+        if backend is None:
+            return None
+        fast = getattr(backend, "encode_batch_fast", None)
+        if fast is None:
+            return lambda text: list(backend.encode(text, add_special_tokens=False).ids)
+        return lambda text: list(fast([text], add_special_tokens=False)[0].ids)
 
     def decode(self, ids: list[int]) -> str:
         if self._decoder is not None:  # the Rust tokenizer itself: the same text without the wrapper's ~20 us
