@@ -45,6 +45,10 @@ class HeldHeadTransport:
     def get_write_buffer_size(self) -> int:
         return self._transport.get_write_buffer_size() + len(self._held or b"")
 
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
     def close(self) -> None:
         self.flush()
         self._transport.close()

@@ -41,6 +41,9 @@ class Recording(asyncio.Transport):
     def abort(self) -> None:
         self.aborted = True
 
+    def write_eof(self) -> None:
+        self.writes.append(b"<eof>")
+
     def get_write_buffer_size(self) -> int:
         return 0
 
@@ -87,6 +90,10 @@ def test_close_sends_a_held_head_first_and_abort_drops_it() -> None:
         transport.write(HEAD)
         transport.close()
         assert inner.writes == [HEAD] and inner.closed
+        ended, eof = _held()
+        ended.write(HEAD)
+        ended.write_eof()
+        assert eof.writes == [HEAD, b"<eof>"]
         aborted, dropped = _held()
         aborted.write(HEAD)
         aborted.abort()
