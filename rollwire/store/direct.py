@@ -115,7 +115,9 @@ class DirectInsert:
             no_default = not compiled.insert_prefetch  # no Python-side default to compute here
             if no_default and (self._row_id or self._dialect.insert_returning):
                 columns = self._table.c
-                processors = {k: columns[k].type.dialect_impl(self._dialect).bind_processor(self._dialect) for k in keys}
+                processors = {
+                    k: columns[k].type.dialect_impl(self._dialect).bind_processor(self._dialect) for k in keys
+                }
                 constants = {}
                 for bind, name in compiled.bind_names.items():  # beyond the row's columns: the condition's values
                     if name not in keys:

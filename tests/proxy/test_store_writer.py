@@ -200,7 +200,6 @@ def test_in_a_shared_commit_a_bad_row_or_a_refusal_fails_only_its_caller(db: str
     engine.dispose()
 
 
-
 def test_reads_on_the_loop_connection_see_every_commit_and_never_wait(db: str) -> None:
     """``read_inline`` runs on the connection the loop writes with: it sees that writer's rows, rows another
     process committed since, and not rows another writer holds uncommitted, and the lock that writer holds
