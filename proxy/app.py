@@ -28,6 +28,7 @@ from rollwire.proxy.stream import stream_route
 from rollwire.proxy.ui.routes import ui_routes
 from rollwire.proxy.upstream import make_client
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -55,6 +56,8 @@ class ProxyState:
         self.auth = auth
         self.budgets = Budgets(engine, "proxy", read_inline=generator.recorder.writer.read_inline)
         generator.recorder.listeners.append(self.budgets.recorded)
+        self.after_answer = BackgroundTask(generator.recorder.after_answer)
+        """Every generation route's background task: settles the call once its answer has left (one for all)."""
         self._finished = anyio.Event()
 
     async def read_json(self, request: Request) -> Any:
@@ -103,6 +106,19 @@ async def health(request: Request) -> Response:
 async def root(request: Request) -> Response:
     """Claude Code probes ``HEAD /`` before its first call (a 404 there reads as an unreachable API)."""
     return JSONResponse({"status": "ok", "service": "rollwire proxy"})
+
+
+def _settled(scrape: Any) -> Any:
+    """The metrics endpoint, counting the calls whose answers have just left too (``Recorder.settle``)."""
+
+    async def metrics(request: Request) -> Response:
+        proxy: ProxyState | None = getattr(request.app.state, "proxy", None)
+        if proxy is not None:
+            proxy.generator.recorder.settle()
+        response: Response = await scrape(request)
+        return response
+
+    return metrics
 
 
 def _admin(handler: Any) -> Any:
@@ -173,7 +189,7 @@ def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key
         generator = Generator(settings, client, renderer, recorder, tools, reasoning)
         auth = TokenAuth(engine, key, read_inline=recorder.writer.read_inline)
         app.state.proxy = ProxyState(settings, engine, generator, auth)
-        recorder.listeners.append(metrics.recorded)
+        recorder.late_listeners.append(metrics.recorded)
         app.state.proxy.budgets.refused.append(metrics.refused)
         try:
             yield
@@ -184,7 +200,7 @@ def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key
 
     handlers = {RollwireError: rollwire_error, HTTPException: http_error}
     middleware = [Middleware(HttpMetricsMiddleware, metrics=metrics.http, classify=classify), Middleware(ErrorEdge)]
-    routes = [Route("/metrics", metrics_endpoint(metrics.registry), methods=["GET"]), *_routes()]
+    routes = [Route("/metrics", _settled(metrics_endpoint(metrics.registry)), methods=["GET"]), *_routes()]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=middleware)
     app.state.operator_key = key
     app.state.metrics = metrics

@@ -13,8 +13,8 @@ from rollwire.proxy.answer import AnswerStream, Delta
 from rollwire.proxy.auth import Caller
 from rollwire.proxy.conversation import Choice, Conversation, Generation, Sampling
 from rollwire.proxy.dialects.base import Dialect
-from rollwire.proxy.lines import call_line
 from rollwire.proxy.limits import OutputCap, fit_output
+from rollwire.proxy.lines import call_line
 from rollwire.proxy.parsers.base import ReasoningParser, ToolParser, new_id
 from rollwire.proxy.recorder import Recorder
 from rollwire.proxy.render import Renderer
@@ -239,13 +239,11 @@ class Generator:
         status: str = "complete",
         error: str | None = None,
     ) -> list[int]:
-        """One committed ModelCall row per choice; the session's in-memory priors learn the complete ones."""
+        """One committed ModelCall row per choice; the session's in-memory priors learn the complete ones once the
+        recorder settles the call (``Recorder.settle``: after the answer has left)."""
         started, plan = prepared.started, prepared.plan
         ended = now_ns()
-        request_keys = conv.message_keys()
-        tools_key = conv.tools_key()
         rows: list[dict[str, Any]] = []
-        learnt: list[PriorCall | None] = []
         prompt_blob = plan.encoded_prompt()
         stored = stored_prompt(prompt_blob, plan.spliced_from, plan.reused_prefix_len)
         kept = stored_request(request.text, plan.spliced_from, prepared.base_request)
@@ -287,12 +285,19 @@ class Generator:
                     "ended_ns": ended,
                 }
             )
-            blob = prompt_blob + completion_blob
-            written = json_ids_extended(prepared.prompt_json, choice.sampled_ids)
-            learnt.append(
-                self._learnt(dialect, body, choice, request_keys, tools_key, plan, segment, blob, written, request.text)
-            )
-        return await self.recorder.record(rows, learnt)
+
+        def learn() -> list[PriorCall | None]:
+            keys, tools_key, learnt = conv.message_keys(), conv.tools_key(), []
+            for choice, row in zip(generation.choices, rows):
+                blob = prompt_blob + row["completion_ids"]
+                written = json_ids_extended(prepared.prompt_json, choice.sampled_ids)
+                segment = row["segment_index"]
+                learnt.append(
+                    self._learnt(dialect, body, choice, keys, tools_key, plan, segment, blob, written, request.text)
+                )
+            return learnt
+
+        return await self.recorder.record(rows, learn)
 
     @staticmethod
     def _learnt(

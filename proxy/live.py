@@ -135,6 +135,7 @@ class LiveGeneration:
             if not self.recorded:
                 with anyio.CancelScope(shield=True):
                     await self._record_unfinished(failure)
+                self.generator.recorder.settle()  # no answer left to wait for
         if failure is not None:
             yield StreamFailure(failure)
 
@@ -172,6 +173,10 @@ class LiveGeneration:
                 self.caller, self.conv, self.dialect, self.request, body, text, self.prepared, generation
             )
         generation.call_ids.extend(ids)
+        if self.deltas:  # a stream settles now: after its last bytes Starlette still closes a task group, and a
+            # settle there held up the client's next call (+0.06 ms p50 at concurrency 1); a whole answer's route
+            # settles once the answer has left (``Recorder.settle``)
+            self.generator.recorder.settle()
         for c, tail, choice in zip(generation.choices, tails, self.choices):
             yield ChoiceEnd(c, tuple(tail), self._logprobs(choice))
         yield StreamEnd(generation, text)

@@ -74,7 +74,9 @@ async def answer_response(
         try:
             if not conv.stream:
                 body = await generate_whole(state.generator, caller, conv, dialect, request, lambda: _client_left(http))
-                return Response(body or b"", status_code=200 if body is not None else 499, media_type="application/json")
+                status = 200 if body is not None else 499
+                settle = state.after_answer  # once the answer has left: what only later calls need
+                return Response(body or b"", status_code=status, media_type="application/json", background=settle)
             events = (await start_live(state.generator, caller, conv, dialect, request)).events()
         except UpstreamTimeout as exc:
             if "call_deadline_s" not in caller.budgets:

@@ -4,6 +4,7 @@ read back from the store when it calls again: its calls stay exact."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,11 +52,14 @@ def test_cache_stays_bounded_and_evicted_rollouts_splice_exactly(
         rollouts = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": ROLLOUTS}).json()
         clients = [openai.OpenAI(base_url=r["base_url"], api_key="u", max_retries=0) for r in rollouts]
         conversations = [_steps(c, served_model) for c in clients]
-        cache = app.state.proxy.generator.recorder.cache
+        recorder = app.state.proxy.generator.recorder
+        cache, settled = recorder.cache, threading.Semaphore(0)
+        recorder.late_listeners.append(lambda _rollout, _rows: settled.release())  # the cache has learnt the call
         sizes = []
         for _ in range(TURNS):  # round-robin over the rollouts: each call finds its rollout dropped meanwhile
             for conversation in conversations:
                 next(conversation)
+                assert settled.acquire(timeout=30)
                 sizes.append(len(cache))
         assert max(sizes) == kept
         held = [p for known in cache._known.values() for p in known.priors]
