@@ -6,6 +6,7 @@
     python bench/proxy.py --system-chars 16000            # a system prompt as long as a real harness's
     python bench/proxy.py --tools 20                      # as many tool definitions as a real harness sends
     python bench/proxy.py --passthrough                   # and the server stack alone, doing none of rollwire's work
+    python bench/proxy.py --concurrency 1 --modes json --rounds 5   # one kind of row, five samples, pooled
 
 The stub upstream (``proxy_stub.py``) and the load generator (``proxy_load.py``) are bare asyncio HTTP in
 processes of their own, pinned to other cores than the proxy where the machine has them, so the "direct" row
@@ -42,7 +43,10 @@ it into the project's environment would change packages the project shares. With
 
 Every server runs from the first row to the last, and each concurrency and mode runs direct, then every server
 in turn: a shared machine's speed can drift by a fifth within minutes, and rows of a kind that run minutes
-apart would compare the hours, not the servers.
+apart would compare the hours, not the servers. A server's own cost moves too (LiteLLM's json call at
+concurrency 1 cost 8.5-12.5 ms in runs of one hour), so one row pair is one sample: ``--rounds N`` runs each
+concurrency and mode N times in turn and closes with the pooled figures (every request of every round) and the
+rounds' range.
 
 A row that fails (a server refusing or dropping connections) says why, and the others still run. A server
 that died under a row (LiteLLM 1.108.7 once segfaulted at 16 concurrent calls) is named with how it exited and
@@ -178,11 +182,19 @@ def load(spec: dict[str, Any], cores: set[int]) -> tuple[list[float], float]:
 
 class Row:
     def __init__(self, latencies: list[float], wall: float, cpu: float | None) -> None:
+        self.latencies, self.wall, self.cpu = latencies, wall, cpu
         ordered = sorted(latencies)
         self.p50 = statistics.median(ordered)
         self.p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
         self.rate = len(ordered) / wall
         self.cpu_ms = None if cpu is None else cpu / len(ordered) * 1e3
+
+    @classmethod
+    def pooled(cls, rows: list[Row]) -> Row:
+        """Rounds of one row as one: every latency, the summed time and CPU (so each request weighs the same)."""
+        cpus = [r.cpu for r in rows]
+        cpu = None if any(c is None for c in cpus) else sum(c for c in cpus if c is not None)
+        return cls([t for r in rows for t in r.latencies], sum(r.wall for r in rows), cpu)
 
 
 def measure(spec: dict[str, Any], server: int | None, cores: set[int]) -> Row:
@@ -239,9 +251,17 @@ def main() -> None:
     parser.add_argument(
         "--tools", type=int, default=1, help="tool definitions sent with every call, ~1.5k characters each (default 1)"
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run each concurrency and mode's rows this many times in turn, then pool them (default 1)",
+    )
     args = parser.parse_args()
     if args.tools < 1:
         parser.error("--tools must be at least 1: every conversation calls a tool")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     lite_bin = None if args.no_litellm else (args.litellm or (str(LITELLM) if LITELLM.exists() else None))
     server_cores, load_cores = _cores()
     ids = tool_call_ids()
@@ -255,7 +275,7 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
     base = {"host": "127.0.0.1", "turns": args.turns, "requests": args.requests, "prompt": PROMPT}
     base["system_chars"] = args.system_chars
     base["tools"] = args.tools
-    results: dict[tuple[int, str, str], Row | LoadFailed] = {}
+    results: dict[tuple[int, str, str], list[Row | LoadFailed]] = {}
     head = f"{'conc':>5} {'mode':<6} {'path':<11} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} {'cpu ms/req':>10}"
     print(f"{head} {'req/cpu-s':>9} {'added p50':>9} {'direct/x':>8} {'kB/call':>7}", flush=True)
 
@@ -263,11 +283,11 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
         try:
             row = measure(spec, server.pid if server else None, lc)
         except LoadFailed as exc:
-            results[(c, mode, name)] = exc
+            results.setdefault((c, mode, name), []).append(exc)
             print(f"{c:>5} {mode:<6} {name:<11} failed: {exc}", flush=True)
             return
-        results[(c, mode, name)] = row
-        d = results.get((c, mode, "direct"))
+        results.setdefault((c, mode, name), []).append(row)
+        d = results.get((c, mode, "direct"), [None])[-1]  # this round's
         d = d if isinstance(d, Row) else None
         cpu = f"{'':>10} {'':>9}"  # direct: no server of ours to measure
         if row.cpu_ms is not None:  # a short row may finish inside one clock tick of CPU time: 0, printed as such
@@ -306,32 +326,32 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
             running.callback(server.stop)
             running.callback(server.admin.close)
             server.start()
-        for c in args.concurrency:
-            for mode in args.modes:
-                spec = {**base, "kind": "direct", "port": up_port, "paths": ["/v1/completions"], "concurrency": c}
-                spec["requests"] = max(args.requests, c * args.turns)
-                show(c, mode, "direct", {**spec, "stream": mode == "stream"}, None)
-                for server in servers:
-                    spec = {**base, "kind": "chat", "port": server.port, "headers": server.headers, "concurrency": c}
-                    spec["requests"] = max(args.requests, c * args.turns)  # every worker runs whole conversations
-                    count = math.ceil(spec["requests"] / args.turns) + c
-                    paths = (
-                        [f"/{p}/chat/completions" for p in rollouts(server.admin, count)]
-                        if server.name.startswith("rollwire")
-                        else ["/v1/chat/completions"] * count
-                    )
-                    spec = {**spec, "stream": mode == "stream", "paths": paths}
-                    if server.cold:  # warm: imports, first connections
-                        with contextlib.suppress(LoadFailed):  # the row itself then says what fails
-                            load({**spec, "requests": 2 * args.turns, "concurrency": 2, "paths": paths[-2:]}, lc)
-                        spec["paths"], server.cold = paths[:-2], False
-                        server.stored_per_call()  # the row counts its own calls, not these
-                    show(c, mode, server.name, spec, server)
-                    code = server.exited()
-                    if code is not None:  # it died under that row: the rows after it get a new one
-                        print(f"{'':>5} {'':<6} {server.name:<11} {_exited(code)}: started again", flush=True)
-                        server.stop()
-                        server.start()
+        kinds = [(c, mode) for c in args.concurrency for mode in args.modes]
+        for c, mode in (kind for kind in kinds for _ in range(args.rounds)):  # a kind's rounds back to back
+            spec = {**base, "kind": "direct", "port": up_port, "paths": ["/v1/completions"], "concurrency": c}
+            spec["requests"] = max(args.requests, c * args.turns)
+            show(c, mode, "direct", {**spec, "stream": mode == "stream"}, None)
+            for server in servers:
+                spec = {**base, "kind": "chat", "port": server.port, "headers": server.headers, "concurrency": c}
+                spec["requests"] = max(args.requests, c * args.turns)  # every worker runs whole conversations
+                count = math.ceil(spec["requests"] / args.turns) + c
+                paths = (
+                    [f"/{p}/chat/completions" for p in rollouts(server.admin, count)]
+                    if server.name.startswith("rollwire")
+                    else ["/v1/chat/completions"] * count
+                )
+                spec = {**spec, "stream": mode == "stream", "paths": paths}
+                if server.cold:  # warm: imports, first connections
+                    with contextlib.suppress(LoadFailed):  # the row itself then says what fails
+                        load({**spec, "requests": 2 * args.turns, "concurrency": 2, "paths": paths[-2:]}, lc)
+                    spec["paths"], server.cold = paths[:-2], False
+                    server.stored_per_call()  # the row counts its own calls, not these
+                show(c, mode, server.name, spec, server)
+                code = server.exited()
+                if code is not None:  # it died under that row: the rows after it get a new one
+                    print(f"{'':>5} {'':<6} {server.name:<11} {_exited(code)}: started again", flush=True)
+                    server.stop()
+                    server.start()
     summary(results, args)
 
 
@@ -403,28 +423,49 @@ def _exited(code: int) -> str:
     return f"exited with status {code}"
 
 
-def summary(results: dict[tuple[int, str, str], Row | LoadFailed], args: argparse.Namespace) -> None:
+def summary(results: dict[tuple[int, str, str], list[Row | LoadFailed]], args: argparse.Namespace) -> None:
+    """The closing lines, each over every round of its concurrency and mode (pooled: ``Row.pooled``); with
+    ``--rounds`` > 1 the rounds' own range follows the pooled figure."""
+
+    def rows(c: int, mode: str, name: str) -> list[Row] | LoadFailed | None:
+        found = results.get((c, mode, name))
+        if not found:
+            return None
+        failed = [r for r in found if isinstance(r, LoadFailed)]
+        return failed[0] if failed else [r for r in found if isinstance(r, Row)]
+
+    def spread(values: list[float], unit: str) -> str:
+        return f" (rounds: {min(values):.2f}-{max(values):.2f}{unit})" if len(values) > 1 else ""
+
     for c in args.concurrency:
         for mode in args.modes:
-            ours, lite = results.get((c, mode, "rollwire")), results.get((c, mode, "litellm"))
+            ours, lite, direct = rows(c, mode, "rollwire"), rows(c, mode, "litellm"), rows(c, mode, "direct")
             if isinstance(ours, LoadFailed) or isinstance(lite, LoadFailed):
                 print(f"{c:>5} {mode:<6} rollwire / LiteLLM: a row failed (see above); run it again")
-            elif ours and lite and ours.cpu_ms and lite.cpu_ms:
-                print(f"{c:>5} {mode:<6} rollwire / LiteLLM requests per CPU-second: {lite.cpu_ms / ours.cpu_ms:.1f}x")
+            elif ours and lite and all(r.cpu_ms for r in ours + lite):
+                ratio = Row.pooled(lite).cpu_ms / Row.pooled(ours).cpu_ms  # type: ignore[operator]
+                each = [b.cpu_ms / a.cpu_ms for a, b in zip(ours, lite)]  # type: ignore[operator]
+                print(f"{c:>5} {mode:<6} rollwire / LiteLLM requests per CPU-second: {ratio:.1f}x{spread(each, 'x')}")
             elif ours and not lite:
                 print(f"{c:>5} {mode:<6} litellm: not run (--no-litellm, or not installed: see --litellm)")
-            bare = results.get((c, mode, "passthrough"))
-            if isinstance(ours, Row) and isinstance(bare, Row) and ours.cpu_ms is not None and bare.cpu_ms is not None:
-                own, whole, stack = ours.cpu_ms - bare.cpu_ms, ours.cpu_ms, bare.cpu_ms
-                print(
-                    f"{c:>5} {mode:<6} rollwire's own work: {own:.3f} of its {whole:.3f} CPU ms a call (stack: {stack:.3f})"
-                )
+            if args.rounds > 1 and isinstance(ours, list) and isinstance(direct, list) and ours:
+                added = Row.pooled(ours).p50 - Row.pooled(direct).p50
+                each = [a.p50 - d.p50 for a, d in zip(ours, direct)]
+                print(f"{c:>5} {mode:<6} rollwire's added p50, pooled: {added:.2f} ms{spread(each, ' ms')}")
+            bare = rows(c, mode, "passthrough")
+            if isinstance(ours, list) and isinstance(bare, list) and ours and bare:
+                whole, stack = Row.pooled(ours).cpu_ms, Row.pooled(bare).cpu_ms
+                if whole is not None and stack is not None:
+                    print(
+                        f"{c:>5} {mode:<6} rollwire's own work: {whole - stack:.3f} of its {whole:.3f} CPU ms a call "
+                        f"(stack: {stack:.3f})"
+                    )
             for w in args.workers[1:]:
-                more = results.get((c, mode, f"rollwire x{w}"))
-                if isinstance(ours, Row) and isinstance(more, Row):
+                more = rows(c, mode, f"rollwire x{w}")
+                if isinstance(ours, list) and isinstance(more, list) and ours and more:
                     print(
                         f"{c:>5} {mode:<6} rollwire --workers {w} / --workers 1 requests per second: "
-                        f"{more.rate / ours.rate:.2f}x"
+                        f"{Row.pooled(more).rate / Row.pooled(ours).rate:.2f}x"
                     )
 
 
