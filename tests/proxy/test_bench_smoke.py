@@ -63,10 +63,24 @@ def test_a_row_that_cannot_run_says_why_and_the_summary_names_it(capsys: pytest.
     spec |= {"concurrency": 1, "requests": 2, "turns": 1, "stream": False}
     with pytest.raises(bench.LoadFailed, match="exited 1: .*Connect"):
         bench.load(spec, os.sched_getaffinity(0))
-    args = argparse.Namespace(concurrency=[1], modes=["json"], workers=[1])
+    args = argparse.Namespace(concurrency=[1], modes=["json"], workers=[1], rounds=1)
     failed = bench.LoadFailed("load generator exited 1: ConnectionResetError")
-    bench.summary({(1, "json", "rollwire"): bench.Row([1.0], 1.0, 0.001), (1, "json", "litellm"): failed}, args)
+    bench.summary({(1, "json", "rollwire"): [bench.Row([1.0], 1.0, 0.001)], (1, "json", "litellm"): [failed]}, args)
     assert "a row failed (see above)" in capsys.readouterr().out
+
+
+def test_rounds_are_pooled_request_by_request_and_their_range_shown(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--rounds``: the closing ratio is over every request of every round (not a mean of the rounds' ratios),
+    and the rounds' own range follows it; so does the added p50, against each round's direct row."""
+    bench = _bench()
+    args = argparse.Namespace(concurrency=[1], modes=["json"], workers=[1], rounds=2)
+    ours = [bench.Row([1.0] * 100, 1.0, 0.1), bench.Row([1.5] * 300, 1.0, 0.3)]  # 1 CPU ms a call in both
+    lite = [bench.Row([9.0] * 100, 1.0, 0.8), bench.Row([9.0] * 100, 1.0, 1.2)]  # 8, then 12 CPU ms a call
+    direct = [bench.Row([0.1] * 100, 1.0, None), bench.Row([0.1] * 100, 1.0, None)]
+    bench.summary({(1, "json", "rollwire"): ours, (1, "json", "litellm"): lite, (1, "json", "direct"): direct}, args)
+    out = capsys.readouterr().out
+    assert "requests per CPU-second: 10.0x (rounds: 8.00-12.00x)" in out
+    assert "added p50, pooled: 1.40 ms (rounds: 0.90-1.40 ms)" in out  # 300 of the 400 calls took 1.5 ms
 
 
 FLAKY_SERVER = """
