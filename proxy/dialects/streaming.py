@@ -1,5 +1,6 @@
 """What every dialect's stream shares: a renderer turns neutral events into SSE text, one event at a time, for
-a live answer (``render``) and for a finished one (``replay``, the events a live stream would have sent)."""
+a live answer (``render``: sent in as few writes as the events allow) and for a finished one (``replay``, the
+events a live stream would have sent)."""
 
 from __future__ import annotations
 
@@ -37,9 +38,19 @@ def rendered(renderer: Renderer, events: Iterable[StreamEvent]) -> Iterator[str]
 
 
 async def render(renderer: Renderer, events: AsyncIterator[StreamEvent]) -> AsyncIterator[str]:
+    """A live answer's SSE text in as few pieces as its events allow, each piece one write to the client's socket
+    (a system call, and a wake-up of the client): what one event renders goes out together, and a choice's end
+    waits for the event after it, since the live stream yields every choice's end and then the stream's end back
+    to back once the call is committed (``live.LiveGeneration``). A streamed tool call's tail (the call, its finish
+    reason, usage, ``[DONE]``) was four to six writes."""
+    held = ""
     async for event in events:
-        for text in renderer.feed(event):
-            yield text
+        held += "".join(renderer.feed(event))
+        if held and not isinstance(event, ChoiceEnd):
+            yield held
+            held = ""
+    if held:  # the events stopped after a choice's end (a generator closed early): what it rendered still goes
+        yield held
 
 
 __all__ = ["Renderer", "render", "rendered", "replay"]

@@ -13,33 +13,14 @@ import openai
 from rollwire.proxy.app import DIALECTS, create_app
 from rollwire.proxy.recorder import Recorder
 from rollwire.proxy.session import PriorCall
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rollwire.rollouts import RolloutBook
 from rollwire.serving import ServerThread
 from rollwire.settings import ProxySettings
 from rollwire.store import encode_ids, open_engine
+from tests.proxy.asgi_log import SentLog
 from tests.proxy.conftest import OPERATOR_KEY, Proxy
 from tests.proxy.test_store_writer import _full_row
-
-
-class AnswersSent:
-    """Notes, in the server's own order of events, when a generation's last byte has been handed to the socket."""
-
-    def __init__(self, app: ASGIApp, log: list[str]) -> None:
-        self.app, self.log = app, log
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].endswith("/chat/completions"):
-            await self.app(scope, receive, send)
-            return
-
-        async def noted(message: Message) -> None:
-            await send(message)
-            if message["type"] == "http.response.body" and not message.get("more_body", False):
-                self.log.append("answer sent")
-
-        await self.app(scope, receive, noted)
 
 
 def test_a_whole_answer_leaves_before_its_call_settles_and_a_stream_settles_before_its_end(
@@ -50,15 +31,23 @@ def test_a_whole_answer_leaves_before_its_call_settles_and_a_stream_settles_befo
     concurrency 1, ``bench/proxy_ab.py``)."""
     settings = ProxySettings(upstream=engine_url, model=str(tiny_model_dir))
     app = create_app(settings, store_url, tiny_model_dir.parent, operator_key=OPERATOR_KEY)
-    log: list[str] = []
+    log: list[tuple[Any, ...]] = []
     settled = threading.Semaphore(0)
-    with ServerThread(AnswersSent(app, log)) as server:
+    with ServerThread(SentLog(app, log)) as server:
         recorder = app.state.proxy.generator.recorder
 
         def note(rollout_id: str, _rows: Any) -> None:
             known = recorder.cache._known[rollout_id]
-            log.append(f"settled, {len(known.priors)} held")  # the priors are learnt before any late listener
+            log.append(("settled", len(known.priors)))  # the priors are learnt before any late listener
             settled.release()
+
+        def order() -> list[str]:
+            """The log in short: "sent" for an answer's last write, "settled, N held" for a settle."""
+            short = [
+                f"settled, {e[1]} held" if e[0] == "settled" else "sent" for e in log if e[0] != "body" or not e[2]
+            ]
+            log.clear()
+            return short
 
         recorder.late_listeners.append(note)
         admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {OPERATOR_KEY}"}, timeout=60)
@@ -67,11 +56,11 @@ def test_a_whole_answer_leaves_before_its_call_settles_and_a_stream_settles_befo
         first = [{"role": "user", "content": "Say hi."}]
         answer = chat.chat.completions.create(model=served_model, messages=first, max_tokens=4, seed=1)
         assert settled.acquire(timeout=30)
-        assert log == ["answer sent", "settled, 1 held"]
+        assert order() == ["sent", "settled, 1 held"]
         follow = first + [answer.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "More."}]
         list(chat.chat.completions.create(model=served_model, messages=follow, max_tokens=4, seed=2, stream=True))
         assert settled.acquire(timeout=30)
-        assert log[2:] == ["settled, 2 held", "answer sent"]
+        assert order() == ["settled, 2 held", "sent"]
         admin.close()
 
 

@@ -8,8 +8,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
+from rollwire.proxy.app import create_app
 from sqlmodel import select
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -17,9 +19,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from rollwire.serving import ServerThread
+from rollwire.settings import ProxySettings
 from rollwire.store import ModelCall, decode_ids, open_engine, session_scope
 from rollwire.tokenizers import load_tokenizer
-from tests.proxy.conftest import Proxy
+from tests.proxy.asgi_log import SentLog
+from tests.proxy.conftest import OPERATOR_KEY, Proxy
 
 TWO_CALLS = (
     "<think>\nplan it\n</think>\n\n"
@@ -235,3 +239,36 @@ def test_the_engine_reported_version_beats_the_published_one(
     client.chat.completions.create(model="m", messages=MESSAGES)
     trajectory = proxy.admin.get(f"/admin/v1/rollouts/{rollout['id']}/trajectory").json()
     assert set(trajectory["segments"][0]["policy_versions"]) - {-1} == {7}
+
+
+def test_a_streamed_answers_tail_leaves_in_one_write(
+    scripted: tuple[str, Script], tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Reasoning streams as it is sampled; once the call is committed, its tool calls, finish reason, usage and
+    ``[DONE]`` go out as one write (each write is a system call and a wake-up of the client: there were seven)."""
+    url, script = scripted
+    script.text = TWO_CALLS
+    settings = ProxySettings(upstream=url, model=str(tiny_model_dir))
+    app = create_app(settings, f"sqlite:///{tmp_path / 'store.db'}", tmp_path, operator_key=OPERATOR_KEY)
+    log: list[tuple[Any, ...]] = []
+    with ServerThread(SentLog(app, log)) as server:
+        admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {OPERATOR_KEY}"}, timeout=60)
+        rollout = Proxy(server.url, "", admin).new_rollout()
+        client = openai.OpenAI(base_url=rollout["base_url"], api_key="x", max_retries=0)
+        chunks = list(
+            client.chat.completions.create(
+                model="m", messages=MESSAGES, tools=TOOLS, stream=True, stream_options={"include_usage": True}
+            )
+        )
+        admin.close()
+    writes = [body.decode() for _, body, _ in log if body]
+    assert all(w.endswith("\n\n") for w in writes)  # whole events only
+    *streamed, tail = writes
+    events = [json.loads(e[6:]) for w in streamed for e in w.split("\n\n") if e]
+    deltas = [c["delta"] for e in events for c in e["choices"]]
+    assert "".join(d.get("reasoning_content") or "" for d in deltas) == "plan it"  # as sampled, before the tail
+    assert not any(d.get("tool_calls") for d in deltas)
+    # two calls (each its name, then its arguments), the finish reason, usage, [DONE]
+    assert tail.count("data: ") == 7 and tail.endswith("data: [DONE]\n\n")
+    assert '"get_weather"' in tail and '"get_time"' in tail and '"finish_reason":"tool_calls"' in tail
+    assert sum(1 for c in chunks if c.choices and c.choices[0].delta.tool_calls) == 4 and chunks[-1].usage
