@@ -142,7 +142,7 @@ class LiveGeneration:
     async def _stream(self) -> AsyncGenerator[StreamEvent, None]:
         plan = self.prepared.plan
         upstream = self.generator.settings.upstream
-        async for batch in chunks(self.response, upstream, whole=not self.deltas, prompt=self.sent_prompt):
+        async for batch in chunks(self.response, upstream, prompt=self.sent_prompt):
             for chunk in batch:
                 if self.generation is None:
                     version = chunk.weight_version

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from rollwire.compact_json import json_text
 
 
 def data_event(payload: dict[str, Any]) -> str:
-    return f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+    """One ``data:`` event, its payload as compact JSON (orjson's writer: a streamed answer writes one a token)."""
+    return f"data: {json_text(payload)}\n\n"
 
 
 def named_event(name: str, payload: dict[str, Any]) -> str:

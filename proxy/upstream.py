@@ -163,9 +163,9 @@ class _Unfoldable(Exception):
 
 def _folded(datas: list[Any]) -> Chunk:
     """A batch of parsed chunks as one: each choice's ids, logprobs, top logprobs and tokens in order, its last
-    finish reason, its prompt ids, the first chunk's weight version (the one a reader takes). Only for a whole
-    answer, whose reader takes a batch at once (nobody sees its deltas); ``_Unfoldable`` where chunk by chunk
-    would read differently. Later chunks' ids and logprobs are gathered as sent and converted once at the end
+    finish reason, its prompt ids, the first chunk's weight version (the one a reader takes). The reader takes a
+    batch in one pass of the loop, so nothing it sends could go out between the chunks; ``_Unfoldable`` where
+    chunk by chunk would read differently. Later chunks' ids and logprobs are gathered as sent and converted once at the end
     (one token a chunk: a conversion per chunk was most of the fold); anything that fails to convert fails the
     fold, and chunk by chunk then names it."""
     parts: dict[int, ChoiceChunk] = {}
@@ -224,16 +224,20 @@ def _without_echo(payload: bytes, prompt: bytes) -> bytes:
     return payload[:start] + b"null" + payload[end:]
 
 
-def _batch(payloads: list[bytes], whole: bool) -> tuple[list[Chunk], Exception | None]:
+def _batch(payloads: list[bytes]) -> tuple[list[Chunk], Exception | None]:
     """One batch's chunks, and the error that cut it short (the chunks before it still count: what was sampled
-    is recorded). A whole answer's batch is parsed in one pass and folded (``_folded``): a packet of ~30 token
-    chunks then costs ~40% less than chunk by chunk. Anything else, or a batch that does not fold, goes chunk
-    by chunk, which also finds the bad chunk."""
-    if whole and len(payloads) > 1:
+    is recorded). The chunks of a batch arrived together and are read in one pass, so they are parsed in one and
+    folded (``_folded``): a packet of ~30 token chunks then costs ~40% less than chunk by chunk, and a stream
+    sends their text as one delta. A batch that does not fold goes chunk by chunk, which also finds the bad one."""
+    if len(payloads) > 1:
         try:
             return [_folded(orjson.loads(b"[" + b",".join(payloads) + b"]"))], None
         except (_Unfoldable, ValueError, KeyError, TypeError, UpstreamError):
             pass
+    return _one_by_one(payloads)
+
+
+def _one_by_one(payloads: list[bytes]) -> tuple[list[Chunk], Exception | None]:
     out: list[Chunk] = []
     for payload in payloads:
         try:
@@ -313,12 +317,10 @@ async def open_stream(client: Pool, body: dict[str, Any], prompt: bytes | None =
     return Opened(response, prompt)
 
 
-async def chunks(
-    response: Response, base_url: str, whole: bool = False, prompt: bytes | None = None
-) -> AsyncIterator[list[Chunk]]:
+async def chunks(response: Response, base_url: str, prompt: bytes | None = None) -> AsyncIterator[list[Chunk]]:
     """The engine's server-sent events as chunks, up to ``[DONE]``: each batch holds every chunk that had arrived
     (an engine often sends several in one packet; a batch costs one pass of the event loop, not one each).
-    ``whole``: the reader wants the whole answer, not its deltas, so a batch may come folded into one chunk.
+    A batch comes folded into one chunk where it folds (``_batch``).
     ``prompt``: the prompt's ids as sent (``Opened.prompt``); an echo of exactly those bytes is not parsed."""
     try:
         if not response.headers.get("content-type", "").startswith("text/event-stream"):
@@ -335,7 +337,7 @@ async def chunks(
                     done = True
                     continue
                 payloads.append(_without_echo(payload, prompt) if prompt is not None else payload)
-            batch, bad = _batch(payloads, whole)
+            batch, bad = _batch(payloads)
             if batch:
                 yield batch
             if bad is not None:

@@ -4,10 +4,12 @@ samples scripted ids (the tiny random model rarely emits a tool call); deltas mu
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 import httpx
 import openai
 import pytest
@@ -272,3 +274,43 @@ def test_a_streamed_answers_tail_leaves_in_one_write(
     assert tail.count("data: ") == 7 and tail.endswith("data: [DONE]\n\n")
     assert '"get_weather"' in tail and '"get_time"' in tail and '"finish_reason":"tool_calls"' in tail
     assert sum(1 for c in chunks if c.choices and c.choices[0].delta.tool_calls) == 4 and chunks[-1].usage
+
+
+def test_text_streams_as_it_arrives_and_a_packet_of_tokens_is_one_delta(
+    start_proxy: Callable[..., Proxy], tiny_model_dir: Path
+) -> None:
+    """The engine's chunks that arrive together (one packet) are read as one: their text is one delta. A later
+    packet is another: the first delta reaches the client while the engine still holds the rest (the engine
+    here sends its second packet only once the client has the first)."""
+    tokenizer = load_tokenizer(tiny_model_dir)
+    packets = [tokenizer("Hello there", add_special_tokens=False)["input_ids"]]
+    packets.append(tokenizer("! Bye.", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id])
+    client_has_first = threading.Event()
+    waited: list[bool] = []
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model", "max_model_len": 4096}]})
+
+    async def completions(request: Request) -> Response:
+        body = await request.json()
+        events = list(_chunks(body["prompt"], packets[0] + packets[1], None))
+        first, rest = "".join(events[: len(packets[0])]), "".join(events[len(packets[0]) :])
+
+        async def send() -> AsyncIterator[str]:
+            yield first  # one write: the proxy reads these chunks together
+            waited.append(await anyio.to_thread.run_sync(client_has_first.wait, 30))
+            yield rest
+
+        return StreamingResponse(send(), media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/v1/models", models), Route("/v1/completions", completions, methods=["POST"])])
+    with ServerThread(app) as upstream:
+        _, client, _ = _client(start_proxy, upstream.url)
+        deltas = []
+        for chunk in client.chat.completions.create(model="m", messages=MESSAGES, stream=True):
+            text = chunk.choices[0].delta.content if chunk.choices else None
+            if text:
+                deltas.append(text)
+                client_has_first.set()
+    assert waited == [True]  # the engine sent its second packet after the client had the first delta
+    assert deltas == ["Hello there", "! Bye."]

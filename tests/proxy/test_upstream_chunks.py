@@ -11,7 +11,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rollwire.proxy.upstream import Chunk, _batch, _request_bytes, _without_echo
+from rollwire.proxy.upstream import Chunk, _batch, _one_by_one, _request_bytes, _without_echo
 
 
 def _read(chunks: list[Chunk]) -> dict[str, Any]:
@@ -81,21 +81,20 @@ def batches(draw: st.DrawFn) -> list[bytes]:
 @settings(max_examples=300, deadline=None)
 @given(batches())
 def test_a_folded_batch_reads_as_the_same_chunks_one_by_one(payloads: list[bytes]) -> None:
-    folded, folded_error = _batch(payloads, whole=True)
-    one_by_one, error = _batch(payloads, whole=False)
+    folded, folded_error = _batch(payloads)
+    one_by_one, error = _one_by_one(payloads)
     assert _read(folded) == _read(one_by_one)
     assert type(folded_error) is type(error) and str(folded_error) == str(error)
 
 
-def test_a_clean_batch_of_a_whole_answer_is_one_chunk_per_choice() -> None:
+def test_a_clean_batch_is_one_chunk_per_choice() -> None:
     payloads = [
         orjson.dumps({"choices": [{"index": i % 2, "token_ids": [i], "logprobs": {"token_logprobs": [-0.5]}}]})
         for i in range(6)
     ]
-    (chunk,), error = _batch(payloads, whole=True)
+    (chunk,), error = _batch(payloads)
     assert error is None
     assert [(p.index, p.token_ids) for p in chunk.choices] == [(0, [0, 2, 4]), (1, [1, 3, 5])]
-    assert len(_batch(payloads, whole=False)[0]) == 6  # a streamed answer's reader still gets each chunk
 
 
 SENT = [151644, 872, 198, 7, 0]
@@ -120,7 +119,7 @@ def test_an_echo_of_the_prompt_as_sent_is_not_parsed(at_end: bool) -> None:
     assert (b'"prompt_token_ids":' + prompt + (b"}" if at_end else b",")) in payload
     kept = _without_echo(payload, prompt)
     assert orjson.loads(kept)["choices"][0]["prompt_token_ids"] is None
-    (chunk,), error = _batch([kept], whole=True)
+    (chunk,), error = _batch([kept])
     assert error is None and chunk.choices[0].prompt_ids is None and chunk.choices[0].token_ids == [5]
 
 
@@ -144,7 +143,7 @@ def test_the_same_ids_in_another_layout_are_parsed_and_compared() -> None:
     prompt = orjson.dumps(SENT)
     payload = _first_chunk(SENT)
     assert _without_echo(payload, prompt) == payload
-    (chunk,), _ = _batch([payload], whole=True)
+    (chunk,), _ = _batch([payload])
     assert chunk.choices[0].prompt_ids == SENT
 
 
