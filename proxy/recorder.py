@@ -28,10 +28,7 @@ class Recorder:
         self.engine = engine
         self.dialects = dialects
         self.writer = RowWriter(
-            engine,
-            ModelCall.__table__,
-            guard=guard_active,
-            only_if=TAKES_RECORDS,  # type: ignore[attr-defined]
+            engine, ModelCall.__table__, guard=guard_active, only_if=TAKES_RECORDS  # type: ignore[attr-defined]
         )
         self.cache = PriorCache(engine, dialects, shared, read_inline=self.writer.read_inline, **bounds)
         self.listeners: list[Callable[[str, list[dict[str, Any]]], None]] = []
@@ -54,11 +51,7 @@ class Recorder:
             return ids
         if logger.isEnabledFor(logging.DEBUG):
             first = rows[0]
-            fields = {
-                "rollout_id": first["rollout_id"],
-                "call_id": ids[0] if ids else None,
-                "dialect": first["dialect"],
-            }
+            fields = {"rollout_id": first["rollout_id"], "call_id": ids[0] if ids else None, "dialect": first["dialect"]}
             logger.debug("model call recorded (%s, %s)", first["status"], first["finish_reason"], extra=fields)
         for listener in self.listeners:
             listener(rows[0]["rollout_id"], rows)

@@ -165,9 +165,9 @@ def _folded(datas: list[Any]) -> Chunk:
     """A batch of parsed chunks as one: each choice's ids, logprobs, top logprobs and tokens in order, its last
     finish reason, its prompt ids, the first chunk's weight version (the one a reader takes). The reader takes a
     batch in one pass of the loop, so nothing it sends could go out between the chunks; ``_Unfoldable`` where
-    chunk by chunk would read differently. Later chunks' ids and logprobs are gathered as sent and converted once at the end
-    (one token a chunk: a conversion per chunk was most of the fold); anything that fails to convert fails the
-    fold, and chunk by chunk then names it."""
+    chunk by chunk would read differently. Later chunks' ids and logprobs are gathered as sent and converted once
+    at the end (one token a chunk: a conversion per chunk was most of the fold); anything that fails to convert
+    fails the fold, and chunk by chunk then names it."""
     parts: dict[int, ChoiceChunk] = {}
     later: dict[int, tuple[list[Any], list[Any]]] = {}
     for data in datas:
@@ -238,6 +238,7 @@ def _batch(payloads: list[bytes]) -> tuple[list[Chunk], Exception | None]:
 
 
 def _one_by_one(payloads: list[bytes]) -> tuple[list[Chunk], Exception | None]:
+    """``_batch`` chunk by chunk: what a fold must read the same as (``tests/proxy/test_upstream_chunks.py``)."""
     out: list[Chunk] = []
     for payload in payloads:
         try:

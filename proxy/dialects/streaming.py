@@ -41,8 +41,8 @@ async def render(renderer: Renderer, events: AsyncIterator[StreamEvent]) -> Asyn
     """A live answer's SSE text in as few pieces as its events allow, each piece one write to the client's socket
     (a system call, and a wake-up of the client): what one event renders goes out together, and a choice's end
     waits for the event after it, since the live stream yields every choice's end and then the stream's end back
-    to back once the call is committed (``live.LiveGeneration``). A streamed tool call's tail (the call, its finish
-    reason, usage, ``[DONE]``) was four to six writes."""
+    to back once the call is committed (``live.LiveGeneration``). A streamed answer's tail of two tool calls (each
+    call's name and arguments, the finish reason, usage, ``[DONE]``) was seven writes; it is one."""
     held = ""
     async for event in events:
         held += "".join(renderer.feed(event))
