@@ -114,8 +114,8 @@ class LiveGeneration:
         return choice.unsent(self.generator) if self.conv.sampling.top_logprobs is not None else None
 
     def client_left(self) -> None:
-        """The client hung up on a whole answer: drop the upstream connection (the engine stops); the stream then
-        ends as cut short, and what was sampled is recorded as partial."""
+        """The client hung up: drop the upstream connection (the engine stops); the stream then ends as cut short,
+        and what was sampled is recorded as partial."""
         self.gone = True
         self.response.close()
 
@@ -173,10 +173,6 @@ class LiveGeneration:
                 self.caller, self.conv, self.dialect, self.request, body, text, self.prepared, generation
             )
         generation.call_ids.extend(ids)
-        if self.deltas:  # a stream settles now: after its last bytes Starlette still closes a task group, and a
-            # settle there held up the client's next call (+0.06 ms p50 at concurrency 1); a whole answer's route
-            # settles once the answer has left (``Recorder.settle``)
-            self.generator.recorder.settle()
         # back to back, no waiting in between: a dialect's stream sends a choice's end with what follows it
         for c, tail, choice in zip(generation.choices, tails, self.choices):
             yield ChoiceEnd(c, tuple(tail), self._logprobs(choice))

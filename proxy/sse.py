@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterable, Callable
 from typing import Any
+
+from starlette.background import BackgroundTask
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from rollwire.compact_json import json_text
 
@@ -21,4 +27,34 @@ DONE = "data: [DONE]\n\n"
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
-__all__ = ["DONE", "SSE_HEADERS", "data_event", "named_event"]
+
+class EventStreamResponse(StreamingResponse):
+    """A live answer's server-sent events, the client's leaving watched as a whole answer's is: a task waits for
+    ``http.disconnect`` and calls ``left`` (the upstream connection is dropped, the engine stops, and the stream
+    ends as one cut short, recorded as partial). Starlette's ``StreamingResponse`` instead runs the stream beside
+    a listener in a task group and cancels the stream when the client leaves: the group's task and cancel scopes
+    were ~9% of a streamed call's CPU at concurrency 1, and closing the group came between the last byte and the
+    background task (the call's settle, which then held up the client's next call)."""
+
+    def __init__(
+        self, content: AsyncIterable[str], left: Callable[[], None], background: BackgroundTask | None = None
+    ) -> None:
+        super().__init__(content, media_type="text/event-stream", headers=SSE_HEADERS, background=background)
+        self._left = left
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watcher = asyncio.ensure_future(self._watch(receive))
+        try:
+            await self.stream_response(send)
+        finally:
+            watcher.cancel()
+        if self.background is not None:
+            await self.background()
+
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self._left()
+
+
+__all__ = ["DONE", "SSE_HEADERS", "EventStreamResponse", "data_event", "named_event"]

@@ -15,10 +15,10 @@ from rollwire.proxy.dialects.responses import ResponsesDialect
 from rollwire.proxy.dialects.responses_history import expand_previous
 from rollwire.proxy.generate import RequestBody
 from rollwire.proxy.live import generate_whole, start_live
-from rollwire.proxy.sse import SSE_HEADERS
+from rollwire.proxy.sse import EventStreamResponse
 from rollwire.proxy.upstream_http import DEADLINE
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from rollwire.compact_json import json_text
@@ -77,7 +77,7 @@ async def answer_response(
                 status = 200 if body is not None else 499
                 settle = state.after_answer  # once the answer has left: what only later calls need
                 return Response(body or b"", status_code=status, media_type="application/json", background=settle)
-            events = (await start_live(state.generator, caller, conv, dialect, request)).events()
+            live = await start_live(state.generator, caller, conv, dialect, request)
         except UpstreamTimeout as exc:
             if "call_deadline_s" not in caller.budgets:
                 raise
@@ -89,9 +89,8 @@ async def answer_response(
         finally:
             DEADLINE.reset(deadline)
         streaming = True
-        return StreamingResponse(
-            dialect.stream(_held(events, ticket), conv), media_type="text/event-stream", headers=SSE_HEADERS
-        )
+        stream = dialect.stream(_held(live.events(), ticket), conv)
+        return EventStreamResponse(stream, live.client_left, background=state.after_answer)
     finally:
         if not streaming:
             ticket.release()
