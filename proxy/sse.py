@@ -52,9 +52,14 @@ class EventStreamResponse(StreamingResponse):
             await self.background()
 
     async def _watch(self, receive: Receive) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
+        await until_disconnect(receive)
         self._left()
 
 
-__all__ = ["DONE", "SSE_HEADERS", "EventStreamResponse", "data_event", "named_event"]
+async def until_disconnect(receive: Receive) -> None:
+    """Returns once the client hangs up (its request body was read already, so nothing else arrives)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+__all__ = ["DONE", "SSE_HEADERS", "EventStreamResponse", "data_event", "named_event", "until_disconnect"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import anyio.to_thread
@@ -15,7 +16,7 @@ from rollwire.proxy.dialects.responses import ResponsesDialect
 from rollwire.proxy.dialects.responses_history import expand_previous
 from rollwire.proxy.generate import RequestBody
 from rollwire.proxy.live import generate_whole, start_live
-from rollwire.proxy.sse import EventStreamResponse
+from rollwire.proxy.sse import EventStreamResponse, until_disconnect
 from rollwire.proxy.upstream_http import DEADLINE
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -51,12 +52,6 @@ def _capped(conv: Conversation, cap: int | None) -> Conversation:
     return replace(conv, sampling=replace(conv.sampling, max_tokens=cap))
 
 
-async def _client_left(http: Request) -> None:
-    """Returns once the client hangs up (its body was read already, so nothing else arrives)."""
-    while (await http.receive())["type"] != "http.disconnect":
-        pass
-
-
 async def answer_response(
     state: Any, caller: Any, conv: Conversation, dialect: Any, raw: dict[str, Any], text: str | None, http: Request
 ) -> Response:
@@ -73,10 +68,11 @@ async def answer_response(
         deadline = DEADLINE.set(state.budgets.deadline(caller, None))
         try:
             if not conv.stream:
-                body = await generate_whole(state.generator, caller, conv, dialect, request, lambda: _client_left(http))
+                gone = partial(until_disconnect, http.receive)
+                body = await generate_whole(state.generator, caller, conv, dialect, request, gone)
                 status = 200 if body is not None else 499
-                settle = state.after_answer  # once the answer has left: what only later calls need
-                return Response(body or b"", status_code=status, media_type="application/json", background=settle)
+                after = state.after_answer  # settles the call once the answer has left
+                return Response(body or b"", status_code=status, media_type="application/json", background=after)
             live = await start_live(state.generator, caller, conv, dialect, request)
         except UpstreamTimeout as exc:
             if "call_deadline_s" not in caller.budgets:
