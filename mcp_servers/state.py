@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rollwire.errors import InvalidRequest
+from rollwire.rollout_files import read_beneath
 
 ROLLOUT_HEADER = "x-rollwire-rollout"
 """Header carrying the rollout id from the gateway to our servers."""
@@ -90,11 +91,18 @@ class StateStore:
         shutil.rmtree(self.folder(rollout_id), ignore_errors=True)
 
 
-def read_json(path: Path, default: Any) -> Any:
-    """A JSON state file, or ``default`` when it does not exist yet."""
-    if not path.exists():
-        return default
-    return json.loads(path.read_text())
+JSON_MAX_BYTES = 64 << 20
+"""Largest JSON state file read: a mailbox or calendar a rollout filled past it is refused, not loaded."""
+
+
+def read_json(path: Path, default: Any, max_bytes: int = JSON_MAX_BYTES) -> Any:
+    """A JSON state file, or ``default`` when it does not exist yet.
+
+    The rollout may influence its folder (through the workspace server, or a harness sharing it), so the file is
+    read as a rollout-written one: a symlink, FIFO, device, hard link or a file over ``max_bytes`` raises
+    ``RefusedFile`` instead of being followed, blocking the reader or filling memory."""
+    data = read_beneath(path.parent, path.name, max_bytes)
+    return default if data is None else json.loads(data)
 
 
 def write_json(path: Path, value: Any) -> None:
@@ -104,4 +112,13 @@ def write_json(path: Path, value: Any) -> None:
     tmp.replace(path)
 
 
-__all__ = ["ROLLOUT_HEADER", "SECRET_HEADER", "TASK_HEADER", "Seeder", "StateStore", "read_json", "write_json"]
+__all__ = [
+    "JSON_MAX_BYTES",
+    "ROLLOUT_HEADER",
+    "SECRET_HEADER",
+    "TASK_HEADER",
+    "Seeder",
+    "StateStore",
+    "read_json",
+    "write_json",
+]

@@ -18,12 +18,13 @@ import anyio
 
 from rollwire.errors import RollwireError, UpstreamError, UpstreamTimeout
 from rollwire.harness_adapters.base import Adapter, RolloutContext
+from rollwire.orchestrator.checker_process import CheckerLimit
 from rollwire.orchestrator.lifecycle import PlannedRollout, RolloutBook
 from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob, Runtime
 from rollwire.orchestrator.scoring import Scorer, ScoringInput
 from rollwire.settings import OrchestratorSettings
 from rollwire.store.schema import Rollout, RolloutStatus
-from rollwire.trajectory import INFRASTRUCTURE, SETUP
+from rollwire.trajectory import INFRASTRUCTURE, POLICY, SETUP
 
 logger = logging.getLogger(__name__)
 S = RolloutStatus
@@ -245,6 +246,10 @@ class Scheduler:
         item = ScoringInput(row.run_id, row.id, row.task_id or "", token or "", ended.final_answer, ended.exit_code, tail)
         try:
             score = await self._scorer.score(item)
+        except CheckerLimit as exc:  # the rollout's final state drove its checker past a limit: the policy's doing
+            logger.warning("checker limit: %s", exc, extra={"rollout_id": row.id})
+            await self._finish(row, S.SCORING, S.FAILED, error=f"{POLICY}: {exc} on this rollout's final state")
+            return None
         except Exception as exc:  # a checker's bug must not stop the run: record it on the rollout
             logger.exception("checker failed", extra={"rollout_id": row.id})
             await self._finish(row, S.SCORING, S.FAILED, error=f"checker failed: {exc.__class__.__name__}: {exc}")

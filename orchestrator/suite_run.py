@@ -173,7 +173,7 @@ async def run_suite(
     adapter = build_adapter(harness, harness_options)
     from rollwire.orchestrator.suite_scorer import SuiteScorer
 
-    scorer = SuiteScorer(suite, Path(stack.state_root))
+    scorer = SuiteScorer(suite, Path(stack.state_root), orch.checker_timeout_s, orch.checker_max_memory_mb)
     book = RolloutBook(await anyio.to_thread.run_sync(open_engine, stack.db_url))
     run_id = run_id or f"run-{secrets.token_hex(6)}"
     tasks = await anyio.to_thread.run_sync(_resume_tasks, book, run_id, suite, harness, picked)

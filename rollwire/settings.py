@@ -71,6 +71,11 @@ class ProxySettings(BaseModel):
     )
 
 
+QUANTITY = r"^[0-9]*[1-9][0-9]*(\.[0-9]+)?([KMGTPE]i|[kMGTPE])?$"
+"""A Kubernetes storage quantity of at least 1 (``2Gi``, ``500M``): a typo fails at start rather than as every
+rollout's create, and 0 (which the kubelet reads as no limit) is refused."""
+
+
 class KubernetesSettings(BaseModel):
     namespace: str = Field("rollwire", description="Namespace the rollout pods (and the stack) run in.")
     kubeconfig: str = Field("", description="Path of a kubeconfig; empty means in-cluster config, then ~/.kube/config.")
@@ -82,6 +87,23 @@ class KubernetesSettings(BaseModel):
     )
     cpu: str = Field("500m", description="CPU request (and limit) of one rollout pod.")
     memory: str = Field("1Gi", description="Memory request (and limit) of one rollout pod.")
+    ephemeral_storage: str = Field(
+        "4Gi",
+        description="ephemeral-storage request (and limit) of each rollout pod container, so also the pod's total: "
+        "its emptyDirs, logs and writable layer together. Past it the kubelet evicts the pod, which is the "
+        "rollout's own failure (exit 137), never retried.",
+        pattern=QUANTITY,
+    )
+    workspace_size: str = Field(
+        "2Gi",
+        description="sizeLimit of a rollout pod's /workspace emptyDir, its harness's home (past it: evicted, the "
+        "rollout's own failure).",
+        pattern=QUANTITY,
+    )
+    tmp_size: str = Field(
+        "1Gi", description="sizeLimit of a rollout pod's /tmp emptyDir (past it: evicted, the rollout's own failure).",
+        pattern=QUANTITY,
+    )
     service_account: str = Field("rollwire-rollout", description="ServiceAccount rollout pods run as (no API rights).")
     node_selector: dict[str, str] = Field(default_factory=dict, description="nodeSelector for rollout pods.")
     api_retries: int = Field(6, description="Attempts for one API call that answers 429/5xx or cannot connect.")
@@ -102,6 +124,18 @@ class OrchestratorSettings(BaseModel):
     deadline_s: float = Field(900.0, description="Wall-clock limit of one rollout; past it the rollout is timed_out.")
     max_attempts: int = Field(3, description="Attempts per rollout for infrastructure failures (never for a low reward).")
     log_tail_lines: int = Field(50, description="Lines of a rollout's output kept in Rollout.log_tail.")
+    checker_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Wall-clock limit of scoring one rollout; past it the checker is killed and the rollout fails as "
+        "the policy's own doing (its final state made the checker run that long).",
+    )
+    checker_max_memory_mb: int = Field(
+        512,
+        gt=0,
+        description="Memory a rollout's checker may map beyond its preloaded interpreter, MiB (RLIMIT_AS); past it "
+        "the rollout fails as the policy's own doing.",
+    )
     workspace_root: str = Field("", description="Folder for local rollout workspaces; empty means the system temp folder.")
     keep_workspaces: bool = Field(False, description="Keep local rollout workspaces after they finish (debugging).")
     warm_pool: bool = Field(

@@ -1,6 +1,7 @@
 """The sqldb server: one SQLite database per rollout, seeded from the task, that SQL cannot escape.
 
-An authorizer refuses ATTACH/DETACH, every PRAGMA but a few read-only ones, and load_extension; VACUUM
+An authorizer refuses ATTACH/DETACH, creating views and triggers (TEMP ones too: the checker refuses a database
+holding either), every PRAGMA but a few read-only ones, and load_extension; VACUUM
 (incl. VACUUM INTO a file) is refused; a progress handler stops runaway queries. Sizes are bounded per
 rollout: the database file (``max_page_count``), any one string or blob (``SQLITE_LIMIT_LENGTH``), and the
 bytes of rows one query returns (cut, and marked truncated).
@@ -38,8 +39,20 @@ def seed(folder: Path, initial: dict[str, Any]) -> None:
                 conn.execute(f'INSERT INTO "{table}" ({cols}) VALUES ({marks})', list(row.values()))
 
 
+_REFUSED_ACTIONS = {
+    sqlite3.SQLITE_ATTACH,
+    sqlite3.SQLITE_DETACH,
+    sqlite3.SQLITE_CREATE_VIEW,
+    sqlite3.SQLITE_CREATE_TEMP_VIEW,
+    sqlite3.SQLITE_CREATE_TRIGGER,
+    sqlite3.SQLITE_CREATE_TEMP_TRIGGER,
+}
+"""Leaving the database, and code in its schema: a view can stand in for a table the checker reads (a recursive
+one never ends), and a trigger runs on writes the rollout does not see."""
+
+
 def _authorizer(action: int, arg1: str | None, arg2: str | None, _db: str | None, _trigger: str | None) -> int:
-    if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH):
+    if action in _REFUSED_ACTIONS:
         return sqlite3.SQLITE_DENY
     if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() not in _READ_PRAGMAS:
         return sqlite3.SQLITE_DENY

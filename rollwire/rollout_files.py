@@ -1,0 +1,109 @@
+"""Reading a file a rollout wrote, as the platform must: the rollout is an adversary and chose what is there.
+
+A final answer or a checked file sits in a folder the rollout could write. Read with a plain ``open()``, a
+symlink there reads any file of the host (the stack's operator key, a home folder's secrets), a FIFO blocks the
+reading thread forever, a device may block or never end, and a huge file fills memory. ``read_beneath``:
+
+- walks ``relative`` from ``root`` one component at a time with ``O_NOFOLLOW`` (no component may be a symlink,
+  none may be ``..`` or absolute), opening with ``O_PATH`` so nothing is read or triggered by the open;
+- accepts only a regular file with one link (a hard link could name a file the rollout could not write);
+- reads it through its own descriptor with ``O_NONBLOCK``, at most ``max_bytes`` (one byte more tells oversize).
+
+A file that is not there is ``None`` (no answer, not an attack); anything refused raises ``RefusedFile`` with
+one line that says why, which callers record as the rollout's own (policy) failure.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path, PurePosixPath
+
+_KINDS = {
+    stat.S_IFLNK: "a symbolic link",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+}
+
+
+class RefusedFile(Exception):
+    """A rollout-controlled file the platform will not read; ``reason`` is one line (recorded on the rollout)."""
+
+    def __init__(self, relative: str, reason: str) -> None:
+        super().__init__(f"{relative[:200]!r} {reason}")
+        self.reason = f"{relative[:200]!r} {reason}"
+
+
+def _parts(relative: str) -> tuple[str, ...]:
+    path = PurePosixPath(relative)
+    if path.is_absolute() or not path.parts or ".." in path.parts:
+        raise RefusedFile(relative, "is not a plain path inside the rollout's folder")
+    return path.parts
+
+
+def _open_path(name: str, dir_fd: int, relative: str, *, directory: bool) -> int:
+    flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_DIRECTORY if directory else 0)
+    try:
+        return os.open(name, flags, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and directory:
+            raise RefusedFile(relative, "goes through a symbolic link or a non-folder") from None
+        raise
+
+
+def read_beneath(root: Path, relative: str, max_bytes: int) -> bytes | None:
+    """The bytes of ``root/relative`` (a regular file, no symlink on the way, at most ``max_bytes``); None when
+    it is not there; ``RefusedFile`` for anything else. ``root`` is the platform's own folder, not followed."""
+    parts = _parts(relative)
+    try:
+        current = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        for name in parts[:-1]:
+            following = _open_path(name, current, relative, directory=True)
+            os.close(current)
+            current = following
+        found = _open_path(parts[-1], current, relative, directory=False)
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(current)
+    try:
+        return _read_regular(found, relative, max_bytes)
+    finally:
+        os.close(found)
+
+
+def _read_regular(path_fd: int, relative: str, max_bytes: int) -> bytes:
+    info = os.fstat(path_fd)
+    kind = stat.S_IFMT(info.st_mode)
+    if kind != stat.S_IFREG:
+        raise RefusedFile(relative, f"is {_KINDS.get(kind, 'not a regular file')}")
+    if info.st_nlink != 1:
+        raise RefusedFile(relative, f"has {info.st_nlink} hard links")
+    if info.st_size > max_bytes:
+        raise RefusedFile(relative, f"is larger than {max_bytes} bytes")
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    fd = os.open(f"/proc/self/fd/{path_fd}", flags)  # the very inode found above, never a name looked up again
+    try:
+        again = os.fstat(fd)
+        if (again.st_dev, again.st_ino) != (info.st_dev, info.st_ino) or not stat.S_ISREG(again.st_mode):
+            raise RefusedFile(relative, "changed while it was opened")
+        chunks, left = [], max_bytes + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 16))):
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:
+        raise RefusedFile(relative, f"is larger than {max_bytes} bytes")
+    return data
+
+
+__all__ = ["RefusedFile", "read_beneath"]
