@@ -32,12 +32,40 @@ IN_IMAGE_PYTHON = "python"
 """What a host interpreter path in a launch becomes in the pod: each rollout image puts its harness's Python first."""
 """activeDeadlineSeconds = deadline + this: the orchestrator stops pods itself; the kubelet covers a dead orchestrator."""
 
+EVICTED_EXIT_CODE = 137
+"""The exit status recorded for a rollout the kubelet evicted for storage the pod itself used past its limits:
+SIGKILL's (128 + 9), the signal the eviction ends the harness with."""
+
 IMAGE_PULL_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff"})
 """A pull that failed (registry down, rate limit, credentials, a node's network): infrastructure, retried."""
 IMAGE_NAME_ERRORS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
 """An image that cannot be pulled as configured: retrying will not help."""
 CONFIG_ERRORS = frozenset({"CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
-INFRA_REASONS = frozenset({"Evicted", "NodeLost", "Shutdown", "Terminated", "UnexpectedAdmissionError", "NodeAffinity"})
+START_ERRORS = frozenset({"StartError", "ContainerCannotRun"})
+"""A container the runtime could not start (no such command, exec format): set-up, the policy never ran."""
+INFRA_REASONS = frozenset(
+    {"Evicted", "NodeLost", "Shutdown", "Terminated", "UnexpectedAdmissionError", "NodeAffinity", "Preempting"}
+)
+"""Pod-level reasons the platform writes when it ends a pod for reasons of its own (node pressure, a node lost or
+shut down, the kubelet preempting it for a critical pod): retried, except the own-storage evictions below."""
+CONTAINER_LOST = "ContainerStatusUnknown"
+"""The kubelet's placeholder (exit 137) for a container it could no longer find: the node lost it, not the harness."""
+
+OWN_STORAGE_EVICTIONS = (
+    re.compile(r'Usage of EmptyDir volume "[^"]+" exceeds the limit "[^"]+"\.\s*'),
+    re.compile(r'Container \S+ exceeded its local ephemeral storage limit "[^"]+"\.\s*'),
+    re.compile(r"Pod ephemeral local storage usage exceeds the total limit of containers \S+\.\s*"),
+)
+"""The kubelet's messages (``pkg/kubelet/eviction/helpers.go``: ``emptyDirMessageFmt``,
+``containerEphemeralStorageMessageFmt``, ``podEphemeralStorageMessageFmt``) for a pod past its own emptyDir
+sizeLimit, a container's ephemeral-storage limit, or the pod's total: storage the rollout itself wrote."""
+_NODE_LOW = re.compile(r"The node was low on resource: (?P<resource>[\w./-]+)\.(?: |$)")
+_OVER_REQUEST = re.compile(
+    r"Container (?P<container>\S+) was using \S+, "
+    r"(?:request is \S+, has larger consumption of (?P<resource>[\w./-]+)|which exceeds its request of \S+)\.(?: |$)"
+)
+"""A node-pressure eviction that names a container using more than it requested (``containerMessageFmt``, in its
+current and its older form)."""
 
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -148,6 +176,23 @@ def container_security() -> dict[str, Any]:
     }
 
 
+def container_resources(settings: KubernetesSettings) -> dict[str, Any]:
+    """Requests = limits for every rollout container: Guaranteed QoS (the node's OOM killer takes it last), and the
+    scheduler reserves all the disk a rollout may fill, so one that fills it cannot push its node into disk
+    pressure and have its neighbours (or itself) evicted as an infrastructure failure."""
+    amounts = {"cpu": settings.cpu, "memory": settings.memory, "ephemeral-storage": settings.ephemeral_storage}
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def scratch_volumes(settings: KubernetesSettings) -> list[dict[str, Any]]:
+    """The workspace and /tmp emptyDirs, each with a sizeLimit: past it the kubelet evicts the pod, with a message
+    that names the volume (``OWN_STORAGE_EVICTIONS``), so a rollout that fills its disk fails as itself."""
+    return [
+        {"name": "workspace", "emptyDir": {"sizeLimit": settings.workspace_size}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": settings.tmp_size}},
+    ]
+
+
 def build_pod(job: RolloutJob, settings: KubernetesSettings, owner: Mapping[str, Any]) -> dict[str, Any]:
     """One rollout Pod: the adapter's image, env (by Secret reference) and command, fenced by resources and a deadline."""
     launch = job.launch
@@ -155,8 +200,7 @@ def build_pod(job: RolloutJob, settings: KubernetesSettings, owner: Mapping[str,
     secret = secret_name(job.rollout_id)
     env = [{"name": "ROLLWIRE_WORKSPACE", "value": WORKSPACE}, {"name": "HOME", "value": WORKSPACE}]
     env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}} for key in sorted(launch.env)]
-    resources = {"cpu": settings.cpu, "memory": settings.memory}
-    volumes: list[dict[str, Any]] = [{"name": "workspace", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}]
+    volumes = scratch_volumes(settings)
     init: list[dict[str, Any]] = []
     if launch.files:
         items = [{"key": key, "path": path} for key, path in _file_keys(job).items()]
@@ -171,7 +215,7 @@ def build_pod(job: RolloutJob, settings: KubernetesSettings, owner: Mapping[str,
                     {"name": "workspace", "mountPath": WORKSPACE},
                     {"name": "files", "mountPath": FILES_MOUNT, "readOnly": True},
                 ],
-                "resources": {"requests": dict(resources), "limits": dict(resources)},
+                "resources": container_resources(settings),
                 "securityContext": container_security(),
             }
         )
@@ -203,8 +247,10 @@ def rollout_pod(
 ) -> dict[str, Any]:
     """The Pod every rollout runs in (a cold one or a warm pool's): one harness container with the workspace and
     /tmp, hardened (no token, non-root, no escalation), fenced by resources and ``lifetime_s``; ``mounts`` are
-    added to the harness container's workspace and /tmp."""
-    resources = {"cpu": settings.cpu, "memory": settings.memory}
+    added to the harness container's workspace and /tmp. Every emptyDir must carry a sizeLimit (``scratch_volumes``)."""
+    unbounded = [v["name"] for v in volumes if "emptyDir" in v and not (v["emptyDir"] or {}).get("sizeLimit")]
+    if unbounded:
+        raise ValueError(f"rollout pod emptyDir volumes without a sizeLimit: {', '.join(unbounded)}")
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "activeDeadlineSeconds": lifetime_s,
@@ -222,7 +268,7 @@ def rollout_pod(
                 "command": command,
                 "workingDir": WORKSPACE,
                 "env": env,
-                "resources": {"requests": dict(resources), "limits": dict(resources)},
+                "resources": container_resources(settings),
                 "volumeMounts": [
                     {"name": "workspace", "mountPath": WORKSPACE},
                     {"name": "tmp", "mountPath": "/tmp"},
@@ -268,11 +314,51 @@ def pod_is_running(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running"
 
 
+def own_storage_eviction(status: Mapping[str, Any]) -> bool:
+    """Whether the kubelet evicted the pod for disk the pod itself filled, read from the pod's status alone (the
+    reason and message the kubelet writes; a rollout pod has no token and no API rights, so it cannot write them).
+
+    Past a limit of its own (an emptyDir's sizeLimit, its ephemeral-storage limit), or named by a node-pressure
+    eviction as using more ephemeral storage than it requested: requests equal limits (``container_resources``),
+    so that too is storage past its own limit. The container's termination message is the harness's own text and is
+    never read here."""
+    if status.get("reason") != "Evicted":
+        return False
+    message = status.get("message") or ""
+    if any(pattern.fullmatch(message) for pattern in OWN_STORAGE_EVICTIONS):
+        return True
+    low = _NODE_LOW.match(message)
+    if low is None:
+        return False
+    return any(
+        over["container"] == HARNESS and (over["resource"] or low["resource"]) == "ephemeral-storage"
+        for over in _OVER_REQUEST.finditer(message, low.end())
+    )
+
+
+def _disruption(pod: Mapping[str, Any]) -> str:
+    """Why the platform is taking the pod away (a drain, a scheduler's preemption, a taint, a node-pressure
+    eviction): its DisruptionTarget condition or its deletion; '' when nothing is. The orchestrator deletes a pod
+    only once its verdict is in, so a deletion seen before that is someone else's."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            return f"{condition.get('reason') or 'disrupted'}: {condition.get('message') or ''}".rstrip(": ")
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return "deleted by another client"
+    return ""
+
+
 def pod_verdict(pod: Mapping[str, Any]) -> Ended | None:
-    """How a Pod ended, from its status alone; None while it is still pending or running normally."""
+    """How a Pod ended, from its status alone; None while it is still pending or running normally.
+
+    Whose failure it is decides training: EXITED (non-zero) and TIMED_OUT are the policy's and train with the
+    failure reward; LOST (the platform's) is retried and never scored; FAILED (set-up) is neither. Only what the
+    platform writes decides it (phase, pod reason and message, conditions, a container's terminated reason and
+    exit code), never the termination message, which the harness writes."""
     status = pod.get("status") or {}
     phase = status.get("phase") or "Pending"
     reason = status.get("reason") or ""
+    message = status.get("message") or ""
     if phase in ("Pending", "Running"):
         return _waiting_failure(status.get("initContainerStatuses") or [], "workspace-files") or _waiting_failure(
             status.get("containerStatuses") or [], HARNESS
@@ -284,15 +370,26 @@ def pod_verdict(pod: Mapping[str, Any]) -> Ended | None:
         return Ended(EndKind.EXITED, exit_code=int(code or 0), final_answer=answer)
     if reason == "DeadlineExceeded":
         return Ended(EndKind.TIMED_OUT, exit_code=code, reason="activeDeadlineSeconds exceeded", final_answer=answer)
+    if own_storage_eviction(status):
+        why = f"evicted: {message.strip()}"
+        return Ended(EndKind.EXITED, exit_code=EVICTED_EXIT_CODE, reason=why, final_answer=answer)
     if reason in INFRA_REASONS:
-        return Ended(EndKind.LOST, reason=f"pod {reason.lower()}: {status.get('message') or ''}".rstrip(": "))
+        return Ended(EndKind.LOST, reason=f"pod {reason.lower()}: {message}".rstrip(": "))
+    disruption = _disruption(pod)
+    if disruption:
+        return Ended(EndKind.LOST, reason=f"pod disrupted ({disruption})")
+    detail = terminated.get("reason")
+    if detail == CONTAINER_LOST:
+        return Ended(EndKind.LOST, reason=f"the node lost the harness container ({CONTAINER_LOST})")
+    if detail in START_ERRORS:
+        why = str(terminated.get("message") or "")[:500]  # the runtime's start error: the harness never ran
+        return Ended(EndKind.FAILED, reason=f"{HARNESS} could not start ({detail}): {why}".rstrip(": "))
     if code is not None:
-        detail = terminated.get("reason")
         return Ended(EndKind.EXITED, exit_code=int(code), reason=detail, final_answer=answer)
     init_failed = _terminated_init(pod)
     if init_failed:
         return Ended(EndKind.FAILED, reason=f"workspace files could not be copied: {init_failed}")
-    return Ended(EndKind.LOST, reason=f"pod failed without an exit status: {reason or status.get('message') or phase}")
+    return Ended(EndKind.LOST, reason=f"pod failed without an exit status: {reason or message or phase}")
 
 
 def _terminated_init(pod: Mapping[str, Any]) -> str:
@@ -304,11 +401,14 @@ def _terminated_init(pod: Mapping[str, Any]) -> str:
 
 
 __all__ = [
+    "EVICTED_EXIT_CODE",
     "HARNESS",
     "MANAGED",
     "build_pod",
     "build_secret",
+    "container_resources",
     "label_value",
+    "own_storage_eviction",
     "owner_reference",
     "pod_is_running",
     "pod_name",
@@ -316,6 +416,7 @@ __all__ = [
     "rollout_pod",
     "run_configmap",
     "run_configmap_name",
+    "scratch_volumes",
     "secret_name",
     "selector",
 ]

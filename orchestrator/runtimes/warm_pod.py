@@ -1,13 +1,13 @@
 """Pure translations for the Kubernetes warm pool: a ready pod that waits for its rollout, the claim that hands it one.
 
-A warm pod is a rollout pod started before its rollout exists: same image, resources and security as
-``build_pod``, but its command is a POSIX-shell waiter that watches a Secret volume (``optional``, so the pod
-starts without it). Claiming it is two API calls, as a cold start is: create the claim Secret (the rollout's
-env, files and command as a ``launch.sh``), then patch the pod's labels and annotations (the rollout's, which
-also makes the kubelet sync the pod and so project the Secret at once rather than at its next resync) and
-shorten its ``activeDeadlineSeconds`` to the rollout's deadline. The waiter then copies the files into the
-workspace, runs the command there, and leaves the final answer where the termination message is read.
-No I/O here; ``kube_pool`` does the calls.
+A warm pod is a rollout pod started before its rollout exists: same image, resources (storage limits included)
+and security as ``build_pod``, but its command is a POSIX-shell waiter that watches a Secret volume
+(``optional``, so the pod starts without it). Claiming it is two API calls, as a cold start is: create the
+claim Secret (the rollout's env, files and command as a ``launch.sh``), then patch the pod's labels and
+annotations (the rollout's, which also makes the kubelet sync the pod and so project the Secret at once rather
+than at its next resync) and shorten its ``activeDeadlineSeconds`` to the rollout's deadline. The waiter then
+copies the files into the workspace, runs the command there, and leaves the final answer where the termination
+message is read. No I/O here; ``kube_pool`` does the calls.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from rollwire.orchestrator.runtimes.pod_spec import (
     pod_argv,
     pod_image,
     rollout_pod,
+    scratch_volumes,
 )
 from rollwire.settings import KubernetesSettings
 
@@ -56,8 +57,7 @@ def build_warm_pod(
     """A pool pod for ``image``: it lives at most ``warm_pool_idle_s`` unclaimed plus one rollout's deadline."""
     lifetime = settings.warm_pool_idle_s + max(1, math.ceil(deadline_s)) + DEADLINE_BACKSTOP_S
     volumes = [
-        {"name": "workspace", "emptyDir": {}},
-        {"name": "tmp", "emptyDir": {}},
+        *scratch_volumes(settings),
         {"name": "claim", "secret": {"secretName": claim_secret_name(name), "optional": True}},
     ]
     return rollout_pod(
