@@ -56,6 +56,9 @@ class Launch:
     image: str | None = None  # container image for Kubernetes; None means the configured default
     deadline_s: float | None = None  # None means the orchestrator's deadline
     final_answer_path: str = DEFAULT_FINAL_ANSWER  # workspace-relative
+    nested_sandbox: bool = False
+    """The harness builds a sandbox of its own at its defaults (Codex CLI's bubblewrap): the local runtime's
+    sandbox then lets it make namespaces inside (``orchestrator/runtimes/seccomp.py``)."""
 
     def __post_init__(self) -> None:
         if not self.argv:

@@ -134,6 +134,7 @@ class CodexAdapter:
             files={f"{CODEX_HOME}/config.toml": config},
             final_answer_path=FINAL_ANSWER,
             image=self.image,
+            nested_sandbox=True,  # at its defaults Codex runs each command in a bubblewrap sandbox of its own
         )
 
 

@@ -235,6 +235,9 @@ class Scheduler:
             await self._finish(row, S.RUNNING, S.TIMED_OUT, error=ended.reason or "deadline exceeded", **facts)
         elif ended.kind == EndKind.FAILED:
             await self._finish(row, S.RUNNING, S.FAILED, error=f"{SETUP}: {ended.reason or 'could not run'}", **facts)
+        elif ended.answer_refused is not None:  # the rollout left something the platform will not read
+            error = f"{POLICY}: final answer refused: {ended.answer_refused}"
+            await self._finish(row, S.RUNNING, S.FAILED, error=error, **facts)
         elif ended.exit_code != 0:
             error = f"harness exited with status {ended.exit_code}" + (f" ({ended.reason})" if ended.reason else "")
             await self._finish(row, S.RUNNING, S.FAILED, error=error, **facts)

@@ -46,6 +46,9 @@ class Ended:
     exit_code: int | None = None
     reason: str | None = None
     final_answer: str | None = None
+    answer_refused: str | None = None
+    """Why the runtime would not read the rollout's final answer (a symlink, a FIFO, an oversize file, ...): the
+    rollout made it so, and it fails as the policy's failure."""
 
 
 @runtime_checkable

@@ -9,7 +9,12 @@ SIGCHLD wake-up pipe. It speaks JSON lines with the orchestrator (``warm_pool.Wa
 - each request ``{"id", "argv", "env", "cwd", "log"}`` is answered ``{"id", "pid"}`` (or ``{"id", "error"}``);
 - each child's end is reported ``{"pid", "code"}`` (``code`` as ``subprocess`` reports it: ``-N`` for signal N);
 - in a sandbox (``--sandboxed``), ``{"id", "reset": true}`` ends what the last rollout left, answered
-  ``{"id", "reset": ok}``; the server is then not dumpable (a rollout cannot ptrace it), its children are.
+  ``{"id", "reset": ok}``; the server is then not dumpable (a rollout cannot open its descriptors through
+  ``/proc`` or read its memory), its children are.
+
+The lines travel over stdin/stdout, or with ``--control PATH`` over a unix socket the server connects to once
+(a sandboxed slot: no process the rollout can reach holds the channel; the orchestrator stops listening as soon
+as the server is connected, so nothing else can connect after it).
 
 A child becomes what ``python -m MODULE ARGS`` would be: its own session (the runtime kills the group),
 cwd, ``os.environ`` replaced by the request's env, stdin from /dev/null, stdout/stderr to the log file, the
@@ -32,6 +37,7 @@ import runpy
 import selectors
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -42,6 +48,8 @@ from typing import Any
 
 SANDBOXED_FLAG = "--sandboxed"
 """Given by ``sandbox_pool``: the server runs alone in a rollout sandbox and may ``reset`` it between rollouts."""
+CONTROL_FLAG = "--control"
+"""``--control PATH``: speak over the unix socket at PATH instead of stdin/stdout."""
 
 
 def _send(fd: int, message: dict[str, Any]) -> None:
@@ -160,11 +168,11 @@ class Server:
     def reset(self, request: dict[str, Any]) -> None:
         """Between two rollouts in one sandbox (``sandbox_pool``): end every process the last one left, empty
         /dev/shm. Only inside a bwrap pid namespace, where /proc lists the sandbox's processes and no others."""
-        init = Path("/proc/1/cmdline").read_bytes().split(b"\0")[0]
-        if not self.sandboxed or os.path.basename(init) != b"bwrap":
+        init = Path("/proc/1/cmdline").read_bytes()
+        if not self.sandboxed or os.getppid() != 1 or b"sandbox_init.py" not in init:
             _send(self.control_out, {"id": request.get("id"), "error": "reset outside a sandbox"})
             return
-        keep = {1, os.getpid(), os.getppid()}
+        keep = {1, os.getpid()}
         for _ in range(100):  # a process may fork while the last sweep runs: sweep until none is left
             others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in keep]
             if not others:
@@ -235,11 +243,21 @@ class Server:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rollwire.orchestrator.runtimes.fork_server [PRELOAD ...]``; JSON lines on stdin/stdout."""
+    """``python -m rollwire.orchestrator.runtimes.fork_server [--sandboxed] [--control PATH] [PRELOAD ...]``."""
     entries = list(sys.argv[1:] if argv is None else argv)
     sandboxed = SANDBOXED_FLAG in entries
     entries = [entry for entry in entries if entry != SANDBOXED_FLAG]
-    control_in, control_out = os.dup(0), os.dup(1)
+    if sandboxed:
+        _set_dumpable(False)
+    if CONTROL_FLAG in entries:
+        at = entries.index(CONTROL_FLAG)
+        path, entries = entries[at + 1], entries[:at] + entries[at + 2 :]
+        channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        channel.connect(path)
+        control_in = channel.detach()
+        control_out = os.dup(control_in)
+    else:
+        control_in, control_out = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(2, 1)  # stray prints of preloaded modules must not corrupt the control pipe
@@ -249,8 +267,6 @@ def main(argv: list[str] | None = None) -> int:
     unsafe = f"{threads - 1} thread(s) running after the preloads; forking would be unsafe" if threads > 1 else None
     _send(control_out, {"ready": True, "unsafe": unsafe, "skipped": skipped})
     if unsafe is None:
-        if sandboxed:
-            _set_dumpable(False)
         Server(control_in, control_out, sandboxed).serve()
     return 0
 

@@ -30,6 +30,7 @@ import anyio.abc
 
 from rollwire.errors import InvalidRequest
 from rollwire.harness_adapters.base import WORKSPACE_ENV
+from rollwire.rollout_files import RefusedFile, read_beneath
 from rollwire.orchestrator.runtimes import sandbox
 from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob
 from rollwire.orchestrator.runtimes.sandboxed import SandboxLauncher
@@ -46,11 +47,19 @@ TERM_GRACE_S = 2.0
 NAMESPACE_GONE_S = 10.0
 
 
+@dataclass(frozen=True, slots=True)
+class AnswerPath:
+    """Where the final answer is: a path the rollout chose the contents of, read relative to its workspace."""
+
+    workspace: Path
+    relative: str
+
+
 @dataclass(slots=True)
 class _Proc:
     process: anyio.abc.Process | PooledProcess  # both: pid, returncode, wait()
     folder: Path
-    answer_path: Path
+    answer_path: AnswerPath
     release: Callable[[], Awaitable[None]] | None = None
     recyclable: bool = False
 
@@ -110,7 +119,7 @@ class LocalRuntime:
             return Handle(job.rollout_id, str(self._procs[job.rollout_id].process.pid))
         folder = self._root / f"rollwire-{job.rollout_id}"
         workspace = folder / "workspace"
-        answer_path = workspace / job.launch.final_answer_path
+        answer_path = AnswerPath(workspace, job.launch.final_answer_path)
 
         def env_for(path: Path) -> dict[str, str]:
             env = {**self._host_env, **job.launch.env, WORKSPACE_ENV: str(path), "HOME": str(path)}
@@ -145,12 +154,14 @@ class LocalRuntime:
         return await self._open(argv, env, workspace, log)
 
     @staticmethod
-    async def _open(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> anyio.abc.Process:
+    async def _open(
+        argv: list[str], env: dict[str, str], cwd: Path, log: Path, pass_fds: Sequence[int] = ()
+    ) -> anyio.abc.Process:
         with open(log, "wb") as log_file:  # the child keeps its own descriptor
             try:
                 return await anyio.open_process(
                     argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-                    start_new_session=True,
+                    start_new_session=True, pass_fds=pass_fds,
                 )  # fmt: skip
             except OSError as exc:  # command not found / not executable: a configuration error, not infrastructure
                 raise InvalidRequest(f"cannot start {argv[0]!r}: {exc.strerror or exc}", param="argv") from exc
@@ -170,10 +181,16 @@ class LocalRuntime:
             await self._kill_group(proc)
             return Ended(EndKind.TIMED_OUT, exit_code=proc.process.returncode, reason=f"deadline of {timeout_s:.1f}s")
         await self._kill_group(proc)  # the harness is done: its children go with it
-        if isinstance(proc.process, PooledProcess) and proc.process.lost:
-            return Ended(EndKind.LOST, reason=proc.process.lost)
-        answer = await anyio.to_thread.run_sync(_read_answer, proc.answer_path)
-        return Ended(EndKind.EXITED, exit_code=code, final_answer=answer)
+        reason = None
+        if isinstance(proc.process, PooledProcess):
+            if proc.process.lost:
+                return Ended(EndKind.LOST, reason=proc.process.lost)
+            reason = proc.process.ended_by
+        try:
+            answer = await anyio.to_thread.run_sync(_read_answer, proc.answer_path)
+        except RefusedFile as refused:
+            return Ended(EndKind.EXITED, exit_code=code, reason=reason, answer_refused=refused.reason)
+        return Ended(EndKind.EXITED, exit_code=code, reason=reason, final_answer=answer)
 
     async def logs_tail(self, handle: Handle, lines: int) -> str:
         proc = self._procs.get(handle.rollout_id)
@@ -268,12 +285,13 @@ def _write_files(workspace: Path, job: RolloutJob) -> None:
         target.write_text(content)
 
 
-def _read_answer(path: Path) -> str | None:
+def _read_answer(path: AnswerPath) -> str | None:
+    """The final answer the rollout left (None: none); ``RefusedFile`` when it is not a plain, small file."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read(MAX_ANSWER_BYTES).decode("utf-8", errors="replace")
+        data = read_beneath(path.workspace, path.relative, MAX_ANSWER_BYTES)
     except OSError:
         return None
+    return None if data is None else data.decode("utf-8", errors="replace")
 
 
 def _tail(path: Path, lines: int, max_bytes: int = 64 * 1024) -> str:

@@ -29,11 +29,14 @@ allowed); the runtime refuses to start without one unless the user turned the sa
 from __future__ import annotations
 
 import functools
+import importlib.util
 import ipaddress
 import json
 import math
 import os
 import shutil
+import site
+import stat
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,17 +45,21 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from rollwire.errors import InvalidRequest
+from rollwire.mcp_servers.tasks.loader import SUITES_DIR
 
 INIT_SCRIPT = Path(__file__).with_name("sandbox_init.py")
 SOCKET_DIR = "/run/rollwire"
-"""Where the endpoints' unix sockets appear inside the sandbox (a fresh tmpfs: /run is hidden)."""
-ALWAYS_HIDDEN = (
-    *("/root", "/home", "/run", "/var/run", "/var/tmp", "/tmp", "/mnt", "/media", "/srv"),
-    *("/etc/ssh", "/etc/ssl/private"),
-)
-HIDDEN_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
-"""Secrets outside the homes that the orchestrator's user may own (run as root, the sandbox's user is uid 0)."""
-NAMESPACES = ("--unshare-all", "--die-with-parent", "--cap-drop", "ALL")
+"""Where the endpoints' unix sockets appear inside the sandbox (a fresh, read-only folder of the sandbox's root)."""
+CONTROL_SOCKET = f"{SOCKET_DIR}/control.sock"
+"""Where a warm-pool slot's fork server finds the orchestrator's one-use control socket (``warm_pool``)."""
+SYSTEM_TREES = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+"""The host's system trees, shown read-only (or as the symlinks they are on a merged-/usr system)."""
+PACKAGES = ("rollwire", *(f"rollwire.{name}" for name in ("engine", "proxy", "harness_adapters", "mcp_servers",
+                                                          "orchestrator", "trainer")))  # fmt: skip
+"""rollwire's packages (setup.py maps each from a folder of its own): a harness may import them, so their folders
+are shown; nothing else of a source checkout is (its tests, its git history, its state)."""
+SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
+NAMESPACES = ("--unshare-all", "--die-with-parent", "--cap-drop", "ALL", "--as-pid-1")
 ROOT_RUN_UID = 1000
 """The sandbox's uid when the orchestrator runs as root: seen as root, a harness would take root's paths (nested
 bwrap writes uid maps it may not, Claude Code refuses to skip permissions); the files stay the orchestrator's."""
@@ -127,13 +134,33 @@ def _under(path: Path, roots: Sequence[Path]) -> bool:
     return any(path == root or path.is_relative_to(root) for root in roots)
 
 
-def _needed_paths(argv: Sequence[str], env: Mapping[str, str]) -> list[Path]:
-    """What the launch needs from hidden places: this interpreter and project, and each command it names."""
-    import rollwire
+def _installation() -> list[Path]:
+    """Where this interpreter and its packages are installed: the only ``sys.path`` entries a sandbox shows. The
+    others (the folder the CLI was started from, a ``PYTHONPATH`` entry) may be a home or a project with secrets."""
+    roots = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(sys.base_exec_prefix)}
+    roots.update(Path(p) for p in site.getsitepackages())
+    return [root.resolve() for root in roots]
 
-    paths = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent]
-    paths += [Path(p) for p in sys.path if p and Path(p).is_dir()]
-    paths += [Path(p).resolve().parent for p in rollwire.__path__]
+
+def _package_folders() -> list[Path]:
+    """Each rollwire package's folder: in an editable install these sit in a source checkout, shown folder by folder."""
+    folders = []
+    for name in PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        folders += [Path(p).resolve() for p in (spec.submodule_search_locations or [])] if spec else []
+    return folders
+
+
+def _needed_paths(argv: Sequence[str], env: Mapping[str, str]) -> list[Path]:
+    """What the launch needs beyond the system trees: this interpreter, its installed packages, rollwire's package
+    folders, and each command ``argv`` names (by name on PATH, or by absolute path) with its real folder and venv.
+    Never a home folder itself, nor anything that holds one or the root."""
+    installation = _installation()
+    paths = [Path(sys.executable).resolve().parent, *installation, *_package_folders()]
+    paths += [Path(p).resolve() for p in sys.path if p and Path(p).is_dir() and _under(Path(p).resolve(), installation)]
     for word in argv:  # a command by name (found on PATH) or by absolute path (another venv's python)
         found = shutil.which(word, path=env.get("PATH")) if word and "/" not in word else None
         found = found or (word if word.startswith("/") and Path(word).is_file() else None)
@@ -141,7 +168,37 @@ def _needed_paths(argv: Sequence[str], env: Mapping[str, str]) -> list[Path]:
             paths += [Path(found).parent, Path(found).resolve().parent]
             if (Path(found).parent.parent / "pyvenv.cfg").is_file():
                 paths.append(Path(found).parent.parent)
-    return paths
+    homes = {Path.home().resolve(), Path("/home"), Path("/root"), Path("/")}
+    return [path for path in paths if not any(home == path or home.is_relative_to(path) for home in homes)]
+
+
+@functools.cache
+def _unreadable_in_etc() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Files and folders of /etc that others may not read: run as root, the sandbox's user is the host's root
+    mapped, and would read them (keys, credentials a package keeps there); they are covered instead."""
+    files, folders = set(SECRET_FILES), set()
+    for top, dirs, names in os.walk("/etc", onerror=lambda _exc: None):
+        for name in list(dirs):
+            path = os.path.join(top, name)
+            mode = os.lstat(path).st_mode
+            if not stat.S_ISLNK(mode) and (mode & 0o005) != 0o005:
+                folders.add(path)
+                dirs.remove(name)
+        for name in names:
+            path = os.path.join(top, name)
+            mode = os.lstat(path).st_mode
+            if stat.S_ISREG(mode) and not mode & 0o004:
+                files.add(path)
+    return tuple(sorted(f for f in files if os.path.isfile(f))), tuple(sorted(folders))
+
+
+def _cover(path: Path, read_only_later: list[str]) -> list[str]:
+    """Hide ``path`` under an empty mount: nothing to read. A folder's cover is made read-only once every mount
+    is in place (a workspace may be bound below it), so nothing can be left there for a later rollout."""
+    if path.is_dir():
+        read_only_later.append(str(path))
+        return ["--tmpfs", str(path)]
+    return ["--ro-bind", "/dev/null", str(path)]
 
 
 def bwrap_command(
@@ -155,24 +212,37 @@ def bwrap_command(
     hidden: Sequence[Path],
     limits: SandboxLimits,
     writable: Sequence[Path] = (),
+    control: Path | None = None,
+    seccomp_fd: int | None = None,
 ) -> list[str]:
     """The full command line: bwrap's mounts and namespaces, then ``sandbox_init`` running ``argv``.
-    ``writable``: more host paths bound read-write at their own path (a pooled sandbox's log file)."""
-    hide = [Path(p) for p in ALWAYS_HIDDEN] + [Path(p).resolve() for p in hidden]
-    hide = [p for p in dict.fromkeys(hide) if p.is_dir() and not p.is_symlink()]
-    command = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    for path in hide:
-        command += ["--tmpfs", str(path)]
-    for file in HIDDEN_FILES:
-        if Path(file).is_file():
-            command += ["--ro-bind", "/dev/null", file]
-    command += ["--bind", str(tmp), "/tmp"]  # before the bind-backs: a command kept under the host's /tmp still shows
-    shown = [p.resolve() for p in _needed_paths(argv, env) if p.exists()]
-    for path in sorted(dict.fromkeys(p for p in shown if _under(p, hide)), key=lambda p: len(p.parts)):
-        command += ["--ro-bind", str(path), str(path)]
-    for path in hide:  # a state folder inside a shown one (e.g. the project's own) stays hidden
-        if any(path != s and path.is_relative_to(s) for s in shown):
-            command += ["--tmpfs", str(path)]
+
+    The sandbox's root is empty but for what is listed (an allowlist): the system trees read-only (minus what
+    others may not read), this interpreter and its packages, rollwire's package folders (minus the task suites:
+    their checker arguments are the answers), the commands ``argv`` names; the workspace and ``tmp`` writable,
+    a fresh ``/dev/shm``. Everything else is read-only, the root included, so a recycled sandbox keeps nothing
+    of a rollout but what its host empties. ``hidden``: state folders to cover where a shown folder holds them.
+    ``writable``: more host paths bound read-write at their own path (a pooled sandbox's log file). ``control``:
+    the host's one-use control socket of a warm-pool slot. ``seccomp_fd``: the filter for ``--seccomp``."""
+    command, covers = [bwrap], ["/dev", "/"]
+    for tree in SYSTEM_TREES:
+        if os.path.islink(tree):
+            command += ["--symlink", os.readlink(tree), tree]
+        elif os.path.isdir(tree):
+            command += ["--ro-bind", tree, tree]
+    files, folders = _unreadable_in_etc()
+    for path in (*files, *folders):
+        command += _cover(Path(path), covers)
+    command += ["--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc", "--bind", str(tmp), "/tmp"]
+    system = [Path(tree) for tree in SYSTEM_TREES]
+    shown: list[Path] = []
+    for path in sorted({p.resolve() for p in _needed_paths(argv, env) if p.exists()}, key=lambda p: len(p.parts)):
+        if not _under(path, [*system, *shown]):
+            shown.append(path)
+            command += ["--ro-bind", str(path), str(path)]
+    for path in dict.fromkeys([SUITES_DIR.resolve(), *(Path(p).resolve() for p in hidden)]):
+        if path.exists() and any(path != s and path.is_relative_to(s) for s in shown) and not path.is_symlink():
+            command += _cover(path, covers)
     command += ["--bind", str(workspace), str(workspace), "--dir", SOCKET_DIR]
     for path in writable:
         command += ["--bind", str(path), str(path)]
@@ -181,7 +251,13 @@ def bwrap_command(
         inside = f"{SOCKET_DIR}/{index}.sock"
         command += ["--ro-bind", str(path), inside]
         relay.append([endpoint.host, endpoint.port, inside])
+    if control is not None:
+        command += ["--ro-bind", str(control), CONTROL_SOCKET]
+    for path in covers:
+        command += ["--remount-ro", path]
     command += [*NAMESPACES, "--chdir", str(workspace)]
+    if seccomp_fd is not None:
+        command += ["--seccomp", str(seccomp_fd)]
     if os.geteuid() == 0:
         command += ["--unshare-user", "--uid", str(ROOT_RUN_UID), "--gid", str(ROOT_RUN_UID)]
     spec = {

@@ -1,14 +1,17 @@
 """The first process inside a rollout's sandbox: limits, the loopback relay to the proxy and gateway, then the harness.
 
-Runs as ``python -I -S sandbox_init.py SPEC_JSON`` (standard library only: no site, no venv, fast) in the
-sandbox's empty network namespace, where nothing is listening. It:
+Runs as ``python -I -S sandbox_init.py SPEC_JSON`` (standard library only: no site, no venv, fast) as pid 1 of
+the sandbox's pid namespace (bwrap ``--as-pid-1``), in its empty network namespace, where nothing is listening.
+It makes itself non-dumpable first: the rollout runs as the same user, and could otherwise open this process's
+descriptors through ``/proc/1/fd`` or read its memory. As pid 1 it cannot be killed from inside the namespace,
+and its end ends every process in it. It:
 
 1. binds a loopback TCP listener at each relayed ``host:port`` (the proxy's and the gateway's own
    addresses, so the harness's URLs stay as they are), before the harness exists: no start-up race;
 2. sets the rollout's resource limits (processes, memory, CPU seconds, no core files), inherited by all;
 3. forks the harness (``execvp`` of the launch's argv) and relays each accepted connection to the unix
    socket the orchestrator bound into the sandbox for that endpoint (one thread pair per connection);
-4. exits with the harness's status once it ends (the sandbox then ends with it: ``--die-with-parent``).
+4. reaps every orphan the rollout leaves (it is their init) and exits with the harness's status once it ends.
 
 SPEC_JSON: ``{"relay": [[host, port, socket_path], ...], "limits": {"nproc": N, "data": BYTES, "cpu": S},
 "argv": [...], "unset": [env names]}``; a limit of 0 is no limit.
@@ -80,7 +83,14 @@ def _set_limits(limits: dict[str, int]) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+def _set_dumpable(flag: bool) -> None:
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(4, int(flag), 0, 0, 0)  # PR_SET_DUMPABLE
+
+
 def main(spec: dict[str, Any]) -> int:
+    _set_dumpable(False)
     servers = [(_listen(host, int(port)), path) for host, port, path in spec["relay"]]
     _set_limits(spec.get("limits") or {})
     argv = spec["argv"]
@@ -105,12 +115,13 @@ def main(spec: dict[str, Any]) -> int:
         signal.signal(sig, forward)
     for server, path in servers:
         threading.Thread(target=_serve, args=(server, path), daemon=True).start()
-    while True:
+    while True:  # the harness's end, reaping orphans on the way
         try:
-            _, status = os.waitpid(pid, 0)
-            break
+            ended, status = os.waitpid(-1, 0)
         except InterruptedError:
             continue
+        if ended == pid:
+            break
     code = os.waitstatus_to_exitcode(status)
     return code if code >= 0 else 128 - code
 

@@ -7,14 +7,17 @@ preloads inside that slot's own sandbox. A pooled launch takes a ready slot, whi
 folder (renamed to ``rollwire-<rollout id>``: the sandbox's mounts follow the folders, so inside it the
 workspace keeps the slot's path), and the fork server forks the harness there. ``spares`` slots are kept
 ready in the background, so the sandbox and the imports are paid for before the rollout starts. A slot whose
-rollout exited by itself is recycled: its fork server kills every process left in its pid namespace, the host
-empties its workspace and tmp, and the next rollout forks from the same warm server (one import per slot,
-not per rollout); a timed-out, lost or kept (``keep_workspaces``) rollout's slot is discarded.
+rollout exited by itself is recycled: its fork server kills every process left in its pid namespace and empties
+/dev/shm, the host checks that only the server and the sandbox's init are left in that namespace, empties its
+workspace and tmp (every other path in the sandbox is read-only, and System V IPC and message queues are refused
+by its seccomp filter), and the next rollout forks from the same warm server (one import per slot, not per
+rollout); a timed-out, lost or kept (``keep_workspaces``) rollout's slot is discarded.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import shutil
 from collections.abc import Mapping, Sequence
@@ -24,9 +27,9 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from rollwire.orchestrator.runtimes import sandbox
+from rollwire.orchestrator.runtimes import sandbox, seccomp
 from rollwire.orchestrator.runtimes.relay import EndpointRelay
-from rollwire.orchestrator.runtimes.warm_pool import PoolUnavailable, WarmPool
+from rollwire.orchestrator.runtimes.warm_pool import Enclosure, PoolUnavailable, WarmPool
 
 logger = logging.getLogger(__name__)
 
@@ -115,16 +118,19 @@ class SandboxPool:
             raise
 
         mounts: list[Path] = []
+        control = folder / "net" / "c.sock"  # short: a unix socket path has 108 bytes at most
 
-        def wrap(command: list[str]) -> list[str]:
+        def wrap(command: list[str]) -> tuple[list[str], list[int]]:
+            fd = seccomp.open_program()
             full = sandbox.bwrap_command(
                 self._bwrap, argv=command, env=self._env, workspace=workspace, tmp=folder / "tmp", sockets=sockets,
-                hidden=self._hidden, limits=self._limits, writable=[log],
+                hidden=self._hidden, limits=self._limits, writable=[log], control=control, seccomp_fd=fd,
             )  # fmt: skip
             mounts.extend(sandbox.mount_points(full, under=Path("/tmp")))
-            return full
+            return full, [] if fd is None else [fd]
 
-        pool = WarmPool(self._preload, self._env, workspace, wrap=wrap, group=self._group)
+        enclosure = Enclosure(wrap, control, sandbox.CONTROL_SOCKET)
+        pool = WarmPool(self._preload, self._env, workspace, enclosure=enclosure, group=self._group)
         slot = Slot(folder, folder, endpoints, relay, pool, mounts)
         try:
             await pool.start()
@@ -141,7 +147,7 @@ class SandboxPool:
         """A slot whose rollout ended: its server ends what the rollout left, the host empties its folders (the
         mounts stay), and it is ready for the next rollout with the same endpoints; else it is discarded."""
         slot.folder = folder
-        if self._unavailable is not None or not await slot.pool.reset():
+        if self._unavailable is not None or not await slot.pool.reset() or not await _only_the_server_left(slot):
             logger.debug("sandbox slot not reset; discarded")
             await self._discard(slot)
             return
@@ -171,6 +177,31 @@ class SandboxPool:
             await self._discard(self._ready.pop())
 
 
+async def _only_the_server_left(slot: Slot) -> bool:
+    """Checked from the host after the server's own reset: the slot's pid namespace holds its init and the fork
+    server and nothing else (the server is in the sandbox with what it swept, so its word is not enough)."""
+    pid = slot.pool.server_pid
+    return pid is not None and await anyio.to_thread.run_sync(lambda: len(namespace_members(pid)) == 2)
+
+
+def namespace_members(bwrap_pid: int) -> list[int]:
+    """Host pids of every process in the pid namespace whose init is ``bwrap_pid``'s child (the sandbox's pid 1)."""
+    try:
+        init = Path(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children").read_text().split()[0]
+        namespace = os.stat(f"/proc/{init}/ns/pid").st_ino
+    except (OSError, IndexError):
+        return []
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}/ns/pid").st_ino == namespace:
+                    members.append(int(entry))
+            except OSError:  # ended meanwhile, or not ours to look at
+                continue
+    return members
+
+
 def _empty_folder(folder: Path, keep_inside: list[Path], rename_to: Path) -> None:
     """Empty a slot's workspace, tmp and log in place, then rename the folder. Mount points stay: removing a
     folder that is a mount point in the sandbox would detach the sandbox's mount of the workspace."""
@@ -194,4 +225,4 @@ def _empty_except(root: Path, keep: list[Path]) -> None:
             entry.unlink()
 
 
-__all__ = ["SandboxPool", "Slot"]
+__all__ = ["SandboxPool", "Slot", "namespace_members"]

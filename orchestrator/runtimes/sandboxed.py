@@ -17,15 +17,15 @@ import anyio
 import anyio.abc
 
 from rollwire.errors import InvalidRequest
-from rollwire.orchestrator.runtimes import sandbox
+from rollwire.orchestrator.runtimes import sandbox, seccomp
 from rollwire.orchestrator.runtimes.base import RolloutJob
 from rollwire.orchestrator.runtimes.relay import EndpointRelay
 from rollwire.orchestrator.runtimes.sandbox_pool import SandboxPool
 from rollwire.orchestrator.runtimes.warm_pool import PooledProcess, PoolUnavailable, poolable
 from rollwire.settings import OrchestratorSettings
 
-Opener = Callable[[list[str], dict[str, str], Path, Path], Awaitable[anyio.abc.Process]]
-"""The runtime's plain start: (argv, env, cwd, log) -> process in its own session."""
+Opener = Callable[[list[str], dict[str, str], Path, Path, Sequence[int]], Awaitable[anyio.abc.Process]]
+"""The runtime's plain start: (argv, env, cwd, log, descriptors to pass) -> process in its own session."""
 
 
 @dataclass(slots=True)
@@ -73,7 +73,7 @@ class SandboxLauncher:
     ) -> Sandboxed | None:
         """Start from a ready slot (renamed to ``folder``), or None when the launch or the pool cannot.
         ``env_for(workspace)``: the harness's whole environment for a workspace path."""
-        if self._pool is None or not poolable(job.launch.argv):
+        if self._pool is None or not poolable(job.launch.argv) or job.launch.nested_sandbox:
             return None
         try:
             slot = await self._pool.take(sandbox.relayed_endpoints(job.endpoints))
@@ -115,19 +115,23 @@ class SandboxLauncher:
         sockets = {e: folder / "net" / f"{i}.sock" for i, e in enumerate(sandbox.relayed_endpoints(job.endpoints))}
         relay = EndpointRelay()
         await relay.open(self._group, sockets)
+        fd = seccomp.open_program(nested=job.launch.nested_sandbox)
         command = sandbox.bwrap_command(
             self._bwrap, argv=argv, env=env, workspace=workspace, tmp=folder / "tmp", sockets=sockets,
-            hidden=self._hidden, limits=self.limits(job.deadline_s),
+            hidden=self._hidden, limits=self.limits(job.deadline_s), seccomp_fd=fd,
         )  # fmt: skip
 
         async def release() -> None:
             relay.close()
 
         try:
-            process = await open_process(command, env, workspace, folder / "output.log")
+            process = await open_process(command, env, workspace, folder / "output.log", () if fd is None else (fd,))
         except BaseException:
             relay.close()
             raise
+        finally:
+            if fd is not None:
+                os.close(fd)
         return Sandboxed(process, release, workspace)
 
     async def aclose(self) -> None:
