@@ -46,7 +46,7 @@ from rollwire.orchestrator.lifecycle import RolloutBook  # noqa: E402
 from rollwire.orchestrator.runtimes.kube_api import api_client_from_settings  # noqa: E402
 from rollwire.orchestrator.runtimes.kubernetes import KubernetesRuntime  # noqa: E402
 from rollwire.orchestrator.runtimes.local import LocalRuntime  # noqa: E402
-from rollwire.orchestrator.runtimes.sandbox import probe  # noqa: E402
+from rollwire.sandbox import probe  # noqa: E402
 from rollwire.orchestrator.scheduler import Endpoints, RunPlan, Scheduler, TaskSpec  # noqa: E402
 from rollwire.orchestrator.scoring import ExitCodeScorer  # noqa: E402
 from rollwire.settings import KubernetesSettings, OrchestratorSettings  # noqa: E402

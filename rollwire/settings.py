@@ -36,13 +36,24 @@ class EngineSettings(BaseModel):
 
 class ProxySettings(BaseModel):
     host: str = Field("127.0.0.1", description="Interface the proxy binds to.")
-    port: int = Field(8000, description="Port of the proxy.")
+    port: int = Field(8000, description="Port of the proxy's main listener: the rollout routes, all rollouts reach.")
+    admin_host: str = Field(
+        "", description="Interface the admin listener (/admin, /ui, /metrics) binds to; empty means the proxy's host."
+    )
+    admin_port: int | None = Field(
+        None,
+        description="Port of the admin listener (/admin, /ui, /metrics), which no rollout may reach; unset means "
+        "the proxy's port + 1.",
+    )
     upstream: str = Field("http://127.0.0.1:8100", description="Base URL of the vLLM-compatible engine.")
     gateway_url: str = Field(
         "", description="MCP gateway base URL put into rollouts' mcp_url; empty means the proxy's own address."
     )
     model: str = Field("", description="Tokenizer + chat template source (local folder); empty means the tiny model.")
-    operator_key: str = Field("", description="Key for /admin and /ui; empty means a random one, printed at start.")
+    operator_key: str = Field(
+        "", description="Key for /admin and /ui (set it here or in the environment, never on a command line others "
+        "can list); empty means a random one, printed at start.",
+    )
     splice_policy: str = Field("splice", description="'splice' reuses earlier calls' exact ids; 'render' re-renders.")
     tool_parser: str = Field("hermes", description="Tool-call parser by name (hermes, llama3_json).")
     reasoning_parser: str = Field("qwen3", description="Reasoning parser by name (qwen3, none).")
@@ -175,7 +186,11 @@ class OrchestratorSettings(BaseModel):
 
 
 class TrainerSettings(BaseModel):
-    proxy_url: str = Field("http://127.0.0.1:8000", description="Proxy whose trajectory stream the trainer reads.")
+    admin_url: str = Field(
+        "http://127.0.0.1:8001",
+        description="The proxy's admin listener, where the trainer reads the trajectory stream and publishes the "
+        "policy version (its admin port, not the one rollouts call).",
+    )
     operator_key: str = Field("", description="Operator key for the proxy's /admin routes (stream, policy version).")
     run: str = Field("", description="Run id whose trajectories to train on.")
     model: str = Field("", description="Local HF checkpoint to start from; empty means the tiny default model.")
@@ -250,7 +265,9 @@ class GatewaySettings(BaseModel):
     port: int = Field(8300, description="Port of the MCP gateway.")
     env_url: str = Field("http://127.0.0.1:8200", description="Base URL of our env servers (hosted under /<name>/mcp).")
     upstreams_file: str = Field(
-        "", description='JSON file of third-party MCP servers: {"mcpServers": {NAME: {"command", "args", "env"} | {"url", "headers"}}}.'
+        "",
+        description='JSON file of third-party MCP servers: {"mcpServers": {NAME: {"command", "args", "env", "network"} | '
+        '{"url", "headers"}}} (a stdio server runs sandboxed per rollout; "network": true keeps the host network for it).',
     )
     max_tool_calls: int = Field(
         200, description="Tool calls one rollout may make unless its budgets say otherwise; later calls get a tool error."
@@ -276,6 +293,22 @@ class GatewaySettings(BaseModel):
     )
     allowed_hosts: list[str] = Field(
         default_factory=lambda: ["127.0.0.1:*", "localhost:*"], description="Host headers accepted ('*' turns the check off)."
+    )
+    sandbox: bool = Field(
+        True,
+        description="Run each rollout's third-party stdio MCP servers in a bubblewrap sandbox of their own (host "
+        "read-only, only the server's folder writable, no network unless its config says \"network\": true); where no "
+        "sandbox can be made they are refused. Off runs them with the gateway's full access.",
+    )
+    bwrap_path: str = Field("bwrap", description="The bubblewrap binary the stdio MCP servers' sandbox uses.")
+    sandbox_max_processes: int = Field(
+        256, description="Most processes (threads included) of one sandboxed stdio MCP server (RLIMIT_NPROC; 0: none)."
+    )
+    sandbox_max_memory_mb: int = Field(
+        4096, description="Data-segment limit of each process of a sandboxed stdio MCP server, MiB (RLIMIT_DATA; 0: none)."
+    )
+    sandbox_hidden: list[str] = Field(
+        default_factory=list, description="Extra host folders a sandboxed stdio MCP server must not see (state folders)."
     )
 
 

@@ -20,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from rollwire.mcp_servers.gateway.messages import MessageLog
 from rollwire.mcp_servers.gateway.relay import Relay
+from rollwire.mcp_servers.gateway.stdio_sandbox import StdioSandbox
 from rollwire.mcp_servers.gateway.upstreams import RolloutVars, UpstreamSpec, rollout_folder
 from sqlalchemy.engine import Engine
 from sqlmodel import col, select
@@ -65,13 +66,19 @@ class Connection:
 
 
 async def _own(conn: Connection, spec: UpstreamSpec, options: dict[str, Any], rollout_id: str, task_ref: str | None,
-               cwd: Path | None) -> None:  # fmt: skip
-    """Open, list tools, hold the connection until closed; every failure becomes ``conn.error``."""
+               cwd: Path | None, stdio: StdioSandbox) -> None:  # fmt: skip
+    """Open, list tools, hold the connection until closed; every failure becomes ``conn.error``. A stdio server
+    starts in its sandbox (``stdio_sandbox``), whose tmp folder goes once the server has stopped."""
     try:
         if spec.command:
             assert cwd is not None
-            async with Client(spec.stdio_params(cwd), **options) as client:
-                await _hold(conn, client)
+            launch = await anyio.to_thread.run_sync(stdio.launch, spec, cwd, rollout_id)
+            try:
+                async with Client(launch.params, **options) as client:
+                    await _hold(conn, client)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(launch.cleanup)
         else:
             http = create_mcp_http_client(headers=spec.http_headers(rollout_id, task_ref))
             async with http, Client(streamable_http_client(spec.url, http_client=http), **options) as client:
@@ -100,12 +107,14 @@ class UpstreamPool:
 
     def __init__(
         self, task_group: TaskGroup, messages: MessageLog, root: Path, connect_timeout_s: float = 30.0,
-        idle_s: float = 900.0,
+        idle_s: float = 900.0, *, stdio: StdioSandbox,
     ) -> None:  # fmt: skip
         self._tg = task_group
         self._messages = messages
         self.root = root
         """Where each rollout's stdio servers get their working folder (``<root>/<rollout>/<server>``)."""
+        self._stdio = stdio
+        """How stdio servers start: each in a sandbox of its own (or, turned off, as the gateway's user)."""
         self._timeout = connect_timeout_s
         self._idle_s = idle_s
         self._conns: dict[tuple[str, str], Connection] = {}
@@ -127,7 +136,7 @@ class UpstreamPool:
                 cwd = rollout_folder(self.root, rollout_id, spec.name) if spec.command else None
                 filled = spec.for_rollout(RolloutVars(rollout_id, str(cwd or ""), task_ref or ""))
                 options = relay.client_options(caps or types.ClientCapabilities())
-                self._tg.start_soon(_own, conn, filled, options, rollout_id, task_ref, cwd)
+                self._tg.start_soon(_own, conn, filled, options, rollout_id, task_ref, cwd, self._stdio)
         with anyio.move_on_after(self._timeout):
             await conn.ready.wait()
         if not conn.alive:

@@ -33,6 +33,8 @@ from rollwire.mcp_servers.gateway.pool import Connection, UpstreamPool, reap
 from rollwire.mcp_servers.gateway.recorder import ToolCallRecord, ToolRecorder
 from rollwire.mcp_servers.gateway.relay import declared
 from rollwire.mcp_servers.gateway.rounds import RoundBook, Rounds, needs_rounds
+from rollwire.mcp_servers.gateway.stdio_sandbox import StdioSandbox
+from rollwire.mcp_servers.gateway.stdio_sandbox import require as require_sandbox
 from rollwire.mcp_servers.gateway.upstreams import UpstreamSpec, parse_servers
 from rollwire.mcp_servers.tasks.loader import load_suite
 from sqlalchemy.engine import Engine
@@ -47,6 +49,7 @@ from rollwire.errors import InvalidRequest, RollwireError, Unauthorized
 from rollwire.metrics import HttpMetricsMiddleware, metrics_endpoint
 from rollwire.rollouts import Identity, TokenIndex
 from rollwire.rollouts.budgets import Budgets
+from rollwire.sandbox import state_folders
 from rollwire.settings import GatewaySettings
 from rollwire.store import RolloutStatus, now_ns
 
@@ -370,7 +373,11 @@ class _Endpoint:
 def build_gateway_app(
     settings: GatewaySettings, engine: Engine, extra: dict[str, UpstreamSpec] | None = None
 ) -> Starlette:
-    """The gateway as a Starlette app (its own process, or mounted into the proxy)."""
+    """The gateway as a Starlette app (its own process, or mounted into the proxy). With the sandbox on (the default)
+    and stdio servers among ``extra``, it refuses to be built where no sandbox can be made (``SandboxUnavailable``:
+    one line with the way out); a suite's stdio servers are refused the same way when a rollout first needs them."""
+    if settings.sandbox and any(spec.command for spec in (extra or {}).values()):
+        require_sandbox(settings)
     gateway = Gateway(settings, engine, extra or {})
     metrics = GatewayMetrics()
     gateway.recorder.listeners.append(metrics.recorded)
@@ -385,6 +392,8 @@ def build_gateway_app(
         own_root = not settings.rollouts_dir
         root = Path(settings.rollouts_dir or tempfile.mkdtemp(prefix="rollwire-gateway-"))
         root.mkdir(parents=True, exist_ok=True)
+        stdio = StdioSandbox(settings, root=root.resolve(), hidden=state_folders([_sqlite_file(engine)]))
+        stdio.open()
         loops = anyio.CancelScope()
 
         async def background() -> None:
@@ -397,7 +406,9 @@ def build_gateway_app(
         try:
             async with anyio.create_task_group() as tg:  # waits, at stop, until every upstream has shut down
                 async with manager.run():
-                    gateway.pool = UpstreamPool(tg, gateway.messages, root, settings.connect_timeout_s, settings.idle_close_s)
+                    gateway.pool = UpstreamPool(
+                        tg, gateway.messages, root, settings.connect_timeout_s, settings.idle_close_s, stdio=stdio
+                    )
                     tg.start_soon(background)
                     app.state.gateway = gateway
                     try:
@@ -408,6 +419,7 @@ def build_gateway_app(
                         loops.cancel()
                         await gateway.messages.flush()
         finally:
+            stdio.close()
             if own_root:
                 shutil.rmtree(root, ignore_errors=True)
 
@@ -420,6 +432,13 @@ def build_gateway_app(
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.metrics = metrics
     return app
+
+
+def _sqlite_file(engine: Engine) -> str | None:
+    """The store's database file when it is SQLite (its folder is hidden from stdio servers), else None."""
+    url = engine.url
+    database = url.database
+    return database if url.get_backend_name() == "sqlite" and database not in (None, "", ":memory:") else None
 
 
 __all__ = ["Gateway", "RolloutInfo", "build_gateway_app"]

@@ -1,7 +1,8 @@
 """The upstream MCP servers behind the gateway: how each is reached (ours over HTTP with the rollout's identity,
 third-party ones over stdio or HTTP), read from the common ``{"mcpServers": {NAME: ...}}`` format, and made
 per rollout: a stdio server runs in the rollout's own folder with ``{rollout_id}`` / ``{rollout_dir}`` filled in
-its args and env, an HTTP one gets the rollout's identity in a header."""
+its args and env (sandboxed there: ``stdio_sandbox``; ``"network": true`` keeps the host's network for it), an
+HTTP one gets the rollout's identity in a header."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from mcp.client.stdio import StdioServerParameters
 from rollwire.mcp_servers.state import ROLLOUT_HEADER, SECRET_HEADER, TASK_HEADER
 
 from rollwire.errors import InvalidRequest
@@ -57,10 +57,12 @@ class UpstreamSpec:
     """Our env servers: the rollout and task headers plus the shared secret."""
     secret: str = ""
     """Sent to our env servers (with the identity) so they know the call comes from the gateway."""
+    network: bool = False
+    """A stdio server keeps the host's network in its sandbox (its config's ``"network": true``); else it has none."""
 
     @classmethod
     def from_dict(cls, name: str, raw: Any) -> UpstreamSpec:
-        """One entry of an ``mcpServers`` map: ``{"command", "args", "env"}`` or ``{"url", "headers"}``."""
+        """One entry of an ``mcpServers`` map: ``{"command", "args", "env", "network"}`` or ``{"url", "headers"}``."""
         if not isinstance(raw, dict):
             raise InvalidRequest(f"MCP server {name!r} must be an object with 'command' or 'url'")
         if bool(raw.get("url")) == bool(raw.get("command")):
@@ -71,11 +73,13 @@ class UpstreamSpec:
         for field_name, mapping in (("env", env), ("headers", headers)):
             if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
                 raise InvalidRequest(f"MCP server {name!r}: {field_name!r} must map names to strings")
+        if not isinstance(raw.get("network", False), bool):
+            raise InvalidRequest(f"MCP server {name!r}: 'network' must be true or false")
         url, command = str(raw.get("url") or ""), str(raw.get("command") or "")
         _check_placeholders(name, [url, *args, *env.values(), *headers.values()])
         return cls(
             name, url, command, tuple(args), tuple(sorted(env.items())), tuple(sorted(headers.items())),
-            bool(raw.get("forward_identity", False)),
+            bool(raw.get("forward_identity", False)), network=bool(raw.get("network", False)),
         )  # fmt: skip
 
     def for_rollout(self, rollout: RolloutVars) -> UpstreamSpec:
@@ -87,10 +91,6 @@ class UpstreamSpec:
             env=tuple((k, rollout.fill(v)) for k, v in self.env),
             headers=tuple((k, rollout.fill(v)) for k, v in self.headers),
         )
-
-    def stdio_params(self, cwd: Path) -> StdioServerParameters:
-        """A stdio server started in the rollout's folder (its relative paths land there)."""
-        return StdioServerParameters(command=self.command, args=list(self.args), env=dict(self.env) or None, cwd=cwd)
 
     def http_headers(self, rollout_id: str, task_ref: str | None) -> dict[str, str]:
         """Every HTTP upstream learns which rollout calls (servers that keep state per rollout key it on this);

@@ -6,13 +6,14 @@ workspace). The process leads its own session, so a timeout or the end of the ro
 With ``warm_pool`` on, ``python -m MODULE`` launches are forked from a warm process (``warm_pool``) instead of
 started cold; everything above holds for them the same way.
 
-With ``sandbox`` on (the default) each rollout runs under bubblewrap (``sandbox``): the host read-only, only
+With ``sandbox`` on (the default) each rollout runs under bubblewrap (``rollwire.sandbox``): the host read-only, only
 its workspace and ``<folder>/tmp`` writable, network only to the job's proxy and gateway (``relay``). Where no
 sandbox can be made, entering the runtime fails with one line saying why, unless the sandbox is turned off.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -28,10 +29,11 @@ from typing import Self
 import anyio
 import anyio.abc
 
+from rollwire import sandbox
 from rollwire.errors import InvalidRequest
 from rollwire.harness_adapters.base import WORKSPACE_ENV
+from rollwire.mcp_servers.tasks.loader import SUITES_DIR
 from rollwire.rollout_files import RefusedFile, read_beneath
-from rollwire.orchestrator.runtimes import sandbox
 from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob
 from rollwire.orchestrator.runtimes.sandboxed import SandboxLauncher
 from rollwire.orchestrator.runtimes.warm_pool import PooledProcess, PoolUnavailable, WarmPool, poolable
@@ -42,6 +44,7 @@ logger = logging.getLogger(__name__)
 ROLLOUT_ENV = "ROLLWIRE_ROLLOUT_ID"
 PASS_THROUGH_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SYSTEMROOT", "VIRTUAL_ENV")
 """Host variables a harness inherits; everything else comes from the adapter (no host secrets leak in)."""
+UNAVAILABLE_HINT = "turn the sandbox off with --no-sandbox (ROLLWIRE_ORCHESTRATOR__SANDBOX=false) to run harnesses with the user's full access"
 MAX_ANSWER_BYTES = 64 * 1024
 TERM_GRACE_S = 2.0
 NAMESPACE_GONE_S = 10.0
@@ -72,20 +75,23 @@ class LocalRuntime:
     def __init__(
         self, settings: OrchestratorSettings, host_env: dict[str, str] | None = None, hidden: Sequence[Path] = ()
     ) -> None:
-        """``hidden``: state folders (the store's, the env servers') a sandboxed rollout must not see."""
+        """``hidden``: state folders (the store's, the env servers') a sandboxed rollout must not see; the task suites
+        (their checker arguments are the answers) are always among them."""
         self._settings = settings
         self._host_env = {k: v for k, v in (host_env or {}).items() if k in PASS_THROUGH_ENV}
         self._root = Path(settings.workspace_root) if settings.workspace_root else Path(tempfile.gettempdir())
         self._procs: dict[str, _Proc] = {}
         self._pool: WarmPool | None = None
-        self._hidden = [*hidden, *sandbox.state_folders(settings.sandbox_hidden)]
+        self._hidden = [SUITES_DIR, *hidden, *sandbox.state_folders(settings.sandbox_hidden)]
         self._sandbox: SandboxLauncher | None = None
         self._group: anyio.abc.TaskGroup | None = None
 
     async def __aenter__(self) -> Self:
         bwrap = None
         if self._settings.sandbox:  # refuse before anything runs: a harness would have the user's full access
-            bwrap = await anyio.to_thread.run_sync(sandbox.require, self._settings.bwrap_path)
+            bwrap = await anyio.to_thread.run_sync(
+                functools.partial(sandbox.require, self._settings.bwrap_path, what="rollouts", hint=UNAVAILABLE_HINT)
+            )
         self._root.mkdir(parents=True, exist_ok=True)
         self._group = await anyio.create_task_group().__aenter__()
         if bwrap is not None:  # the workspace root hides other rollouts' workspaces

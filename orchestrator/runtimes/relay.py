@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from rollwire.orchestrator.runtimes.sandbox import Endpoint
+from rollwire.sandbox import Endpoint
 
 logger = logging.getLogger(__name__)
 CHUNK = 65536

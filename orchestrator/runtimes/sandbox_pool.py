@@ -27,7 +27,8 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from rollwire.orchestrator.runtimes import sandbox, seccomp
+from rollwire import sandbox
+from rollwire.sandbox import seccomp
 from rollwire.orchestrator.runtimes.relay import EndpointRelay
 from rollwire.orchestrator.runtimes.warm_pool import Enclosure, PoolUnavailable, WarmPool
 

@@ -17,7 +17,8 @@ import anyio
 import anyio.abc
 
 from rollwire.errors import InvalidRequest
-from rollwire.orchestrator.runtimes import sandbox, seccomp
+from rollwire import sandbox
+from rollwire.sandbox import seccomp
 from rollwire.orchestrator.runtimes.base import RolloutJob
 from rollwire.orchestrator.runtimes.relay import EndpointRelay
 from rollwire.orchestrator.runtimes.sandbox_pool import SandboxPool

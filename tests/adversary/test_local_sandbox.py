@@ -18,10 +18,10 @@ from pathlib import Path
 import anyio
 import pytest
 
+from rollwire import sandbox
 from rollwire.harness_adapters.base import Launch, RolloutContext
 from rollwire.mcp_servers.tasks.loader import SUITES_DIR
 from rollwire.orchestrator.lifecycle import RolloutBook
-from rollwire.orchestrator.runtimes import sandbox
 from rollwire.orchestrator.runtimes.local import LocalRuntime
 from rollwire.orchestrator.scheduler import Endpoints, RunPlan, Scheduler, TaskSpec, live_rows
 from rollwire.orchestrator.scoring import ExitCodeScorer
@@ -39,9 +39,10 @@ import ctypes, errno, json, os, pathlib, sys
 targets = json.load(open("targets.json"))
 mark = os.environ["ROLLWIRE_SAMPLE"]
 libc = ctypes.CDLL(None, use_errno=True)
-report = {"escaped": {}, "seen": {}}
+report = {"escaped": {}, "seen": {}, "attempts": 0}
 
 def attempt(name, fn):
+    report["attempts"] += 1
     try:
         result = fn()
     except BaseException as exc:  # every way a door can be shut
@@ -71,6 +72,7 @@ for place in places:
         left = []
     if left:
         report["seen"][place] = left
+    report["attempts"] += 1
     try:
         pathlib.Path(place, f"left-{mark}").write_text("a trace")
     except OSError:
@@ -208,6 +210,9 @@ def test_hostile_rollouts_reach_nothing_and_leave_nothing(
     assert not pooled or len(set(slots)) < len(slots), slots  # some slot served two rollouts: recycling was tested
     assert [report["escaped"] for report in reports] == [{}] * 4, " ".join(",".join(sorted(report["escaped"])) for report in reports)
     assert [report["seen"] for report in reports] == [{}] * 4, reports
+    attempts = [report["attempts"] for report in reports]
+    assert min(attempts) >= 35, attempts  # the probe ran its attacks (cold: 39 a rollout; pooled, 53 with the server)
+    print(f"hostile {'warm-pool' if pooled else 'cold'}: {sum(attempts)} attempts in 4 rollouts, 0 succeeded")
 
 
 @needs_sandbox

@@ -19,7 +19,7 @@ import pytest
 from tests.harness_adapters.conftest import model_calls, needs_binary, scripted_policy_stack, workspace_of
 
 from rollwire.mcp_servers.tasks.schema import Criterion, Suite, Task, ToolCall
-from rollwire.orchestrator.runtimes.sandbox import probe
+from rollwire.sandbox import probe
 from rollwire.orchestrator.suite_run import run_suite
 from rollwire.settings import OrchestratorSettings, Settings
 from rollwire.store.requests import whole_requests

@@ -26,6 +26,20 @@ def npm_server(command: str) -> str:
     return found
 
 
+def rollouts_running(root: Path) -> set[str]:
+    """The rollouts under ``root`` (``<root>/<rollout>/<server>`` folders) that some live process still names: a
+    sandboxed server is three processes (bwrap, the sandbox's init, the server), each counted once here."""
+    names = set()
+    for pid in processes_mentioning(str(root)):
+        try:
+            proc = Path("/proc") / str(pid)
+            text = (proc / "cmdline").read_bytes() + (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        names.update(part.split(b"/", 1)[0].decode() for part in text.split(f"{root}/".encode())[1:])
+    return names - {""}
+
+
 def processes_mentioning(marker: str) -> list[int]:
     """Live processes whose command line or environment contains ``marker`` (a test's own temporary path)."""
     found = []

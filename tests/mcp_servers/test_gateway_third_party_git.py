@@ -1,4 +1,6 @@
-"""Must-show 2: mcp-server-git (from PyPI, written by others) behind the gateway over stdio; its calls are recorded."""
+"""Must-show 2: mcp-server-git (from PyPI, written by others) behind the gateway over stdio; its calls are recorded.
+It runs in its sandbox, which shows it the rollout's own folder and nothing else of the host's: the repository it
+serves is one in that folder (``{rollout_dir}/repo``), as a rollout's copy of a project would be."""
 
 from __future__ import annotations
 
@@ -20,12 +22,14 @@ GIT_SERVER = Path(sys.executable).with_name("mcp-server-git")
 @pytest.mark.skipif(not GIT_SERVER.exists(), reason="mcp-server-git is not installed (pip install -e '.[dev]')")
 @pytest.mark.skipif(shutil.which("git") is None, reason="the git binary is not installed")
 def test_git_server_behind_the_gateway(env_servers: EnvServers, store_url: str, tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
+    repo = tmp_path / "rollouts" / "gitty" / "git" / "repo"  # <rollouts_dir>/<rollout>/<server>: the server's folder
+    repo.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     (repo / "README.md").write_text("hello\n")
-    spec = UpstreamSpec("git", command=str(GIT_SERVER), args=("--repository", str(repo)))
-    server, stack = gateway_stack(env_servers, store_url, {"git": spec}, call_timeout_s=30.0)
+    spec = UpstreamSpec.from_dict("git", {"command": str(GIT_SERVER), "args": ["--repository", "{rollout_dir}/repo"]})
+    server, stack = gateway_stack(
+        env_servers, store_url, {"git": spec}, call_timeout_s=30.0, rollouts_dir=str(tmp_path / "rollouts")
+    )
     with server:
         token = stack.add_rollout("gitty", servers=["git", "workspace"])
 

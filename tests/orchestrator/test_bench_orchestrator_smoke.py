@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rollwire.orchestrator.runtimes.sandbox import probe
+from rollwire.sandbox import probe
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "orchestrator.py"
 

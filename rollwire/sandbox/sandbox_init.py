@@ -1,20 +1,23 @@
-"""The first process inside a rollout's sandbox: limits, the loopback relay to the proxy and gateway, then the harness.
+"""The first process inside a sandbox: limits, the loopback relay (a harness's proxy and gateway), then the command.
 
 Runs as ``python -I -S sandbox_init.py SPEC_JSON`` (standard library only: no site, no venv, fast) as pid 1 of
 the sandbox's pid namespace (bwrap ``--as-pid-1``), in its empty network namespace, where nothing is listening.
-It makes itself non-dumpable first: the rollout runs as the same user, and could otherwise open this process's
+It makes itself non-dumpable first: the command runs as the same user, and could otherwise open this process's
 descriptors through ``/proc/1/fd`` or read its memory. As pid 1 it cannot be killed from inside the namespace,
-and its end ends every process in it. It:
+and its end ends every process in it. It writes nothing to stdout, which the command inherits: a stdio MCP server's
+stdout carries JSON-RPC to the gateway, and nothing else may appear there (a failure to start goes to stderr). It:
 
 1. binds a loopback TCP listener at each relayed ``host:port`` (the proxy's and the gateway's own
    addresses, so the harness's URLs stay as they are), before the harness exists: no start-up race;
-2. sets the rollout's resource limits (processes, memory, CPU seconds, no core files), inherited by all;
-3. forks the harness (``execvp`` of the launch's argv) and relays each accepted connection to the unix
-   socket the orchestrator bound into the sandbox for that endpoint (one thread pair per connection);
-4. reaps every orphan the rollout leaves (it is their init) and exits with the harness's status once it ends.
+2. sets the resource limits (processes, memory, CPU seconds, no core files), inherited by all;
+3. forks the command (``execvp`` of the launch's argv, with the environment cut to ``keep`` when given) and relays
+   each accepted connection to the unix socket its caller bound into the sandbox for that endpoint (one thread
+   pair per connection);
+4. reaps every orphan the command leaves (it is their init) and exits with the command's status once it ends.
 
 SPEC_JSON: ``{"relay": [[host, port, socket_path], ...], "limits": {"nproc": N, "data": BYTES, "cpu": S},
-"argv": [...], "unset": [env names]}``; a limit of 0 is no limit.
+"argv": [...], "unset": [env names], "keep": [env names]}``; a limit of 0 is no limit; without ``keep`` the
+command gets this process's environment less ``unset``, with it only the variables ``keep`` names.
 """
 
 from __future__ import annotations
@@ -96,6 +99,10 @@ def main(spec: dict[str, Any]) -> int:
     argv = spec["argv"]
     for name in spec.get("unset") or []:
         os.environ.pop(name, None)
+    if "keep" in spec:  # exactly the launch's variables: none of what the caller's client library added
+        keep = set(spec["keep"])
+        for name in [n for n in os.environ if n not in keep]:
+            os.environ.pop(name, None)
     pid = os.fork()  # before any thread starts
     if pid == 0:
         for server, _ in servers:

@@ -1,19 +1,23 @@
-"""The local runtime's sandbox: each rollout's harness runs under bubblewrap (``bwrap``), one sandbox per rollout.
+"""The bubblewrap (``bwrap``) command line of one sandbox: what the local runtime runs each rollout's harness in, and
+what the MCP gateway runs each rollout's third-party stdio server in (one sandbox per rollout, per server).
 
-A harness at its defaults runs shell commands a policy in training chose. Inside the sandbox:
+A harness at its defaults runs shell commands a policy in training chose; a stdio MCP server runs code others
+wrote, which a rollout's tool calls reach. Inside the sandbox:
 
-- the host file system is read-only; the rollout's workspace (its cwd and HOME) and its own ``/tmp``
-  are the only writable places;
-- hidden behind empty tmpfs mounts: every home folder (``/root``, ``/home``, the user's own), the
-  workspace root (other rollouts' workspaces), the project's state folders (the store, env state),
-  ``/run`` and ``/var/tmp`` (host unix sockets: a socket on a read-only mount still accepts connections);
-  what the harness itself needs from under them (the interpreter, the installed project, the
-  harness binary) is shown again read-only;
-- an empty network namespace: only loopback, on which ``sandbox_init`` listens at the proxy's and the
-  gateway's own ``host:port`` and relays to unix sockets the orchestrator bound into the sandbox
-  (``relay.py``); nothing else (engine, env servers, other ports, the internet) is reachable;
-- its own user, pid, ipc and uts namespaces, no capabilities (even when the orchestrator is root), the
-  sandbox killed with the orchestrator (``--die-with-parent``), rlimits on processes, memory and CPU.
+- the host file system is read-only; the sandbox's working folder (a rollout's workspace, a server's folder) and
+  its own ``/tmp`` are the only writable places;
+- hidden behind empty tmpfs mounts: every home folder (``/root``, ``/home``, the user's own), the folders of
+  other rollouts (the caller names their root in ``hidden``), the project's state folders (the store, env state,
+  the task suites: the caller names them), ``/run`` and ``/var/tmp`` (host unix sockets: a socket on a read-only
+  mount still accepts connections); what the command itself needs from under them (the interpreter, the
+  installed project, the command's binary) is shown again read-only;
+- an empty network namespace (unless the caller keeps the host's, ``network=True``): only loopback, on which
+  ``sandbox_init`` listens at each relayed ``host:port`` (a harness's proxy and gateway) and relays to unix
+  sockets the caller bound into the sandbox (``orchestrator/runtimes/relay.py``); nothing else (engine, env
+  servers, other ports, the internet) is reachable;
+- its own user, pid, ipc and uts namespaces, no capabilities (even when the caller is root), the sandbox
+  killed with its caller (``--die-with-parent``), rlimits on processes, memory and CPU, and a seccomp filter
+  (``seccomp``) passed as ``--seccomp FD``.
 
 A harness's own bubblewrap sandbox nests inside this one (Codex's default read-only sandbox): user namespaces
 stay allowed inside, and run as root the sandbox's user is not uid 0 (``ROOT_RUN_UID``), which a nested bwrap
@@ -23,7 +27,7 @@ kernel then refuses the nested proc mount, and Codex falls back to binding this 
 namespace: the rollout's processes only). Run as another user there are no covers and the nested mount works.
 
 ``probe`` says once per bwrap path whether a sandbox can be made here (bwrap present, namespaces
-allowed); the runtime refuses to start without one unless the user turned the sandbox off.
+allowed); each user refuses to start without one unless the user turned its sandbox off (``require``).
 """
 
 from __future__ import annotations
@@ -42,10 +46,10 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from rollwire.errors import InvalidRequest
-from rollwire.mcp_servers.tasks.loader import SUITES_DIR
 
 INIT_SCRIPT = Path(__file__).with_name("sandbox_init.py")
 SOCKET_DIR = "/run/rollwire"
@@ -61,10 +65,11 @@ are shown; nothing else of a source checkout is (its tests, its git history, its
 SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
 NAMESPACES = ("--unshare-all", "--die-with-parent", "--cap-drop", "ALL", "--as-pid-1")
 ROOT_RUN_UID = 1000
-"""The sandbox's uid when the orchestrator runs as root: seen as root, a harness would take root's paths (nested
-bwrap writes uid maps it may not, Claude Code refuses to skip permissions); the files stay the orchestrator's."""
+"""The sandbox's uid when its caller runs as root: seen as root, a harness would take root's paths (nested bwrap
+writes uid maps it may not, Claude Code refuses to skip permissions); the files stay the caller's."""
 PROBE_TIMEOUT_S = 20.0
-UNAVAILABLE_HINT = "turn the sandbox off with --no-sandbox (ROLLWIRE_ORCHESTRATOR__SANDBOX=false) to run harnesses with the user's full access"
+SHEBANG_BYTES = 256
+NODE_SCRIPTS = (".js", ".mjs", ".cjs")
 
 
 class SandboxUnavailable(InvalidRequest):
@@ -105,11 +110,12 @@ def probe(bwrap: str) -> str | None:
     return None
 
 
-def require(bwrap: str) -> str:
-    """The bwrap path to use, or SandboxUnavailable with the reason and the way out."""
+def require(bwrap: str, *, what: str, hint: str) -> str:
+    """The bwrap path to use, or SandboxUnavailable in one line: ``cannot sandbox <what>: <why>; <hint>`` (the
+    hint is the caller's way out: the switch that turns its sandbox off)."""
     reason = probe(bwrap)
     if reason is not None:
-        raise SandboxUnavailable(f"cannot sandbox rollouts: {reason}; {UNAVAILABLE_HINT}", param="sandbox")
+        raise SandboxUnavailable(f"cannot sandbox {what}: {reason}; {hint}", param="sandbox")
     return shutil.which(bwrap) or bwrap
 
 
@@ -154,20 +160,70 @@ def _package_folders() -> list[Path]:
     return folders
 
 
-def _needed_paths(argv: Sequence[str], env: Mapping[str, str]) -> list[Path]:
+def _interpreter(path: str, search: str | None) -> str | None:
+    """The interpreter a script's ``#!`` line names (``/usr/bin/env node``: node found on PATH), if any."""
+    try:
+        with open(path, "rb") as script:
+            head = script.read(SHEBANG_BYTES)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    words = head[2:].split(b"\n", 1)[0].decode(errors="replace").split()
+    if words and Path(words[0]).name == "env":  # the first word that is not an option nor an assignment
+        names = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+        if not names:
+            return None
+        return names[0] if "/" in names[0] else shutil.which(names[0], path=search)
+    return words[0] if words else None
+
+
+def _node_package(real: Path) -> Path | None:
+    """The npm package a JavaScript file belongs to (its nearest folder with a ``package.json``): ``npx`` and a
+    server's ``bin`` entry load the rest of their package (and its ``node_modules``) from there."""
+    if real.suffix not in NODE_SCRIPTS:
+        return None
+    for folder in real.parents:
+        if (folder / "package.json").is_file():
+            return folder
+    return None
+
+
+def _found(word: str, search: str | None) -> str | None:
+    """A command by name (found on PATH) or a file by absolute path (a script, another venv's python)."""
+    found = shutil.which(word, path=search) if word and "/" not in word else None
+    return found or (word if word.startswith("/") and Path(word).is_file() else None)
+
+
+def _file_paths(found: str) -> list[Path]:
+    """A command's folder, its real file's, the venv it belongs to and the npm package it is part of, if any."""
+    real = Path(found).resolve()
+    paths = [Path(found).parent, real.parent]
+    if (Path(found).parent.parent / "pyvenv.cfg").is_file():
+        paths.append(Path(found).parent.parent)
+    package = _node_package(real)
+    return [*paths, package] if package is not None else paths
+
+
+def _command_paths(word: str, search: str | None) -> list[Path]:
+    """What a command needs: its own files (``_file_paths``) and those of the interpreter its ``#!`` line names."""
+    found = _found(word, search)
+    if found is None:
+        return []
+    interpreter = _interpreter(found, search)
+    inner = _found(interpreter, search) if interpreter else None
+    return [*_file_paths(found), *(_file_paths(inner) if inner else [])]
+
+
+def _needed_paths(commands: Sequence[str], env: Mapping[str, str]) -> list[Path]:
     """What the launch needs beyond the system trees: this interpreter, its installed packages, rollwire's package
-    folders, and each command ``argv`` names (by name on PATH, or by absolute path) with its real folder and venv.
+    folders, and each of ``commands`` (by name on PATH, or by absolute path) with what it needs (``_command_paths``).
     Never a home folder itself, nor anything that holds one or the root."""
     installation = _installation()
     paths = [Path(sys.executable).resolve().parent, *installation, *_package_folders()]
     paths += [Path(p).resolve() for p in sys.path if p and Path(p).is_dir() and _under(Path(p).resolve(), installation)]
-    for word in argv:  # a command by name (found on PATH) or by absolute path (another venv's python)
-        found = shutil.which(word, path=env.get("PATH")) if word and "/" not in word else None
-        found = found or (word if word.startswith("/") and Path(word).is_file() else None)
-        if found:  # its folder, its real file's (a package's root), and the venv it belongs to, if any
-            paths += [Path(found).parent, Path(found).resolve().parent]
-            if (Path(found).parent.parent / "pyvenv.cfg").is_file():
-                paths.append(Path(found).parent.parent)
+    for word in commands:
+        paths += _command_paths(word, env.get("PATH"))
     homes = {Path.home().resolve(), Path("/home"), Path("/root"), Path("/")}
     return [path for path in paths if not any(home == path or home.is_relative_to(path) for home in homes)]
 
@@ -214,16 +270,23 @@ def bwrap_command(
     writable: Sequence[Path] = (),
     control: Path | None = None,
     seccomp_fd: int | None = None,
+    commands: Sequence[str] | None = None,
+    network: bool = False,
+    exact_env: bool = False,
 ) -> list[str]:
     """The full command line: bwrap's mounts and namespaces, then ``sandbox_init`` running ``argv``.
 
     The sandbox's root is empty but for what is listed (an allowlist): the system trees read-only (minus what
-    others may not read), this interpreter and its packages, rollwire's package folders (minus the task suites:
-    their checker arguments are the answers), the commands ``argv`` names; the workspace and ``tmp`` writable,
-    a fresh ``/dev/shm``. Everything else is read-only, the root included, so a recycled sandbox keeps nothing
-    of a rollout but what its host empties. ``hidden``: state folders to cover where a shown folder holds them.
-    ``writable``: more host paths bound read-write at their own path (a pooled sandbox's log file). ``control``:
-    the host's one-use control socket of a warm-pool slot. ``seccomp_fd``: the filter for ``--seccomp``."""
+    others may not read), this interpreter and its packages, rollwire's package folders (minus what ``hidden``
+    covers: the local runtime names the task suites there, whose checker arguments are the answers), the
+    commands ``argv`` names; the workspace and ``tmp`` writable, a fresh ``/dev/shm``. Everything else is
+    read-only, the root included, so a recycled sandbox keeps nothing of a rollout but what its host empties.
+    ``hidden``: state folders to cover where a shown folder holds them. ``writable``: more host paths bound
+    read-write at their own path (a pooled sandbox's log file). ``control``: the host's one-use control socket
+    of a warm-pool slot. ``seccomp_fd``: the filter for ``--seccomp``. ``commands``: the words of ``argv`` whose
+    files are shown (default: every word). ``network``: keep the host's network namespace (no relay needed).
+    ``exact_env``: the command gets ``env`` and nothing else (``sandbox_init`` drops every other variable the
+    process was started with, e.g. what a client library adds on its own)."""
     command, covers = [bwrap], ["/dev", "/"]
     for tree in SYSTEM_TREES:
         if os.path.islink(tree):
@@ -236,11 +299,12 @@ def bwrap_command(
     command += ["--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc", "--bind", str(tmp), "/tmp"]
     system = [Path(tree) for tree in SYSTEM_TREES]
     shown: list[Path] = []
-    for path in sorted({p.resolve() for p in _needed_paths(argv, env) if p.exists()}, key=lambda p: len(p.parts)):
+    needed = _needed_paths(argv if commands is None else commands, env)
+    for path in sorted({p.resolve() for p in needed if p.exists()}, key=lambda p: len(p.parts)):
         if not _under(path, [*system, *shown]):
             shown.append(path)
             command += ["--ro-bind", str(path), str(path)]
-    for path in dict.fromkeys([SUITES_DIR.resolve(), *(Path(p).resolve() for p in hidden)]):
+    for path in dict.fromkeys(Path(p).resolve() for p in hidden):
         if path.exists() and any(path != s and path.is_relative_to(s) for s in shown) and not path.is_symlink():
             command += _cover(path, covers)
     command += ["--bind", str(workspace), str(workspace), "--dir", SOCKET_DIR]
@@ -255,17 +319,19 @@ def bwrap_command(
         command += ["--ro-bind", str(control), CONTROL_SOCKET]
     for path in covers:
         command += ["--remount-ro", path]
-    command += [*NAMESPACES, "--chdir", str(workspace)]
+    command += [*NAMESPACES, *(["--share-net"] if network else []), "--chdir", str(workspace)]
     if seccomp_fd is not None:
         command += ["--seccomp", str(seccomp_fd)]
     if os.geteuid() == 0:
         command += ["--unshare-user", "--uid", str(ROOT_RUN_UID), "--gid", str(ROOT_RUN_UID)]
-    spec = {
+    spec: dict[str, Any] = {
         "relay": relay,
         "limits": {"nproc": limits.processes, "data": limits.memory_bytes, "cpu": limits.cpu_s},
         "argv": list(argv),
         "unset": [] if "PWD" in env else ["PWD"],  # bwrap sets PWD; the harness gets the launch's env only
     }
+    if exact_env:
+        spec["keep"] = sorted(env)
     return [*command, "--", sys.executable, "-I", "-S", str(INIT_SCRIPT), json.dumps(spec)]
 
 
@@ -299,6 +365,8 @@ def state_folders(paths: Iterable[str | os.PathLike[str] | None]) -> list[Path]:
 
 
 __all__ = [
+    "CONTROL_SOCKET",
+    "INIT_SCRIPT",
     "Endpoint",
     "SandboxLimits",
     "SandboxUnavailable",

@@ -1,4 +1,5 @@
-"""The seccomp filter of a local rollout sandbox: kernel surfaces a harness never needs, refused with EPERM.
+"""The seccomp filter of a sandbox (a rollout's harness, a rollout's stdio MCP server): kernel surfaces a harness
+never needs, refused with EPERM.
 
 Namespaces, caps and mounts keep a rollout away from the host's files and network; the kernel's own interfaces
 are the other way out. The filter refuses what a rollout could use to reach its platform's processes or the
