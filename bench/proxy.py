@@ -209,11 +209,13 @@ def stub_argv(port: int, ids: list[int], pace_ms: float = 0.0) -> list[str]:
     return [sys.executable, str(HERE / "proxy_stub.py"), str(port), ",".join(map(str, ids)), str(pace_ms)]
 
 
-def rollwire_argv(port: int, up_port: int, db: Path, workers: int = 1) -> list[str]:
+def rollwire_argv(port: int, up_port: int, db: Path, workers: int = 1, admin_port: int | None = None) -> list[str]:
     """`rollwire proxy` as the bench runs it: on ``port``, in front of the stub, recording to ``db``, its admin API
-    on the operator key ``bench`` (``Server.admin``)."""
+    on ``admin_port`` (``Server.admin``; without one, the proxy's default) with the operator key ``bench`` (a
+    throwaway key, so on the command line)."""
     argv = [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "proxy", "--port", str(port)]
     argv += ["--upstream", f"http://127.0.0.1:{up_port}", "--db", f"sqlite:///{db}"]
+    argv += ["--admin-port", str(admin_port)] if admin_port is not None else []
     return argv + ["--operator-key", "bench", "--workers", str(workers)]
 
 
@@ -299,11 +301,12 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
 
     servers: list[Server] = []
     for w in args.workers:
-        port = _port()
+        port, admin = _port(), _port()
         db = Path(tmp) / f"bench{w}.db"
         cores = sc | lc if w > 1 else sc  # several workers: every core
         name = "rollwire" if w == 1 else f"rollwire x{w}"
-        rollwire = Server(name, rollwire_argv(port, up_port, db, w), port, "", "/health", cores)
+        argv = rollwire_argv(port, up_port, db, w, admin)
+        rollwire = Server(name, argv, port, "", "/health", cores, admin_port=admin)
         rollwire.db = db
         servers.append(rollwire)
     if args.passthrough:
@@ -368,6 +371,7 @@ class Server:
         health: str,
         cores: set[int],
         env: dict[str, str] | None = None,
+        admin_port: int | None = None,
     ) -> None:
         self.name, self.argv, self.port, self.headers, self.cores, self.env = name, argv, port, headers, cores, env
         self.health = f"http://127.0.0.1:{port}{health}"
@@ -375,8 +379,10 @@ class Server:
         """No row has run on this process yet (the first is preceded by a few warming calls)."""
         self._stack = contextlib.ExitStack()
         self._proc: subprocess.Popen[Any] | None = None
-        self.admin = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer bench"})
-        """rollwire's admin API (its rollouts' URLs), on the operator key the bench starts it with."""
+        self.admin = httpx.Client(
+            base_url=f"http://127.0.0.1:{admin_port or port}", headers={"Authorization": "Bearer bench"}
+        )
+        """rollwire's admin API (its rollouts' URLs) on its admin listener, with the key the bench starts it with."""
         self.db: Path | None = None
         """rollwire's SQLite store (None for a server that keeps none)."""
         self._stored_up_to = 0

@@ -85,6 +85,12 @@ def export(revision: str, dest: Path) -> Path:
     return dest
 
 
+def has_admin_listener(folder: Path) -> bool:
+    """Whether the build in ``folder`` (``lay_out``'s) serves its admin API on a port of its own (``--admin-port``);
+    a build that does not serves it on its main port, and is started without the flag."""
+    return "--admin-port" in (folder / "rollwire" / "cli" / "proxy.py").read_text()
+
+
 def build_env(folder: Path) -> dict[str, str]:
     """The environment that runs a build from ``folder`` (``lay_out``'s): first on PYTHONPATH, and the working
     directory kept off the path (PYTHONSAFEPATH), where the project's own ``rollwire/`` would come first."""
@@ -146,9 +152,9 @@ def proxies(builds: dict[str, Path], up: int, tmp: Path, round_no: int) -> Itera
     with ExitStack() as stack:
         servers = {}
         for name, folder in builds.items():
-            port = _port()
-            argv = rollwire_argv(port, up, tmp / f"{name}-{round_no}.db")
-            server = Server(name, argv, port, "", "/health", _cores()[0], build_env(folder))
+            port, admin = _port(), _port() if has_admin_listener(folder) else None
+            argv = rollwire_argv(port, up, tmp / f"{name}-{round_no}.db", admin_port=admin)
+            server = Server(name, argv, port, "", "/health", _cores()[0], build_env(folder), admin_port=admin)
             stack.callback(server.admin.close)
             stack.callback(server.stop)
             server.start()

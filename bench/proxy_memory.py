@@ -41,13 +41,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         up = bench._port()
         stub = bench.stub_argv(up, ids)
-        port = bench._port()
-        argv = [*bench.rollwire_argv(port, up, Path(tmp) / "memory.db"), *args.proxy_args]  # theirs come last: they win
+        port, admin_port = bench._port(), bench._port()
+        # the extra arguments come last: they win
+        argv = [*bench.rollwire_argv(port, up, Path(tmp) / "memory.db", admin_port=admin_port), *args.proxy_args]
         with (
             bench.process(stub, f"http://127.0.0.1:{up}/v1/models", load_cores),
             bench.process(argv, f"http://127.0.0.1:{port}/health", server_cores) as proxy,
         ):
-            admin = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer bench"})
+            admin = httpx.Client(base_url=f"http://127.0.0.1:{admin_port}", headers={"Authorization": "Bearer bench"})
             print(f"{'rollouts':>9} {'calls':>7} {'RSS MiB':>8} {'req/s':>7} {'cpu ms/req':>10}", flush=True)
             print(f"{0:>9} {0:>7} {rss_mib(proxy.pid):>8.1f}", flush=True)
             done = 0

@@ -3,9 +3,9 @@
     python bench/viewer.py [--tokens 1000 10000 50000] [--chromium PATH]
 
 Each size is a synthetic rollout written to a fresh store (10 model calls, one segment break, two tool
-events), served by an in-process proxy on loopback and opened at ``/ui/#/rollout/ID``. The numbers are the
-page's own performance marks (ms since navigation): data fetched, first token chunk on screen ("usable":
-summary, timeline and the first chunk are there and the page takes input), all tokens rendered, and the
+events), served by an in-process proxy on loopback and opened at ``/ui/#/rollout/ID`` on its admin listener. The
+numbers are the page's own performance marks (ms since navigation): data fetched, first token chunk on screen
+("usable": summary, timeline and the first chunk are there and the page takes input), all tokens rendered, and the
 longest single rendering task (what a click could wait behind). Needs Debian's ``chromium`` package.
 """
 
@@ -216,7 +216,7 @@ def serve(store_url: str, home: Path, model: Path) -> Iterator[str]:
 
     settings = ProxySettings(upstream="http://127.0.0.1:9", model=str(model))
     with ServerThread(create_app(settings, store_url, home, operator_key=KEY)) as server:
-        yield server.url
+        yield server.urls["admin"]  # the viewer is on the proxy's admin listener
 
 
 def measure(browser: DevTools, tokens: int, work: Path, model: Path, vocab: int) -> dict[str, float]:

@@ -1,5 +1,6 @@
-"""Operator API under ``/admin/v1``: runs, rollouts (token + ready base URLs), finishing with a reward,
-traces, and the policy version for engines that cannot report one. Store work runs off the event loop."""
+"""Operator API under ``/admin/v1``, served on the proxy's admin listener only: runs, rollouts (token + ready base
+URLs on the main listener), finishing with a reward, traces, and the policy version for engines that cannot report
+one. Store work runs off the event loop."""
 
 from __future__ import annotations
 
@@ -134,7 +135,7 @@ async def runs_route(request: Request) -> Response:
 async def rollouts_route(request: Request) -> Response:
     state = _state(request)
     body = await _json(request)
-    base = str(request.base_url)
+    base = state.rollout_base(request)
     gateway = state.settings.gateway_url
     out = await anyio.to_thread.run_sync(create_rollouts, state.engine, request.path_params["run"], body, base, gateway)
     return JSONResponse(out, status_code=201)

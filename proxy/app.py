@@ -1,12 +1,13 @@
-"""The proxy's Starlette app: rollout routes (``/r/{token}/v1/...`` or a Bearer token on ``/v1/...``), the
-admin API, body limits and errors in each dialect's shape (``edge``); the lifespan owns the upstream pool,
-store and tokenizer."""
+"""The proxy's apps: rollout routes (``/r/{token}/v1/...`` or a Bearer token on ``/v1/...``) on its main
+listener, the operator API (``/admin/v1``), the trace viewer (``/ui``) and ``/metrics`` on its admin listener
+(``ProxyApp``); body limits and errors in each dialect's shape (``edge``); one lifespan owns the upstream pool,
+store and tokenizer for both."""
 
 from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +36,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from rollwire.errors import InvalidRequest, RollwireError
+from rollwire.errors import InvalidRequest, NotFound, RollwireError
 from rollwire.metrics import HttpMetricsMiddleware, metrics_endpoint
 from rollwire.request_body import read_json_body, read_json_text
 from rollwire.rollouts.budgets import Budgets
+from rollwire.serving import Listeners
 from rollwire.settings import ProxySettings
 from rollwire.store import open_engine
 
@@ -49,8 +51,13 @@ DIALECTS = {CHAT.name: (CHAT.parse_request, CHAT.answer_message), **FRONT_DIALEC
 class ProxyState:
     """What the routes share; built in lifespan."""
 
-    def __init__(self, settings: ProxySettings, engine: Any, generator: Generator, auth: TokenAuth) -> None:
+    def __init__(
+        self, settings: ProxySettings, engine: Any, generator: Generator, auth: TokenAuth,
+        ports: Mapping[str, int] | None = None,
+    ) -> None:  # fmt: skip
         self.settings = settings
+        self.ports = ports if ports is not None else {}
+        """The port each listener serves on (``Listeners.ports``): rollouts' links name the main one."""
         self.engine = engine
         self.generator = generator
         self.auth = auth
@@ -66,6 +73,15 @@ class ProxyState:
     async def read_json_text(self, request: Request) -> tuple[Any, str | None]:
         """The body and its text as sent (stored as the call's request without serializing it again)."""
         return await read_json_text(request, self.settings.max_body_bytes)
+
+    def rollout_base(self, request: Request) -> str:
+        """The base URL of the rollouts an admin request creates: the host it was sent to, on the main listener's
+        port (an admin request arrives on the admin port, which no rollout can reach)."""
+        url = request.base_url
+        main = self.ports.get(Listeners.MAIN)
+        if main is not None and url.port != main:
+            url = url.replace(port=main)
+        return str(url)
 
     def notify_finished(self) -> None:
         self._finished.set()
@@ -130,7 +146,20 @@ def _admin(handler: Any) -> Any:
     return guarded
 
 
-def _routes() -> list[BaseRoute]:
+async def elsewhere(request: Request) -> Response:
+    """What the main listener answers for the admin listener's paths, with or without the operator key: they do
+    not exist here (404, never 401, so this port is no oracle for the key)."""
+    raise NotFound("the operator API, the trace viewer and /metrics are served on the proxy's admin listener")
+
+
+ADMIN_PATHS = ("/admin", "/ui", "/metrics")
+"""Path prefixes served on the admin listener only."""
+ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+"""What the refusal answers 404 to (a method it left out would get 405 instead)."""
+
+
+def _rollout_routes() -> list[BaseRoute]:
+    """The main listener's routes: all a rollout may call."""
     rollout = [
         Route("/r/{token}/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/r/{token}/v1/models", models, methods=["GET"]),
@@ -141,6 +170,12 @@ def _routes() -> list[BaseRoute]:
         Route("/r/{token}", root, methods=["GET", "HEAD"]),  # a rollout's Anthropic base URL, probed the same way
         Route("/r/{token}/", root, methods=["GET", "HEAD"]),
     ]
+    refused = [Route(path, elsewhere, methods=ANY_METHOD) for p in ADMIN_PATHS for path in (p, p + "/{rest:path}")]
+    return rollout + dialect_routes() + refused
+
+
+def _admin_routes(metrics: ProxyMetrics) -> list[BaseRoute]:
+    """The admin listener's routes: the operator API, the viewer, the Prometheus scrape and a health probe."""
     a = "/admin/v1"
     operator = [
         Route(f"{a}/runs", _admin(admin.runs_route), methods=["POST"]),
@@ -153,7 +188,22 @@ def _routes() -> list[BaseRoute]:
         Route(f"{a}/policy_version", _admin(admin.policy_version_route), methods=["POST"]),
         Route(f"{a}/trajectories/stream", _admin(stream_route), methods=["GET"]),
     ]
-    return rollout + dialect_routes() + operator + [Mount("/ui", routes=ui_routes())]
+    # /metrics counts every rollout's calls, tokens and budget refusals: nothing a rollout needs, and a view of
+    # the other rollouts it should not have
+    scrape = Route("/metrics", _settled(metrics_endpoint(metrics.registry)), methods=["GET"])
+    return [Route("/health", health, methods=["GET"]), scrape, *operator, Mount("/ui", routes=ui_routes())]
+
+
+class ProxyApp(Listeners):
+    """The proxy's two listeners over one lifespan and one state: ``main`` for rollouts, ``admin`` for the
+    trainer, operators and the viewer (see ``Listeners`` for why one server serves both). ``state`` is shared."""
+
+    ADMIN = "admin"
+
+    def __init__(self, main: Starlette, admin: Starlette) -> None:
+        super().__init__(main, **{self.ADMIN: admin})
+        admin.state = main.state
+        self.state = main.state
 
 
 def model_folder(settings: ProxySettings, home: Path) -> Path:
@@ -165,8 +215,9 @@ def model_folder(settings: ProxySettings, home: Path) -> Path:
     return ensure_tiny_model(home)
 
 
-def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key: str | None = None) -> Starlette:
-    """The proxy app. Parsers and the splice policy are checked here, so a bad name fails at start-up."""
+def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key: str | None = None) -> ProxyApp:
+    """The proxy app (serve it with ``rollwire.serving``: a socket per listener). Parsers and the splice policy are
+    checked here, so a bad name fails at start-up."""
     if settings.splice_policy not in POLICIES:
         raise InvalidRequest(f"unknown splice policy {settings.splice_policy!r}; known: {', '.join(POLICIES)}")
     tools, reasoning = tool_parser(settings.tool_parser), reasoning_parser(settings.reasoning_parser)
@@ -188,7 +239,7 @@ def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key
         )
         generator = Generator(settings, client, renderer, recorder, tools, reasoning)
         auth = TokenAuth(engine, key, read_inline=recorder.writer.read_inline)
-        app.state.proxy = ProxyState(settings, engine, generator, auth)
+        app.state.proxy = ProxyState(settings, engine, generator, auth, proxy.ports)
         recorder.late_listeners.append(metrics.recorded)
         app.state.proxy.budgets.refused.append(metrics.refused)
         try:
@@ -200,11 +251,12 @@ def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key
 
     handlers = {RollwireError: rollwire_error, HTTPException: http_error}
     middleware = [Middleware(HttpMetricsMiddleware, metrics=metrics.http, classify=classify), Middleware(ErrorEdge)]
-    routes = [Route("/metrics", _settled(metrics_endpoint(metrics.registry)), methods=["GET"]), *_routes()]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=middleware)
-    app.state.operator_key = key
-    app.state.metrics = metrics
-    return app
+    main = Starlette(routes=_rollout_routes(), lifespan=lifespan, exception_handlers=handlers, middleware=middleware)
+    admin = Starlette(routes=_admin_routes(metrics), exception_handlers=handlers, middleware=middleware)
+    proxy = ProxyApp(main, admin)
+    proxy.state.operator_key = key
+    proxy.state.metrics = metrics
+    return proxy
 
 
-__all__ = ["DIALECTS", "ProxyState", "create_app", "model_folder"]
+__all__ = ["ADMIN_PATHS", "DIALECTS", "ProxyApp", "ProxyState", "create_app", "model_folder"]

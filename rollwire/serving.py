@@ -1,11 +1,13 @@
 """Serving an ASGI app with uvicorn: on a socket bound here or inherited from a parent (``--fd``), or on a
-background thread (tests, and CLIs that host several servers)."""
+background thread (tests, and CLIs that host several servers); an app with private listeners (``Listeners``) on
+one socket per listener."""
 
 from __future__ import annotations
 
 import gc
 import socket
 import threading
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
@@ -36,6 +38,69 @@ def listening_socket(host: str, port: int, fd: int | None = None, backlog: int =
         raise Conflict(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.listen(backlog)
     return sock
+
+
+class Listeners:
+    """ASGI apps that share one process, one lifespan and one uvicorn server, each answering on its own sockets.
+
+    The proxy answers rollouts on one port and operators on another: a rollout can reach the first only, so the
+    second's routes must not exist there at all (not merely refuse without a key). Two route tables served by one
+    server, rather than two servers, because the apps share what one lifespan builds (store pool, tokenizer,
+    caches), and one server means one start, one set of signal handlers and one graceful shutdown, also per
+    ``--workers`` process. uvicorn hands every socket's connections to one app; this one passes each request on to
+    the app of the socket it came in on, known by the connection's local port (``scope["server"]``: uvicorn reads
+    it from the socket, never from the request, so a client cannot choose it).
+
+    The first app (``main``) runs the lifespan, and answers every connection whose port was not ``bind``-ed to
+    another app: a socket nobody registered falls to the public side, never to a private one.
+    """
+
+    MAIN = "main"
+
+    def __init__(self, main: Any, **others: Any) -> None:
+        self.apps: dict[str, Any] = {self.MAIN: main, **others}
+        """Each listener's app by name; a test may wrap one in place (``apps["main"] = Tap(apps["main"])``)."""
+        self.ports: dict[str, int] = {}
+        """The port each listener serves on, once bound (the first socket bound to it)."""
+        self._by_port: dict[int, str] = {}
+
+    def bind(self, name: str, sock: socket.socket) -> None:
+        """Answer the connections accepted on ``sock`` with the app named ``name``."""
+        if name not in self.apps:
+            raise KeyError(f"no listener {name!r} (known: {', '.join(self.apps)})")
+        port = int(sock.getsockname()[1])
+        taken = self._by_port.get(port)
+        if taken is not None and taken != name:
+            raise ValueError(f"port {port} already serves listener {taken!r}")
+        self._by_port[port] = name
+        self.ports.setdefault(name, port)
+
+    def listener(self, scope: Any) -> str:
+        """The name of the listener a request came in on (``main`` when its port is not a bound one)."""
+        server = scope.get("server")
+        return self._by_port.get(server[1], self.MAIN) if server else self.MAIN
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await self.apps[self.MAIN](scope, receive, send)
+            return
+        await self.apps[self.listener(scope)](scope, receive, send)
+
+
+def _sockets(app: Any, sock: socket.socket, extra: Mapping[str, socket.socket] | None) -> list[socket.socket]:
+    """Every socket ``app`` is served on, each bound to its listener; a ``Listeners`` gets one per listener."""
+    extra = dict(extra or {})
+    if not isinstance(app, Listeners):
+        if extra:
+            raise ValueError(f"only a Listeners app has other listeners than its main one (given {', '.join(extra)})")
+        return [sock]
+    missing = sorted(set(app.apps) - {Listeners.MAIN} - set(extra))
+    if missing:
+        raise ValueError(f"no socket for listener(s) {', '.join(missing)}")
+    app.bind(Listeners.MAIN, sock)
+    for name, other in extra.items():
+        app.bind(name, other)
+    return [sock, *extra.values()]
 
 
 YOUNG_COLLECTION_EVERY = 50_000
@@ -76,12 +141,18 @@ def uvicorn_config(app: Any, **options: Any) -> Any:
     return uvicorn.Config(app, http=one_write_protocol(), **UVICORN_OPTIONS, **options)
 
 
-def serve(app: Any, sock: socket.socket, log_level: str = "warning", lifespan: str = "on") -> int:
+def serve(
+    app: Any, sock: socket.socket, log_level: str = "warning", lifespan: str = "on",
+    extra: Mapping[str, socket.socket] | None = None,
+) -> int:  # fmt: skip
     """Serve ``app`` with uvicorn on ``sock`` until a signal stops it; 0 if it started, 1 if not.
 
+    A ``Listeners`` app serves its other listeners on ``extra`` (listener name -> socket), one server for all.
     The heap is settled (``settle_heap``) once the app's start-up has run, before the first request.
     """
     import uvicorn
+
+    sockets = _sockets(app, sock, extra)
 
     class _Server(uvicorn.Server):
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -90,18 +161,39 @@ def serve(app: Any, sock: socket.socket, log_level: str = "warning", lifespan: s
                 settle_heap()
 
     server = _Server(uvicorn_config(app, log_level=log_level, lifespan=lifespan))
-    server.run(sockets=[sock])
+    server.run(sockets=sockets)
     return 0 if server.started else 1
 
 
 class ServerThread:
-    """``with ServerThread(app) as server: server.url`` serves ``app`` on 127.0.0.1, an ephemeral port by default."""
+    """``with ServerThread(app) as server: server.url`` serves ``app`` on 127.0.0.1, an ephemeral port by default.
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:
+    A ``Listeners`` app gets a socket per listener, on the port ``ports`` names (ephemeral by default):
+    ``server.urls["admin"]``.
+    """
+
+    def __init__(
+        self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning",
+        ports: Mapping[str, int] | None = None,
+    ) -> None:  # fmt: skip
         import uvicorn
 
         self._sock = listening_socket(host, port)
         self.host, self.port = self._sock.getsockname()[:2]
+        others = [name for name in app.apps if name != Listeners.MAIN] if isinstance(app, Listeners) else []
+        self._extra: dict[str, socket.socket] = {}
+        try:
+            for name in others:
+                self._extra[name] = listening_socket(host, (ports or {}).get(name, 0))
+            self._sockets = _sockets(app, self._sock, self._extra)
+        except BaseException:
+            for sock in (self._sock, *self._extra.values()):
+                sock.close()
+            raise
+        self.urls = {Listeners.MAIN: self.url} | {
+            name: f"http://{host}:{sock.getsockname()[1]}" for name, sock in self._extra.items()
+        }
+        """Each listener's base URL (``main`` is ``url``)."""
         config = uvicorn_config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=5)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._serve, name=f"uvicorn:{self.port}", daemon=True)
@@ -113,7 +205,7 @@ class ServerThread:
 
     def _serve(self) -> None:
         try:
-            self._server.run(sockets=[self._sock])
+            self._server.run(sockets=self._sockets)
         except BaseException as exc:  # surfaced by start()
             self._error = exc
 
@@ -132,7 +224,8 @@ class ServerThread:
     def stop(self) -> None:
         self._server.should_exit = True
         self._thread.join(10)
-        self._sock.close()
+        for sock in self._sockets:
+            sock.close()
 
     def __enter__(self) -> ServerThread:
         return self.start()
@@ -143,4 +236,6 @@ class ServerThread:
         self.stop()
 
 
-__all__ = ["YOUNG_COLLECTION_EVERY", "ServerThread", "listening_socket", "serve", "settle_heap", "uvicorn_config"]
+__all__ = [
+    "YOUNG_COLLECTION_EVERY", "Listeners", "ServerThread", "listening_socket", "serve", "settle_heap", "uvicorn_config",
+]  # fmt: skip

@@ -6,6 +6,11 @@ exactly as a user would start it by hand, because on a small machine one process
 engine's torch work off the proxy's and the gateway's event loops. With ``upstream`` set (a vLLM server)
 no engine is started and the proxy points there instead; with ``engine="vllm"`` the engine part is vLLM's
 CPU build from the venv ``rollwire.vllm_runtime`` manages (installed on first use).
+
+The proxy gets two sockets: its main one, the only address of it rollouts are given (``StackInfo.proxy_url``),
+and its admin listener (``StackInfo.admin_url``: the operator API, the viewer, /metrics). Secrets (the operator
+key, the env servers' secret, the store URL, which may hold a password) reach each part through its environment,
+never its command line, which every local user can read (``/proc/<pid>/cmdline``, ``ps``).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ class StackInfo:
     """Where each part of a running stack listens, and what a client needs to use it (the key is secret)."""
 
     proxy_url: str
+    """The proxy's main listener: what rollouts are pointed at."""
     gateway_url: str
     env_url: str
     engine_url: str | None
@@ -60,6 +66,9 @@ class StackInfo:
     state_root: str
     model: str
     pids: dict[str, int] = field(default_factory=dict)
+    admin_url: str = field(default="", kw_only=True)
+    """The proxy's admin listener (/admin/v1, /ui, /metrics), never handed to a rollout; empty when not known
+    (a stack named by its URLs)."""
 
     def save(self, path: Path) -> Path:
         """Write the stack file (owner-readable only: it holds the operator key)."""
@@ -85,6 +94,13 @@ class StackInfo:
 
     def admin_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.operator_key}"}
+
+    def viewer_url(self, fragment: str = "") -> str:
+        """The trace viewer's login link (it holds the operator key); empty without an admin listener."""
+        if not self.admin_url:
+            return ""
+        key = f"?key={self.operator_key}" if self.operator_key else ""
+        return f"{self.admin_url.rstrip('/')}/ui/{key}{fragment}"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -118,7 +134,17 @@ class LocalStack:
     Logs go to ``<log_dir>/<part>.log``; a part that dies or does not come up raises with its log's tail.
     """
 
-    PARTS = ("engine", "env", "gateway", "proxy")
+    PARTS = ("engine", "env", "gateway", "proxy", "admin")
+    """What gets a socket: each part, and the proxy's admin listener (``admin``)."""
+    SECRETS = {
+        "ROLLWIRE_PROXY__OPERATOR_KEY": ("proxy",),
+        "ROLLWIRE_TRAINER__OPERATOR_KEY": (),
+        "ROLLWIRE_MCP__ENV_SECRET": ("env", "gateway"),
+        "ROLLWIRE_MCP__GATEWAY__ENV_SECRET": ("env", "gateway"),
+        "ROLLWIRE_STORE__URL": ("proxy", "gateway"),
+    }
+    """Environment variables that hold a secret -> the parts that get them (a name starting with ``proxy`` is a
+    proxy): no part inherits another's secret from this process's environment."""
 
     def __init__(
         self,
@@ -186,11 +212,9 @@ class LocalStack:
                 "env", url["env"], ["mcp", "serve", "all", "--state-dir", str(self.state_dir)], sock=socks.pop("env")
             )
             mcp_config = ["--mcp-config", str(self.mcp_config)] if self.mcp_config else []
-            argv = ["mcp", "gateway", "--env-url", url["env"], "--db", self.db_url, *mcp_config]
+            argv = ["mcp", "gateway", "--env-url", url["env"], *mcp_config]
             self._spawn("gateway", url["gateway"], argv, sock=socks.pop("gateway"))
-            argv = ["proxy", "--upstream", engine_url, "--gateway-url", url["gateway"], "--db", self.db_url]
-            self._spawn("proxy", url["proxy"], [*argv, f"--operator-key={self.operator_key}", *self.proxy_args],
-                        sock=socks.pop("proxy"))  # fmt: skip
+            self._spawn_proxy("proxy", url["proxy"], engine_url, url["gateway"], socks.pop("proxy"), socks.pop("admin"))
             for child in self._children:
                 self._wait_healthy(child)
             if self.upstream is not None:
@@ -204,6 +228,7 @@ class LocalStack:
                 sock.close()
         self.info = StackInfo(
             proxy_url=url["proxy"],
+            admin_url=url["admin"],
             gateway_url=url["gateway"],
             env_url=url["env"],
             engine_url=engine_url,
@@ -233,13 +258,18 @@ class LocalStack:
         self._children.clear()
 
     def add_proxy(self, name: str, upstream: str) -> str:
-        """Start one more proxy on the same store and gateway in front of another upstream; returns its URL."""
+        """Start one more proxy on the same store and gateway in front of another upstream; returns its main URL
+        (its admin listener takes a free port: nothing needs it, the store is shared)."""
         if self.info is None:
             raise RollwireError("start the stack before adding a proxy")
         sock = listening_socket(self.host, 0)
+        try:
+            admin = listening_socket(self.host, 0)
+        except BaseException:
+            sock.close()
+            raise
         url = f"http://{self.host}:{sock.getsockname()[1]}"
-        argv = ["proxy", "--upstream", upstream, "--gateway-url", self.info.gateway_url, "--db", self.db_url]
-        self._spawn(name, url, [*argv, f"--operator-key={self.operator_key}", *self.proxy_args], sock=sock)
+        self._spawn_proxy(name, url, upstream, self.info.gateway_url, sock, admin)
         self._wait_healthy(self._children[-1])
         return url
 
@@ -293,28 +323,47 @@ class LocalStack:
                              served_model_name=self.served_model_name or "", extra=self.engine_args)  # fmt: skip
         self._spawn("engine", url, argv, command=argv, env=serve_env(self._child_env("engine")), group=True)
 
+    def _spawn_proxy(
+        self, name: str, url: str, upstream: str, gateway_url: str, sock: socket.socket, admin: socket.socket
+    ) -> None:
+        """A proxy serving rollouts on ``sock`` and its admin listener on ``admin`` (both inherited)."""
+        admin_port = str(admin.getsockname()[1])
+        argv = ["proxy", "--upstream", upstream, "--gateway-url", gateway_url, *self.proxy_args,
+                "--admin-port", admin_port, "--admin-fd", str(admin.fileno())]  # fmt: skip
+        try:
+            self._spawn(name, url, argv, sock=sock, keep=(admin,))
+        finally:
+            admin.close()
+
     def _child_env(self, name: str) -> dict[str, str]:
-        env = dict(os.environ)
+        """A part's environment: this process's, less the secrets the part has no use for, plus its own."""
+        part = "proxy" if name.startswith("proxy") else name
+        env = {k: v for k, v in os.environ.items() if part in self.SECRETS.get(k, (part,))}
         env["ROLLWIRE_HOME"] = str(self.settings.home)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        if name in ("env", "gateway"):
+        if part in ("proxy", "gateway"):
+            env["ROLLWIRE_STORE__URL"] = self.db_url
+        if part in ("env", "gateway"):
             env["ROLLWIRE_MCP__ENV_SECRET"] = env["ROLLWIRE_MCP__GATEWAY__ENV_SECRET"] = self.env_secret
         if name == "env" and self.settings.mcp.suites:  # suite files (besides the shipped ones) tasks may seed from
             env["ROLLWIRE_MCP__SUITES"] = json.dumps([str(Path(s).resolve()) for s in self.settings.mcp.suites])
-        if name.startswith("proxy"):
+        if part == "proxy":
             if "ROLLWIRE_PROXY__MODEL_ALIASES" not in env and self.served_model_name:
                 # One served model: every requested name (a harness's own default, "default") means it.
                 env["ROLLWIRE_PROXY__MODEL_ALIASES"] = json.dumps({"*": self.served_model_name})
             env.update(self.proxy_env)
+            env["ROLLWIRE_PROXY__OPERATOR_KEY"] = self.operator_key  # StackInfo's key, whatever proxy_env says
         return env
 
     def _spawn(
         self, name: str, url: str, argv: list[str], command: list[str] | None = None,
         env: dict[str, str] | None = None, group: bool = False, sock: socket.socket | None = None,
+        keep: Sequence[socket.socket] = (),
     ) -> None:  # fmt: skip
         """Start one part; ``command`` replaces the default ``rollwire <argv> --host --port [--fd]`` line.
 
         With ``sock`` the part serves on that socket (inherited as ``--fd``); this process closes its copy.
+        ``keep``: more sockets the part inherits (named in ``argv``); the caller closes those.
         """
         port = url.rsplit(":", 1)[1]
         fds = (sock.fileno(),) if sock is not None else ()
@@ -324,10 +373,12 @@ class LocalStack:
         ]  # fmt: skip
         log = self.log_dir / f"{name}.log"
         try:
-            with log.open("wb") as out:
+            descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # a part may log a rollout's token
+            os.fchmod(descriptor, 0o600)  # a log an older stack left may be wider
+            with open(descriptor, "wb") as out:
                 process = subprocess.Popen(
                     command, stdout=out, stderr=subprocess.STDOUT, env=env or self._child_env(name),
-                    start_new_session=group, pass_fds=fds,
+                    start_new_session=group, pass_fds=(*fds, *(s.fileno() for s in keep)),
                 )  # fmt: skip
         finally:
             if sock is not None:

@@ -197,10 +197,11 @@ def run_training(
     session = open_session(cfg, base_model, out_dir, ctx)
     metrics = MetricsWriter(out_dir / "metrics.jsonl" if ctx.is_main else None, console=None)
     client = httpx.Client(timeout=httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=10.0))
-    stream = TrajectoryStream(StreamConfig(cfg.proxy_url, cfg.operator_key, cfg.run, cfg.stream_wait_s))
+    stream = TrajectoryStream(StreamConfig(cfg.admin_url, cfg.operator_key, cfg.run, cfg.stream_wait_s))
     stream.cursor = session.state.cursor
     sinks = make_sinks(cfg.engine_url, cfg.vllm_url, cfg.vllm_mode, client)
-    publisher = ProxyVersionPublisher(cfg.proxy_url, cfg.operator_key, client) if cfg.publish_version and sinks else None
+    publish = cfg.publish_version and sinks
+    publisher = ProxyVersionPublisher(cfg.admin_url, cfg.operator_key, client) if publish else None
     try:
         if session.state.step > 0 and ctx.is_main and sinks:  # the push may not have happened before a kill
             folder = latest_checkpoint(out_dir)

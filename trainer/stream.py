@@ -1,7 +1,7 @@
 """Cursor-resumable consumer of the proxy's trajectory stream (NDJSON over long-polling HTTP).
 
-``GET /admin/v1/trajectories/stream?run=RUN&after=CURSOR&wait=SECONDS`` answers one
-``Trajectory.to_dict()`` per line, ordered by cursor. The consumer asks again after the last
+``GET /admin/v1/trajectories/stream?run=RUN&after=CURSOR&wait=SECONDS`` (on the proxy's admin listener)
+answers one ``Trajectory.to_dict()`` per line, ordered by cursor. The consumer asks again after the last
 cursor it saw, so a restarted trainer that passes its checkpointed cursor misses nothing and
 sees nothing twice. httpx errors become rollwire errors here, once.
 """
@@ -26,7 +26,8 @@ STREAM_PATH = "/admin/v1/trajectories/stream"
 
 @dataclass(frozen=True, slots=True)
 class StreamConfig:
-    proxy_url: str
+    admin_url: str
+    """The proxy's admin listener (``StackInfo.admin_url``; the port rollouts call has no stream)."""
     operator_key: str
     run: str
     wait_s: float = 20.0
@@ -39,7 +40,7 @@ def _raise_for_status(response: httpx.Response, run: str) -> None:
     if response.status_code == 401 or response.status_code == 403:
         raise Unauthorized("the proxy rejected the operator key for the trajectory stream")
     if response.status_code == 404:
-        raise NotFound(f"the proxy knows no run {run!r} (or has no trajectory stream)")
+        raise NotFound(f"the proxy knows no run {run!r} (or this is not its admin listener)")
     if response.status_code == 400:
         response.read()
         raise InvalidRequest(f"the proxy refused the stream request: {response.text[:200]}")
@@ -64,7 +65,7 @@ class TrajectoryStream:
     def _poll(self, after: int) -> Iterator[Trajectory]:
         params: dict[str, str | int | float] = {"run": self.config.run, "after": after, "wait": self.config.wait_s}
         headers = {"Authorization": f"Bearer {self.config.operator_key}", "Accept": "application/x-ndjson"}
-        url = self.config.proxy_url.rstrip("/") + STREAM_PATH
+        url = self.config.admin_url.rstrip("/") + STREAM_PATH
         with self._client.stream("GET", url, params=params, headers=headers) as response:
             _raise_for_status(response, self.config.run)
             for number, line in enumerate(response.iter_lines(), start=1):
@@ -94,7 +95,8 @@ class TrajectoryStream:
             except httpx.TransportError as exc:
                 failures += 1
                 if failures > self.config.retries:
-                    raise UpstreamError(f"cannot reach the proxy at {self.config.proxy_url}: {exc}") from exc
+                    where = self.config.admin_url
+                    raise UpstreamError(f"cannot reach the proxy's admin listener at {where}: {exc}") from exc
             logger.warning("trajectory stream failed (attempt %d), retrying", failures)
             time.sleep(min(0.5 * 2 ** (failures - 1), 10.0))
 

@@ -154,10 +154,10 @@ class VLLMLoraSink:
 
 
 class ProxyVersionPublisher:
-    """Tells the proxy which policy version later model calls are sampled from."""
+    """Tells the proxy (at its admin listener) which policy version later model calls are sampled from."""
 
-    def __init__(self, proxy_url: str, operator_key: str, client: httpx.Client) -> None:
-        self.url = proxy_url.rstrip("/") + "/admin/v1/policy_version"
+    def __init__(self, admin_url: str, operator_key: str, client: httpx.Client) -> None:
+        self.url = admin_url.rstrip("/") + "/admin/v1/policy_version"
         self.headers = {"Authorization": f"Bearer {operator_key}"}
         self.client = client
 

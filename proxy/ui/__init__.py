@@ -1,1 +1,1 @@
-"""The trace viewer served under ``/ui``: pages in ``static/`` over the JSON routes in ``data``."""
+"""The trace viewer served under ``/ui`` on the proxy's admin listener: pages in ``static/`` over the JSON routes in ``data``."""

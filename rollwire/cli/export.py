@@ -2,12 +2,13 @@
 rollwire's own trajectory dicts (``--flavor trajectory``).
 
 Reads from a trace store (``--db URL``: a stopped demo's or stack's store), a running proxy's trajectory
-stream (``--proxy URL --run RUN``), or a JSONL file of trajectory dicts (``--input FILE``), and writes one
-row per segment that holds sampled tokens (one line per trajectory for ``trajectory``).
+stream (``--admin-url URL --run RUN``: the proxy's admin listener), or a JSONL file of trajectory dicts
+(``--input FILE``), and writes one row per segment that holds sampled tokens (one line per trajectory for
+``trajectory``).
 ``rollwire traces export`` is the same command. Examples:
 
   rollwire export --db sqlite:///path/to/store.db --flavor trl --out trl.jsonl
-  rollwire export --proxy http://127.0.0.1:8000 --run RUN --format parquet --out sft.parquet
+  rollwire export --admin-url http://127.0.0.1:8001 --run RUN --format parquet --out sft.parquet
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser, with_db: bool = True) -> None
     source = parser.add_argument_group("where from (one of)")
     if with_db:
         source.add_argument("--db", default=None, metavar="URL", help="a trace store's SQLAlchemy URL")
-    source.add_argument("--proxy", default=None, help="proxy base URL (default: the trainer's proxy_url setting)")
+    source.add_argument(
+        "--admin-url", default=None, metavar="URL",
+        help="the proxy's admin listener, whose trajectory stream to read (default: the trainer's admin_url setting)",
+    )  # fmt: skip
     source.add_argument("--input", type=Path, default=None, help="a JSONL file of trajectory dicts")
     pick = parser.add_argument_group("what")
     pick.add_argument("--run", default=None, help="run id whose trajectories to export (a store: default all runs)")
@@ -74,7 +78,7 @@ def _from_stream(args: argparse.Namespace, settings: Settings) -> list:  # type:
     if not run:
         raise InvalidRequest("give --run (or --input FILE)", param="run")
     key = args.operator_key or settings.trainer.operator_key or settings.proxy.operator_key
-    stream = TrajectoryStream(StreamConfig(args.proxy or settings.trainer.proxy_url, key, run, wait_s=0.0))
+    stream = TrajectoryStream(StreamConfig(args.admin_url or settings.trainer.admin_url, key, run, wait_s=0.0))
     out = []
     try:
         while batch := stream.poll():
@@ -93,7 +97,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from rollwire.trainer.export import export_rows, write_rows
     from rollwire.trajectory import Trajectory
 
-    sources = (("--db", getattr(args, "db", None)), ("--proxy", args.proxy), ("--input", args.input))
+    sources = (("--db", getattr(args, "db", None)), ("--admin-url", args.admin_url), ("--input", args.input))
     named = [flag for flag, value in sources if value]
     if len(named) > 1:
         raise InvalidRequest(f"give one source, not {' and '.join(named)}")

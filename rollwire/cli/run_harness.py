@@ -82,8 +82,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         root = settings.orchestrator.workspace_root or "<system temp folder>"
         print(f"workspace {root}/rollwire-{row.id}/workspace")
     print(f"trace     {shlex.join(['rollwire', 'traces', '--db', stack.db_url, 'show', row.id])}")
-    key = f"?key={stack.operator_key}" if stack.operator_key else ""
-    print(f"viewer    {stack.proxy_url.rstrip('/')}/ui/{key}#/rollout/{row.id}")
+    if viewer := stack.viewer_url(f"#/rollout/{row.id}"):
+        print(f"viewer    {viewer}")
     return 0 if row.status == "finished" else 1
 
 

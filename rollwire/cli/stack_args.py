@@ -41,7 +41,7 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags that say which stack a command runs against (read back by ``stack_from_args``)."""
     where = parser.add_argument_group("which stack")
     where.add_argument("--stack", type=Path, default=None, metavar="FILE", help="stack file (default: rollwire up's)")
-    where.add_argument("--proxy-url", default=None, help="proxy base URL (instead of a stack file)")
+    where.add_argument("--proxy-url", default=None, help="proxy base URL rollouts call (instead of a stack file)")
     where.add_argument("--gateway-url", default=None, help="MCP gateway base URL (with --proxy-url)")
     where.add_argument("--db", default=None, metavar="URL", help="store URL (with --proxy-url; default: home)")
     where.add_argument("--state-dir", default=None, help="env servers' state folder (with --proxy-url; default: home)")
@@ -70,7 +70,7 @@ def stack_from_args(args: argparse.Namespace, settings: Settings) -> Any:
             raise InvalidRequest("--proxy-url needs --gateway-url too (the MCP gateway rollouts use)")
         state = args.state_dir or settings.mcp.state_dir or str(settings.home / "mcp_state")
         db = args.db or settings.store_url()
-        return StackInfo(args.proxy_url, args.gateway_url, "", None, "", db, state, "")
+        return StackInfo(args.proxy_url, args.gateway_url, "", None, "", db, state, "")  # no admin listener known
     return StackInfo.load(args.stack or stack_file(settings.home))
 
 

@@ -134,10 +134,10 @@ def _decoder(args: argparse.Namespace, settings: Settings) -> Any:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from rollwire.store import open_engine
 
-    if args.action == "export":  # `rollwire export`, on this store unless a proxy or a file is named
+    if args.action == "export":  # `rollwire export`, on this store unless a proxy's admin URL or a file is named
         from rollwire.cli import export
 
-        if not (args.proxy or args.input):
+        if not (args.admin_url or args.input):
             args.db = args.db or settings.store_url()
         return export.run(args, settings)
     url = args.db or settings.store_url()

@@ -1,10 +1,11 @@
 """Train a policy on the proxy's recorded trajectories (GRPO or SFT), pushing new weights after each step.
 
-Reads /admin/v1/trajectories/stream from the last checkpoint's cursor (restart-safe), trains, writes a
-Hugging Face checkpoint, pushes it to the bundled engine and/or vLLM and publishes the new policy version.
+Reads /admin/v1/trajectories/stream on the proxy's admin listener (--admin-url) from the last checkpoint's
+cursor (restart-safe), trains, writes a Hugging Face checkpoint, pushes it to the bundled engine and/or vLLM
+and publishes the new policy version.
 Runs the same under torchrun (DDP; --strategy fsdp for FSDP2); there, name the run with --run-id
 (torchrun reads a bare --run as its own --run-path):
-    torchrun --nproc-per-node 2 $(which rollwire) train --run-id RUN --proxy URL ...
+    torchrun --nproc-per-node 2 $(which rollwire) train --run-id RUN --admin-url URL ...
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 HELP = "train on recorded trajectories (GRPO / SFT) and push weights"
 
 FLAGS: dict[str, str] = {
-    "proxy": "proxy_url",
+    "admin_url": "admin_url",
     "operator_key": "operator_key",
     "run": "run",
     "model": "model",

@@ -4,7 +4,8 @@ Starts the bundled engine (or vLLM's CPU build with --engine vllm, or uses --ups
 the MCP env servers, the gateway and the proxy on this machine, writes their addresses to the stack file
 (which `rollwire rollouts` and `rollwire run-harness` read), creates one ready rollout of a task, and prints its base URLs with
 one-line examples for the `openai` client, Codex CLI and Claude Code. Ctrl-C stops everything.
-What was recorded: `rollwire traces --db <store> ls`, or the viewer at <proxy>/ui/?key=<operator key>.
+What was recorded: `rollwire traces --db <store> ls`, or the viewer on the proxy's admin listener
+(<admin>/ui/?key=<operator key>; the admin port is never handed to a rollout).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from rollwire.settings import Settings
 
 HELP = "start the local stack (engine, env servers, gateway, proxy) for real harnesses; Ctrl-C stops it"
 
-DEFAULT_PORTS = {"proxy": 8000, "engine": 8100, "env": 8200, "gateway": 8300}
+DEFAULT_PORTS = {"proxy": 8000, "admin": 8001, "engine": 8100, "env": 8200, "gateway": 8300}
+"""Each part's port; ``admin`` is the proxy's admin listener (operator API, viewer, /metrics): by default the
+proxy's port + 1."""
 DEFAULT_CONTEXT = 65536
 """Fits Claude Code's and Codex CLI's default prompts with room to answer (docs/harnesses.md: its cost)."""
 
@@ -49,6 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where the env servers keep per-rollout state (default <home>/mcp_state)",
     )
     for part, port in DEFAULT_PORTS.items():
+        if part == "admin":
+            add("--admin-port", type=int, default=None, help="port of the proxy's admin listener (/admin, /ui, "
+                f"/metrics), never handed to a rollout (default the proxy's port + 1, {port}; 0 picks a free one)")
+            continue
         add(f"--{part}-port", type=int, default=port, help=f"port of the {part} (default {port}; 0 picks a free one)")
     add("--suite", default="tiny", help="suite of the ready rollout's task (default tiny)")
     add(
@@ -79,7 +86,7 @@ def _ready_rollout(info, suite: str, task: str, servers: list[str] | None = None
     from rollwire.orchestrator.suite_run import select_tasks, suite_ref
 
     select_tasks(suite, None, [task])  # an unknown suite or task: one readable line before anything is created
-    with httpx.Client(base_url=info.proxy_url, headers=info.admin_headers(), timeout=30) as admin:
+    with httpx.Client(base_url=info.admin_url, headers=info.admin_headers(), timeout=30) as admin:
         run = admin.post("/admin/v1/runs", json={"name": "up", "kind": "adhoc"})
         if run.status_code != 201:
             raise InvalidRequest(f"the proxy refused to create a run: {run.text[:200]}")
@@ -119,6 +126,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from rollwire.mcp_servers.gateway.upstreams import load_upstreams
     from rollwire.stack import LocalStack, stack_file
 
+    if args.admin_port is None:
+        args.admin_port = args.proxy_port + 1 if args.proxy_port else 0
     ports = {part: getattr(args, f"{part}_port") for part in DEFAULT_PORTS}
     for part, port in ports.items():
         if not 0 <= port < 65536:
@@ -147,10 +156,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         try:
             rollout = _ready_rollout(info, args.suite, args.task, list(third_party))  # it sees --mcp-config's servers
             print(f"  proxy     {info.proxy_url}   (OpenAI Chat Completions + Responses, Anthropic Messages)")
+            print(f"  admin     {info.admin_url}   (operator API /admin/v1, viewer /ui, /metrics; not for rollouts)")
             print(f"  gateway   {info.gateway_url}/r/<token>/mcp   (third-party MCP servers: {', '.join(third_party) or 'none'})")
             print(f"  engine    {info.engine_url}   serving model '{info.model}'")
             print(f"  store     {info.db_url}")
-            print(f"  operator key  {info.operator_key}   (viewer: {info.proxy_url}/ui/?key={info.operator_key})")
+            print(f"  operator key  {info.operator_key}   (viewer: {info.viewer_url()})")
             print(f"  stack file    {path}   (read by `rollwire rollouts` and `rollwire run-harness`)")
             print(f"\nready rollout {rollout['id']} of task {args.task} ({task.prompt})")
             print(f"  base URL            {rollout['base_url']}")

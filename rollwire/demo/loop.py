@@ -158,7 +158,7 @@ def trainer_settings(config: DemoConfig, base: TrainerSettings, info: StackInfo)
     """
     on_vllm = bool(config.upstream) or config.engine == "vllm"
     return base.model_copy(
-        update={"proxy_url": info.proxy_url, "operator_key": info.operator_key, "lr": config.sft_lr,
+        update={"admin_url": info.admin_url, "operator_key": info.operator_key, "lr": config.sft_lr,
                 "seed": config.seed, "group_size": config.group_size, "keep_checkpoints": 2,
                 "std_scale": config.std_scale, "clip_high": config.clip_high,
                 "engine_url": "" if on_vllm else info.engine_url or "",
@@ -222,7 +222,7 @@ class Demo:
         try:
             result.teacher = self._teacher(stack, info, model_dir)
             teacher_runs = read_run(
-                info.proxy_url, info.operator_key, result.teacher.run_id, len(result.teacher.rewards)
+                info.admin_url, info.operator_key, result.teacher.run_id, len(result.teacher.rewards)
             )
             self._track_phase("teacher", result.teacher, learner)
             sft_phase = f"SFT warm start on {len(teacher_runs)} teacher trajectories"
@@ -250,7 +250,7 @@ class Demo:
                 )
                 result.iterations.append(phase)
                 self._track_phase("grpo", phase, learner)
-                batch = read_run(info.proxy_url, info.operator_key, phase.run_id, len(phase.rewards))
+                batch = read_run(info.admin_url, info.operator_key, phase.run_id, len(phase.rewards))
                 update = f"GRPO iteration {k}/{config.iterations}: update (mean reward {phase.mean:.2f})"
                 self.report(update, None, "step 0")
                 learner.on_step = self._on_step(update, "grpo", learner)

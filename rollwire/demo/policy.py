@@ -30,9 +30,9 @@ from rollwire.trajectory import Trajectory
 StepReporter = Callable[[int, int, dict[str, Any]], None]
 
 
-def read_run(proxy_url: str, operator_key: str, run_id: str, expected: int, wait_s: float = 2.0) -> list[Trajectory]:
+def read_run(admin_url: str, operator_key: str, run_id: str, expected: int, wait_s: float = 2.0) -> list[Trajectory]:
     """Every final rollout of a finished run, from the proxy's trajectory stream (stops when ``expected`` came)."""
-    stream = TrajectoryStream(StreamConfig(proxy_url, operator_key, run_id, wait_s))
+    stream = TrajectoryStream(StreamConfig(admin_url, operator_key, run_id, wait_s))
     out: list[Trajectory] = []
     try:
         empty = 0
@@ -66,7 +66,7 @@ class Learner:
         session = open_session(settings, base_model, out_dir, ctx)
         client = httpx.Client(timeout=httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=10.0))
         sinks = make_sinks(settings.engine_url, settings.vllm_url, settings.vllm_mode, client)
-        publisher = ProxyVersionPublisher(settings.proxy_url, settings.operator_key, client) if sinks else None
+        publisher = ProxyVersionPublisher(settings.admin_url, settings.operator_key, client) if sinks else None
         return cls(session, settings, out_dir, sinks, publisher, client, ctx)
 
     @property

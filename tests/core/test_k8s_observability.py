@@ -19,7 +19,8 @@ from rollwire.settings import EngineSettings
 
 BASE = Path(__file__).resolve().parents[2] / "k8s" / "base"
 DASHBOARD = BASE / "grafana" / "rollwire-dashboard.json"
-SCRAPED = {"proxy": 8000, "gateway": 8001, "mcp-envs": 8002, "vllm": 8100}
+SCRAPED = {"proxy": 8090, "gateway": 8001, "mcp-envs": 8002, "vllm": 8100}
+"""Each service's /metrics port (the proxy's: its admin listener, which rollouts cannot reach)."""
 PROMQL_WORDS = {
     "sum", "avg", "min", "max", "count", "rate", "irate", "increase", "histogram_quantile", "by", "without",
     "clamp_min", "clamp_max", "topk", "bottomk", "on", "ignoring", "and", "or", "unless",

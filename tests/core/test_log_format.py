@@ -29,9 +29,9 @@ def test_proxy_logs_json_lines_with_rollout_and_call_ids(tiny_model_dir: Path, t
     engine_app = create_app(EngineSettings(model=str(tiny_model_dir), device="cpu"), tmp_path / "engine")
     with ServerThread(engine_app) as engine:
         cmd = [sys.executable, "-m", "rollwire.cli", "--log-level", "DEBUG", "proxy", "--log-format", "json",
-               "--port", str(_port()), "--upstream", engine.url, "--db", f"sqlite:///{tmp_path / 's.db'}",
-               "--model", str(tiny_model_dir), "--operator-key", "k"]  # fmt: skip
-        env = {**os.environ, "ROLLWIRE_HOME": str(tmp_path / "home")}
+               "--port", str(_port()), "--admin-port", str(_port()), "--upstream", engine.url,
+               "--db", f"sqlite:///{tmp_path / 's.db'}", "--model", str(tiny_model_dir)]  # fmt: skip
+        env = {**os.environ, "ROLLWIRE_HOME": str(tmp_path / "home"), "ROLLWIRE_PROXY__OPERATOR_KEY": "k"}
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         try:
             assert proc.stdout is not None

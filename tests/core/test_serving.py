@@ -8,13 +8,14 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from rollwire import stack as stack_module
 from rollwire.errors import Conflict, InvalidRequest
-from rollwire.serving import YOUNG_COLLECTION_EVERY, listening_socket
+from rollwire.serving import YOUNG_COLLECTION_EVERY, Listeners, ServerThread, _sockets, listening_socket
 from rollwire.settings import Settings
 from rollwire.stack import LocalStack
 
@@ -130,3 +131,40 @@ def test_a_served_process_freezes_its_start_up_heap_before_the_first_request(tmp
     assert heap["start_up_walked"] is False
     assert heap["request_walked"] is True  # what requests allocate is collected as before...
     assert heap["threshold"][0] == YOUNG_COLLECTION_EVERY  # ...young objects less often
+
+
+def _named(name: str, started: list[str]) -> Any:
+    """A bare ASGI app that answers every request with its ``name``, and notes in ``started`` that its lifespan ran."""
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await receive()  # lifespan.startup
+            started.append(name)
+            await send({"type": "lifespan.startup.complete"})
+            await receive()  # lifespan.shutdown
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": name.encode()})
+
+    return app
+
+
+def test_listeners_answer_each_socket_with_its_own_app_and_run_one_lifespan() -> None:
+    """The proxy's rollout and admin route tables on two sockets of one server: a connection gets the app of the
+    socket it came in on, whatever its Host header says, and a socket nobody bound falls to the main app."""
+    started: list[str] = []
+    app = Listeners(_named("main", started), admin=_named("admin", started))
+    with ServerThread(app) as server:
+        assert set(server.urls) == {"main", "admin"} and server.urls["main"] == server.url
+        admin_port = int(server.urls["admin"].rsplit(":", 1)[1])
+        assert app.ports == {"main": server.port, "admin": admin_port}
+        assert httpx.get(server.url, timeout=10).text == "main"
+        assert httpx.get(server.urls["admin"], timeout=10).text == "admin"
+        # the Host header is the client's to write; the listener is the socket's
+        assert httpx.get(server.url, headers={"Host": f"127.0.0.1:{admin_port}"}, timeout=10).text == "main"
+    assert started == ["main"]  # one lifespan: the main app's
+    assert app.listener({"type": "http", "server": None}) == "main"
+    assert app.listener({"type": "http", "server": ("127.0.0.1", 1)}) == "main"
+    with pytest.raises(ValueError, match="no socket for listener"), listening_socket("127.0.0.1", 0) as sock:
+        _sockets(Listeners(_named("main", []), admin=_named("admin", [])), sock, None)

@@ -37,7 +37,7 @@ def _after(lines: list[str], label: str) -> str:
 def test_up_serves_the_reference_agent_and_the_openai_client(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = {**os.environ, "ROLLWIRE_HOME": str(home), "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
-    ports = [f"--{part}-port=0" for part in ("proxy", "engine", "env", "gateway")]
+    ports = [f"--{part}-port=0" for part in ("proxy", "admin", "engine", "env", "gateway")]
     process = subprocess.Popen(
         [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "up", *ports],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
@@ -45,7 +45,13 @@ def test_up_serves_the_reference_agent_and_the_openai_client(tmp_path: Path) -> 
     try:
         lines = _wait_for(process, "then: rollwire traces", timeout=240)
         stack = json.loads((home / "stack.json").read_text())
-        assert all(stack[k].startswith("http://127.0.0.1:") for k in ("proxy_url", "gateway_url", "env_url", "engine_url"))
+        urls = ("proxy_url", "admin_url", "gateway_url", "env_url", "engine_url")
+        assert all(stack[k].startswith("http://127.0.0.1:") for k in urls) and len({stack[k] for k in urls}) == 5
+        assert f"viewer: {stack['admin_url']}/ui/?key={stack['operator_key']}" in "\n".join(lines)
+        for pid in stack["pids"].values():  # the key reached the proxy through its environment, not its argv
+            assert stack["operator_key"].encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        base_url = next(line for line in lines if line.strip().startswith("base URL")).split()[-1]
+        assert base_url.startswith(stack["proxy_url"] + "/r/")  # the rollout is handed the main listener only
 
         agent = subprocess.run(shlex.split(_after(lines, "reference agent")), capture_output=True, text=True, env=env,
                                timeout=120, cwd=tmp_path)  # fmt: skip

@@ -35,7 +35,7 @@ def test_run_harness_prints_rollout_reward_and_trace(engine_stack: StackInfo, tm
     assert rollout, done.stdout
     assert re.search(r"^status\s+finished\s+reward [01]\.\d{3}\s+exit status 0$", done.stdout, re.M), done.stdout
     assert f"rollwire traces --db {engine_stack.db_url} show {rollout[1]}" in done.stdout
-    assert f"{engine_stack.proxy_url}/ui/?key={engine_stack.operator_key}#/rollout/{rollout[1]}" in done.stdout
+    assert f"{engine_stack.admin_url}/ui/?key={engine_stack.operator_key}#/rollout/{rollout[1]}" in done.stdout
     assert load_calls(open_engine(engine_stack.db_url), rollout[1])
 
 

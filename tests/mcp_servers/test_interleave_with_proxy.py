@@ -36,7 +36,8 @@ def test_model_and_tool_calls_interleave(
             ProxySettings(upstream=engine.url, model=str(tiny_model_dir)), store_url, tmp_path, operator_key=KEY
         )
         with ServerThread(proxy_app) as proxy:
-            admin = httpx.Client(base_url=proxy.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
+            headers = {"Authorization": f"Bearer {KEY}"}
+            admin = httpx.Client(base_url=proxy.urls["admin"], headers=headers, timeout=60)
             run = admin.post("/admin/v1/runs", json={}).json()["id"]
             body = {"count": 1, "task_id": "write-key", "meta": {"suite": "tiny"}}
             rollout = admin.post(f"/admin/v1/runs/{run}/rollouts", json=body).json()[0]

@@ -52,7 +52,7 @@ def test_ended_rollouts_tokens_are_refused_everywhere(
             ProxySettings(upstream=engine.url, model=str(tiny_model_dir)), store_url, tmp_path, operator_key=KEY
         )
         with ServerThread(proxy_app) as proxy, httpx.Client(
-            base_url=proxy.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60
+            base_url=proxy.urls["admin"], headers={"Authorization": f"Bearer {KEY}"}, timeout=60
         ) as admin:
             run = admin.post("/admin/v1/runs", json={}).json()["id"]
             body = {"count": 4, "task_id": "write-key", "meta": {"suite": "tiny"}}
@@ -72,7 +72,7 @@ def test_ended_rollouts_tokens_are_refused_everywhere(
                         await tools.call_tool("write_file", {"path": "answer.txt", "content": "changed"})
 
             anyio.run(before_and_after)
-            stream = TrajectoryStream(StreamConfig(proxy.url, KEY, run, wait_s=0))
+            stream = TrajectoryStream(StreamConfig(proxy.urls["admin"], KEY, run, wait_s=0))
             (streamed,) = stream.poll()
             stream.close()
             recorded = _counts(stack.engine, first["id"])

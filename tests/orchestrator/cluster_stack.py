@@ -119,6 +119,7 @@ def orchestrator_job(namespace: str, registry: str, suite: str, group_size: int)
 PROBE = """
 try() { if wget -q -T 5 -O /dev/null "$2" 2>/dev/null; then echo "$1=reached"; else echo "$1=refused"; fi; }
 try proxy http://proxy:8000/health
+try proxy-admin http://proxy:8090/health
 try envs http://mcp-envs:8002/health
 try engine http://vllm:8100/health
 try internet "$INTERNET_URL"

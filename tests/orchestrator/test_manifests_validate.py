@@ -66,3 +66,50 @@ def test_cli_render_prints_the_stream() -> None:
     ).stdout
     docs = [doc for doc in yaml.safe_load_all(out) if doc]
     assert len(docs) == len(render(KubernetesSettings(namespace="rl")))
+
+
+def _admin_port(docs: list[dict]) -> int:
+    """The proxy's admin port as its container is told it, checked against its Service and scrape annotation."""
+    deployment = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "proxy")
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    port = int(command[command.index("--admin-port") + 1])
+    service = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "proxy")
+    assert {"name": "admin", "port": port, "targetPort": port} in service["spec"]["ports"]
+    assert int(deployment["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"]) == port  # /metrics
+    return port
+
+
+def test_rollout_pods_reach_the_proxy_rollout_port_and_the_gateway_only() -> None:
+    docs = render(KubernetesSettings(namespace="rl"))
+    admin = _admin_port(docs)
+    policies = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "NetworkPolicy"}
+    reached = set()
+    for rule in policies["rollwire-rollouts"]["egress"]:
+        ports = {p["port"] for p in rule["ports"]}
+        for peer in rule["to"]:
+            name = peer["podSelector"].get("matchLabels", {}).get("app.kubernetes.io/name")
+            reached |= {(name, port) for port in ports} if name else set()
+            assert name or peer.get("namespaceSelector") == {} and ports == {53}, rule  # else DNS only
+    assert reached == {("proxy", 8000), ("gateway", 8001)} and admin not in {port for _, port in reached}
+
+    # the proxy's own policy: its rollout port from anyone, its admin port from the trainer and operators only
+    proxy = policies["rollwire-proxy"]
+    assert proxy["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "proxy"}}
+    open_rules = [r for r in proxy["ingress"] if "from" not in r]
+    assert [p["port"] for r in open_rules for p in r["ports"]] == [8000]
+    (admin_rule,) = [r for r in proxy["ingress"] if "from" in r]
+    assert [p["port"] for p in admin_rule["ports"]] == [admin]
+    peers = [next(iter(peer.values()))["matchLabels"] for peer in admin_rule["from"]]
+    assert peers == [{"app.kubernetes.io/name": "trainer"}, {"rollwire.dev/operator": "true"},
+                     {"rollwire.dev/operator": "true"}]  # fmt: skip
+    assert all("rollout" not in str(peer) for peer in admin_rule["from"])
+    for name, spec in policies.items():  # no other policy admits anyone to the proxy's admin port
+        if name != "rollwire-proxy":
+            selected = str(spec["podSelector"])
+            assert "proxy" not in selected or all(
+                admin not in {p["port"] for p in r.get("ports", [])} for r in spec.get("ingress", [])
+            ), name
+
+    trainer = next(d for d in docs if d["kind"] == "Job" and d["metadata"]["name"] == "rollwire-trainer")
+    env = {e["name"]: e.get("value") for e in trainer["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["ROLLWIRE_TRAINER__ADMIN_URL"] == f"http://proxy:{admin}"

@@ -1,7 +1,7 @@
 """The whole loop on a real cluster (kubeconfig present): deploy the rendered stack in a throwaway namespace, run
 a small suite end to end with rollout pods (``rollwire rollouts --runtime kubernetes`` as a Job in the cluster),
-and check the NetworkPolicy: a pod labelled as a rollout reaches the proxy but not the env servers, the engine
-or the internet. The namespace is deleted afterwards.
+and check the NetworkPolicy: a pod labelled as a rollout reaches the proxy but not its admin port, the env
+servers, the engine or the internet. The namespace is deleted afterwards.
 
 One command for a cluster (images pushed to REGISTRY, or the published ones when unset):
 
@@ -93,5 +93,5 @@ def test_network_policy_refuses_direct_reach(cluster) -> None:
     _phase, log = _finished_pod_log(client.CoreV1Api(api), namespace, "rollwire.dev/probe=egress", 300)
     seen = dict(line.split("=", 1) for line in log.split() if "=" in line)
     assert seen.get("proxy") == "reached", f"the probe could not reach the proxy, so it proves nothing: {seen}"
-    refused = {key: seen.get(key) for key in ("envs", "engine", "internet")}
+    refused = {key: seen.get(key) for key in ("proxy-admin", "envs", "engine", "internet")}
     assert set(refused.values()) == {"refused"}, f"reached past the NetworkPolicy (is it enforced here?): {seen}"

@@ -45,14 +45,25 @@ def served_model(engine_url: str) -> str:
 @dataclass
 class Proxy:
     url: str
+    """The main listener: what rollouts call."""
     store_url: str
     admin: httpx.Client
+    """A client of the admin listener, with the operator key."""
+
+    @property
+    def admin_url(self) -> str:
+        return str(self.admin.base_url).rstrip("/")
 
     def new_rollout(self, **fields: Any) -> dict[str, Any]:
         run = self.admin.post("/admin/v1/runs", json={}).json()["id"]
         rollout = self.admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": 1, **fields})
         rollout.raise_for_status()
         return {"run": run, **rollout.json()[0]}
+
+
+def admin_client(admin_url: str, key: str = OPERATOR_KEY) -> httpx.Client:
+    """A client of a proxy's admin listener (``ServerThread(...).urls["admin"]``) with the operator key."""
+    return httpx.Client(base_url=admin_url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
 
 
 @pytest.fixture()
@@ -66,7 +77,7 @@ def start_proxy(tiny_model_dir: Path, tmp_path: Path) -> Iterator[Callable[..., 
         url = store_url or f"sqlite:///{tmp_path / f'proxy{len(servers)}.db'}"
         server = ServerThread(create_app(settings, url, tmp_path, operator_key=OPERATOR_KEY)).start()
         servers.append(server)
-        client = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {OPERATOR_KEY}"}, timeout=60)
+        client = admin_client(server.urls["admin"])
         clients.append(client)
         return Proxy(server.url, url, client)
 

@@ -20,9 +20,11 @@ from rollwire.store import open_engine
 N = 4
 
 
-def _start(engine_url: str, db: str, model: Path, listener: socket.socket) -> tuple[subprocess.Popen[str], str]:
-    """A proxy serving on the test's listening socket: the restarted one gets the same port, and no other
-    process can take it between the kill and the restart."""
+def _start(
+    engine_url: str, db: str, model: Path, listener: socket.socket, admin: socket.socket
+) -> tuple[subprocess.Popen[str], str]:
+    """A proxy serving on the test's listening sockets (main and admin): the restarted one gets the same ports,
+    and no other process can take them between the kill and the restart."""
     port = listener.getsockname()[1]
     cmd = [
         sys.executable,
@@ -39,12 +41,15 @@ def _start(engine_url: str, db: str, model: Path, listener: socket.socket) -> tu
         db,
         "--model",
         str(model),
-        "--operator-key",
-        "k",
+        "--admin-fd",
+        str(admin.fileno()),
+        "--admin-port",
+        str(admin.getsockname()[1]),
     ]
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ}, pass_fds=[listener.fileno()]
-    )
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "ROLLWIRE_PROXY__OPERATOR_KEY": "k"}, pass_fds=[listener.fileno(), admin.fileno()],
+    )  # fmt: skip
     assert proc.stdout is not None
     for line in proc.stdout:
         found = re.search(r"(http://\S+/r/\S+/v1)", line)
@@ -62,8 +67,8 @@ def test_sigkill_loses_no_answered_call(
     engine_url: str, served_model: str, tiny_model_dir: Path, any_store_url: str
 ) -> None:
     db = any_store_url
-    listener = listening_socket("127.0.0.1", 0)
-    proc, base = _start(engine_url, db, tiny_model_dir, listener)
+    listener, admin = listening_socket("127.0.0.1", 0), listening_socket("127.0.0.1", 0)
+    proc, base = _start(engine_url, db, tiny_model_dir, listener, admin)
     messages = [{"role": "user", "content": "count"}]
     try:
         with httpx.Client(base_url=base, timeout=60) as client:
@@ -80,7 +85,7 @@ def test_sigkill_loses_no_answered_call(
             proc.stdout.close()
     rollout_id = re.search(r"/r/(\S+)/v1", base)
     assert rollout_id
-    proc2, _ = _start(engine_url, db, tiny_model_dir, listener)
+    proc2, _ = _start(engine_url, db, tiny_model_dir, listener, admin)
     try:
         with httpx.Client(base_url=base, timeout=60) as client:  # the old token still works after the restart
             answer = client.post(
@@ -93,6 +98,7 @@ def test_sigkill_loses_no_answered_call(
         if proc2.stdout:
             proc2.stdout.close()
         listener.close()
+        admin.close()
     engine = open_engine(db)
     from rollwire.proxy.auth import hash_token
     from sqlmodel import Session, select

@@ -1,5 +1,5 @@
-"""The proxy's /metrics (Prometheus text, read back with the Prometheus client's own parser) after real traffic from
-the official openai and anthropic clients: requests by dialect and status, latency split into engine and added
+"""The proxy's /metrics (on its admin listener; Prometheus text, read back with the Prometheus client's own parser)
+after real traffic from the official openai and anthropic clients: requests by dialect and status, latency split into engine and added
 time, calls, tokens, splice reuse and segment breaks, in-flight requests and budget refusals match the store."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def test_proxy_metrics_match_the_store(proxy: Proxy, served_model: str) -> None:
     with pytest.raises(openai.PermissionDeniedError):
         capped.chat.completions.create(model=served_model, messages=first, max_tokens=2)
 
-    samples = scrape(proxy.url)
+    samples = scrape(proxy.admin_url)  # the admin listener: rollouts cannot read it
     engine = open_engine(proxy.store_url)
     with session_scope(engine) as session:
         rows = list(session.exec(select(ModelCall)))
@@ -97,6 +97,6 @@ def test_proxy_metrics_match_the_store(proxy: Proxy, served_model: str) -> None:
     assert engine_s + added_s <= total(samples, "rollwire_proxy_http_request_duration_seconds_sum") + 1e-6
     assert total(samples, "rollwire_proxy_http_requests_in_flight") == 0
     # bounded labels only: no token, rollout id or run id appears anywhere in the exposition
-    text = httpx.get(f"{proxy.url}/metrics", timeout=10).text
+    text = httpx.get(f"{proxy.admin_url}/metrics", timeout=10).text
     for secret in (rollout["token"], rollout["id"], rollout["run"], limited["token"], limited["id"]):
         assert secret not in text

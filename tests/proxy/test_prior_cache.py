@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import openai
 import pytest
 from rollwire.proxy.app import create_app
@@ -25,7 +24,7 @@ from rollwire.settings import ProxySettings
 from rollwire.store import ModelCall, encode_ids, open_engine, session_scope
 from rollwire.store.prompts import stored_prompt
 from rollwire.store.requests import stored_request
-from tests.proxy.conftest import OPERATOR_KEY
+from tests.proxy.conftest import OPERATOR_KEY, admin_client
 from tests.proxy.test_replicas import TOOLS, exact_calls
 
 ROLLOUTS, TURNS = 4, 3
@@ -47,7 +46,7 @@ def test_cache_stays_bounded_and_evicted_rollouts_splice_exactly(
     settings = ProxySettings(upstream=engine_url, model=str(tiny_model_dir), **bound)
     app = create_app(settings, store_url, tiny_model_dir.parent, operator_key=OPERATOR_KEY)
     with ServerThread(app) as server:
-        admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {OPERATOR_KEY}"}, timeout=60)
+        admin = admin_client(server.urls["admin"])
         run = admin.post("/admin/v1/runs", json={}).json()["id"]
         rollouts = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": ROLLOUTS}).json()
         clients = [openai.OpenAI(base_url=r["base_url"], api_key="u", max_retries=0) for r in rollouts]
@@ -75,7 +74,7 @@ def test_only_each_segments_latest_call_holds_its_ids_as_json(
     settings = ProxySettings(upstream=engine_url, model=str(tiny_model_dir))
     app = create_app(settings, store_url, tiny_model_dir.parent, operator_key=OPERATOR_KEY)
     with ServerThread(app) as server:
-        admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {OPERATOR_KEY}"}, timeout=60)
+        admin = admin_client(server.urls["admin"])
         run = admin.post("/admin/v1/runs", json={}).json()["id"]
         (rollout,) = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": 1}).json()
         for _ in _steps(openai.OpenAI(base_url=rollout["base_url"], api_key="u", max_retries=0), served_model):

@@ -46,7 +46,7 @@ def stack(
     with ServerThread(tap) as engine:
         proxy_app = create_app(ProxySettings(upstream=engine.url, model=str(tiny_model_dir)), store, home, OPERATOR)
         with ServerThread(proxy_app) as proxy:
-            yield proxy.url, tap, store
+            yield proxy.urls["admin"], tap, store  # rollouts' links name the main listener
 
 
 words = st.text(alphabet='abcdefghij klmnop?!.,{}"', min_size=1, max_size=30)
@@ -64,9 +64,9 @@ def _answer(message: dict[str, Any]) -> dict[str, Any]:
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(script=script)
 def test_segments_are_exactly_what_the_engine_saw_and_sampled(stack: tuple[str, EngineTap, str], script: Any) -> None:
-    url, tap, store = stack
+    admin_url, tap, store = stack
     first, steps, max_tokens, temperature, seed = script
-    admin = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {OPERATOR}"}, timeout=60)
+    admin = httpx.Client(base_url=admin_url, headers={"Authorization": f"Bearer {OPERATOR}"}, timeout=60)
     run = admin.post("/admin/v1/runs", json={}).json()["id"]
     rollout = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": 1}).json()[0]
     messages: list[dict[str, Any]] = [{"role": "system", "content": "sys"}, {"role": "user", "content": first}]

@@ -125,14 +125,18 @@ def test_without_a_shared_store_check_round_robin_is_not_exact(
 
 def test_cli_workers_splice_exactly(engine_url: str, served_model: str, tiny_model_dir: Path, store_url: str) -> None:
     listener = listening_socket("127.0.0.1", 0)  # handed down: no window in which another process takes the port
-    port = listener.getsockname()[1]
+    admin_listener = listening_socket("127.0.0.1", 0)
+    port, admin_port = listener.getsockname()[1], admin_listener.getsockname()[1]
     argv = [sys.executable, "-m", "rollwire.cli", "proxy", "--fd", str(listener.fileno()), "--port", str(port)]
-    argv += ["--upstream", engine_url, "--db", store_url, "--model", str(tiny_model_dir), "--operator-key", "k"]
-    argv += ["--workers", "2"]
+    argv += ["--admin-fd", str(admin_listener.fileno()), "--admin-port", str(admin_port)]
+    argv += ["--upstream", engine_url, "--db", store_url, "--model", str(tiny_model_dir), "--workers", "2"]
     proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ}, pass_fds=[listener.fileno()]
-    )
-    listener.close()  # the proxy holds it now
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "ROLLWIRE_PROXY__OPERATOR_KEY": "k"},
+        pass_fds=[listener.fileno(), admin_listener.fileno()],
+    )  # fmt: skip
+    listener.close()  # the proxy holds them now
+    admin_listener.close()
     assert proc.stdout is not None
     try:
         for line in proc.stdout:
@@ -140,8 +144,8 @@ def test_cli_workers_splice_exactly(engine_url: str, served_model: str, tiny_mod
                 break
         else:
             raise AssertionError(f"proxy exited before it started its workers (rc {proc.wait()})")
-        url = f"http://127.0.0.1:{port}"
-        admin = httpx.Client(base_url=url, headers={"Authorization": "Bearer k"}, timeout=60)
+        admin_url = f"http://127.0.0.1:{admin_port}"
+        admin = httpx.Client(base_url=admin_url, headers={"Authorization": "Bearer k"}, timeout=60)
         run = admin.post("/admin/v1/runs", json={}).json()["id"]
         rollouts = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": 8}).json()
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import openai
 from rollwire.proxy.app import DIALECTS, create_app
 from rollwire.proxy.recorder import Recorder
@@ -19,7 +18,7 @@ from rollwire.serving import ServerThread
 from rollwire.settings import ProxySettings
 from rollwire.store import encode_ids, open_engine
 from tests.proxy.asgi_log import SentLog
-from tests.proxy.conftest import OPERATOR_KEY, Proxy
+from tests.proxy.conftest import OPERATOR_KEY, Proxy, admin_client
 from tests.proxy.test_store_writer import _full_row
 
 
@@ -32,7 +31,8 @@ def test_an_answer_leaves_before_its_call_settles(
     app = create_app(settings, store_url, tiny_model_dir.parent, operator_key=OPERATOR_KEY)
     log: list[tuple[Any, ...]] = []
     settled = threading.Semaphore(0)
-    with ServerThread(SentLog(app, log)) as server:
+    app.apps["main"] = SentLog(app.apps["main"], log)
+    with ServerThread(app) as server:
         recorder = app.state.proxy.generator.recorder
 
         def note(rollout_id: str, _rows: Any) -> None:
@@ -49,7 +49,7 @@ def test_an_answer_leaves_before_its_call_settles(
             return short
 
         recorder.late_listeners.append(note)
-        admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {OPERATOR_KEY}"}, timeout=60)
+        admin = admin_client(server.urls["admin"])
         rollout = Proxy(server.url, store_url, admin).new_rollout()
         chat = openai.OpenAI(base_url=rollout["base_url"], api_key="unused", max_retries=0)
         first = [{"role": "user", "content": "Say hi."}]

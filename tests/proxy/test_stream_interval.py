@@ -70,7 +70,7 @@ def test_a_whole_answer_comes_in_chunks_and_every_token_is_recorded(
         app = create_app(ProxySettings(upstream=engine.url, model=str(tiny_model_dir)), store, tmp_path, OPERATOR_KEY)
         with ServerThread(app) as proxy:
             headers = {"Authorization": f"Bearer {OPERATOR_KEY}"}
-            with httpx.Client(base_url=proxy.url, headers=headers, timeout=60) as admin:
+            with httpx.Client(base_url=proxy.urls["admin"], headers=headers, timeout=60) as admin:
                 run = admin.post("/admin/v1/runs", json={}).json()["id"]
                 (rollout,) = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": 1}).json()
             client = openai.OpenAI(base_url=rollout["base_url"], api_key="x", max_retries=0)

@@ -45,9 +45,9 @@ def test_missing_store_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "no trace store" in capsys.readouterr().err
     assert main(["export", "--db", f"sqlite:///{tmp_path / 'none.db'}", "--out", str(tmp_path / "x.jsonl")]) == 1
     assert "no trace store" in capsys.readouterr().err
-    both = ["export", "--db", "sqlite://", "--proxy", "http://127.0.0.1:9", "--out", str(tmp_path / "x.jsonl")]
+    both = ["export", "--db", "sqlite://", "--admin-url", "http://127.0.0.1:9", "--out", str(tmp_path / "x.jsonl")]
     assert main(both) == 1
-    assert "give one source, not --db and --proxy" in capsys.readouterr().err
+    assert "give one source, not --db and --admin-url" in capsys.readouterr().err
 
 
 def test_ls_without_a_store_lists_the_demo_stores(

@@ -41,7 +41,7 @@ def test_cursor_resume_without_gaps_or_duplicates(proxy: Proxy, served_model: st
     run, made = _rollouts(proxy, served_model, 4)
     for r, reward in zip(made[:3], (0.0, 1.0, 0.5)):
         assert proxy.admin.post(f"/admin/v1/rollouts/{r['id']}/finish", json={"reward": reward}).status_code == 200
-    stream = TrajectoryStream(StreamConfig(proxy.url, "test-operator-key", run, wait_s=0))
+    stream = TrajectoryStream(StreamConfig(proxy.admin_url, "test-operator-key", run, wait_s=0))
     first = stream.poll()
     assert [t.rollout_id for t in first] == [r["id"] for r in made[:3]]
     assert [t.reward for t in first] == [0.0, 1.0, 0.5]
@@ -54,7 +54,7 @@ def test_cursor_resume_without_gaps_or_duplicates(proxy: Proxy, served_model: st
         ).status_code
         == 200
     )
-    resumed = TrajectoryStream(StreamConfig(proxy.url, "test-operator-key", run, wait_s=0))
+    resumed = TrajectoryStream(StreamConfig(proxy.admin_url, "test-operator-key", run, wait_s=0))
     resumed.cursor = cursor
     again = resumed.poll()
     resumed.close()
@@ -69,7 +69,7 @@ def test_long_poll_returns_when_a_rollout_finishes(proxy: Proxy, served_model: s
     started = threading.Event()
 
     def consume() -> None:
-        stream = TrajectoryStream(StreamConfig(proxy.url, "test-operator-key", run, wait_s=30))
+        stream = TrajectoryStream(StreamConfig(proxy.admin_url, "test-operator-key", run, wait_s=30))
         started.set()
         got.extend(stream.poll())
         stream.close()
@@ -85,7 +85,7 @@ def test_long_poll_returns_when_a_rollout_finishes(proxy: Proxy, served_model: s
 def test_stream_errors(proxy: Proxy) -> None:
     assert proxy.admin.get("/admin/v1/trajectories/stream", params={"run": "nope"}).status_code == 404
     assert proxy.admin.get("/admin/v1/trajectories/stream").status_code == 400
-    assert httpx.get(f"{proxy.url}/admin/v1/trajectories/stream", params={"run": "x"}).status_code == 401
+    assert httpx.get(f"{proxy.admin_url}/admin/v1/trajectories/stream", params={"run": "x"}).status_code == 401
 
 
 def test_infrastructure_failures_are_not_streamed_policy_failures_are(proxy: Proxy, served_model: str) -> None:
@@ -94,7 +94,7 @@ def test_infrastructure_failures_are_not_streamed_policy_failures_are(proxy: Pro
     for rollout, error in zip(made, errors):
         finish = {"status": "failed", "error": error}
         assert proxy.admin.post(f"/admin/v1/rollouts/{rollout['id']}/finish", json=finish).status_code == 200
-    stream = TrajectoryStream(StreamConfig(proxy.url, "test-operator-key", run, wait_s=0))
+    stream = TrajectoryStream(StreamConfig(proxy.admin_url, "test-operator-key", run, wait_s=0))
     got = stream.poll()
     stream.close()
     # the retried one is replaced by its retry (a fresh row); the last attempt fills its group, cause recorded

@@ -34,13 +34,14 @@ LOGPROB_TOLERANCE = 1e-4
 
 @pytest.fixture()
 def stack(tiny_model_dir: Path, tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """(engine URL, proxy URL): a private engine (the test reloads it) and a proxy recording into SQLite."""
+    """(engine URL, the proxy's admin URL): a private engine (the test reloads it) and a proxy recording into
+    SQLite (its rollouts' links name its main listener)."""
     engine = ServerThread(create_engine(EngineSettings(model=str(tiny_model_dir), device="cpu"), tmp_path / "e"))
     with engine:
         settings = ProxySettings(upstream=engine.url, model=str(tiny_model_dir))
         app = create_proxy(settings, f"sqlite:///{tmp_path / 'store.db'}", tmp_path, operator_key=KEY)
         with ServerThread(app) as proxy:
-            yield engine.url, proxy.url
+            yield engine.url, proxy.urls["admin"]
 
 
 def _play(admin: httpx.Client, run: str, group: str, count: int, model: str) -> list[str]:
@@ -60,8 +61,8 @@ def _play(admin: httpx.Client, run: str, group: str, count: int, model: str) -> 
     return ids
 
 
-def _read_all(proxy: str, run: str) -> list[Trajectory]:
-    stream = TrajectoryStream(StreamConfig(proxy, KEY, run, wait_s=0))
+def _read_all(admin_url: str, run: str) -> list[Trajectory]:
+    stream = TrajectoryStream(StreamConfig(admin_url, KEY, run, wait_s=0))
     out: list[Trajectory] = []
     while batch := stream.poll():
         out.extend(batch)
@@ -86,20 +87,20 @@ def test_train_from_the_proxy_stream_and_push_back(
 ) -> None:
     from transformers import AutoModelForCausalLM
 
-    engine, proxy = stack
-    admin = httpx.Client(base_url=proxy, headers={"Authorization": f"Bearer {KEY}"}, timeout=120)
+    engine, admin_url = stack
+    admin = httpx.Client(base_url=admin_url, headers={"Authorization": f"Bearer {KEY}"}, timeout=120)
     model_name = httpx.get(f"{engine}/v1/models", timeout=10).json()["data"][0]["id"]
     run = admin.post("/admin/v1/runs", json={"name": "e2e"}).json()["id"]
     played = _play(admin, run, "g1", 2, model_name) + _play(admin, run, "g2", 2, model_name)
 
-    recorded = _read_all(proxy, run)
+    recorded = _read_all(admin_url, run)
     assert sorted(t.rollout_id for t in recorded) == sorted(played)
     assert {v for t in recorded for v in t.policy_versions} == {0}
     gap, tokens = _gap(tiny_model, recorded)
     assert tokens >= 4 * 2 and gap < LOGPROB_TOLERANCE  # the trainer sees the numbers the engine sampled with
 
     out = tmp_path / "train"
-    argv = ["train", "--proxy", proxy, "--operator-key", KEY, "--run", run, "--output-dir", str(out),
+    argv = ["train", "--admin-url", admin_url, "--operator-key", KEY, "--run", run, "--output-dir", str(out),
             "--group-size", "2", "--groups-per-step", "2", "--lr", "1e-2", "--engine-url", engine,
             "--exit-when-idle", "--stream-wait", "0"]
     assert main(argv) == 0
@@ -109,16 +110,17 @@ def test_train_from_the_proxy_stream_and_push_back(
     assert httpx.get(f"{engine}/weight_version", timeout=10).json()["weight_version"] == 1
 
     later = _play(admin, run, "g3", 1, model_name)
-    (fresh,) = [t for t in _read_all(proxy, run) if t.rollout_id in later]
+    (fresh,) = [t for t in _read_all(admin_url, run) if t.rollout_id in later]
     assert fresh.policy_versions == {1}
     trained = AutoModelForCausalLM.from_pretrained(str(out / "step-000001"), dtype=torch.float32).eval()
     assert _gap(trained, [fresh])[0] < LOGPROB_TOLERANCE
     assert _gap(tiny_model, [fresh])[0] > 10 * LOGPROB_TOLERANCE  # the weights really changed
 
     exported = tmp_path / "trl.jsonl"
-    argv = ["export", "--proxy", proxy, "--operator-key", KEY, "--run", run, "--flavor", "trl", "--out", str(exported)]
+    argv = ["export", "--admin-url", admin_url, "--operator-key", KEY, "--run", run, "--flavor", "trl",
+            "--out", str(exported)]
     assert main(argv) == 0
     rows = [json.loads(line) for line in exported.read_text().splitlines()]
-    by_ids = {tuple(t.segments[0].token_ids): t.segments[0].loss_mask for t in _read_all(proxy, run)}
+    by_ids = {tuple(t.segments[0].token_ids): t.segments[0].loss_mask for t in _read_all(admin_url, run)}
     assert len(rows) == 5 and all(by_ids[tuple(r["input_ids"])] == r["assistant_masks"] for r in rows)
     admin.close()

@@ -25,7 +25,7 @@ def test_sft_run_filters_by_reward_and_checkpoints(
     for t in trajs:
         proxy.add(t)
     out = tmp_path / "out"
-    argv = ["train", "--proxy", url, "--operator-key", "op-key", "--run", "run", "--model", str(tiny_model_dir),
+    argv = ["train", "--admin-url", url, "--operator-key", "op-key", "--run", "run", "--model", str(tiny_model_dir),
             "--algo", "sft", "--sft-batch-size", "2", "--sft-min-reward", "0.5", "--output-dir", str(out),
             "--exit-when-idle", "--stream-wait", "0", "--lr", "1e-2"]
     assert main(argv) == 0

@@ -33,7 +33,7 @@ def stack(tiny_model_dir: Path, tmp_path: Path) -> Iterator[tuple[str, httpx.Cli
         settings = ProxySettings(upstream=engine.url, model=str(tiny_model_dir))
         proxy_app = create_proxy(settings, f"sqlite:///{tmp_path / 'proxy.db'}", tmp_path, operator_key=KEY)
         with ServerThread(proxy_app) as proxy, httpx.Client(
-            base_url=proxy.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=120
+            base_url=proxy.urls["admin"], headers={"Authorization": f"Bearer {KEY}"}, timeout=120
         ) as admin:
             yield engine.url, admin
 

@@ -107,7 +107,7 @@ def test_train_logs_reward_and_loss_curves_to_the_tracker(
     for cursor, (group, reward) in enumerate(rewards, start=1):
         proxy.add(sampler(tiny_model, [7, 8], completion=[30, 31], reward=reward, group_id=group, cursor=cursor))
     out = tmp_path / "out"
-    argv = ["train", "--proxy", url, "--operator-key", "op-key", "--run", "run", "--model", str(tiny_model_dir),
+    argv = ["train", "--admin-url", url, "--operator-key", "op-key", "--run", "run", "--model", str(tiny_model_dir),
             "--group-size", "2", "--output-dir", str(out), "--exit-when-idle", "--stream-wait", "0", "--lr", "1e-2",
             "--tracker", tracker, "--tracker-dir", str(folder)]  # fmt: skip
     assert main(argv) == 0

@@ -14,10 +14,10 @@ def test_unknown_run_and_bad_model_are_one_line(
     fake_proxy: Any, tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _, url = fake_proxy
-    base = ["train", "--proxy", url, "--operator-key", "op-key", "--output-dir", str(tmp_path / "out")]
+    base = ["train", "--admin-url", url, "--operator-key", "op-key", "--output-dir", str(tmp_path / "out")]
     assert main([*base, "--run", "missing", "--model", str(tiny_model_dir)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == "rollwire train: the proxy knows no run 'missing' (or has no trajectory stream)"
+    assert err[-1] == "rollwire train: the proxy knows no run 'missing' (or this is not its admin listener)"
 
     assert main([*base, "--run", "run", "--model", str(tmp_path)]) == 1
     assert "is not a Hugging Face model folder" in capsys.readouterr().err.strip().splitlines()[-1]

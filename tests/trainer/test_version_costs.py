@@ -23,7 +23,7 @@ def test_zero_variance_step_costs_no_version(
     for cursor, (group, reward) in enumerate(rewards, start=1):
         proxy.add(sampler(tiny_model, [7, 8], completion=[30, 31], reward=reward, group_id=group, cursor=cursor))
     out = tmp_path / "out"
-    argv = ["train", "--proxy", url, "--operator-key", "op-key", "--run", "run", "--model", str(tiny_model_dir),
+    argv = ["train", "--admin-url", url, "--operator-key", "op-key", "--run", "run", "--model", str(tiny_model_dir),
             "--group-size", "2", "--output-dir", str(out), "--engine-url", url, "--exit-when-idle",
             "--stream-wait", "0",
             # the fake proxy's /reload_weights stands in for an engine but serves no model, so no parity probe can

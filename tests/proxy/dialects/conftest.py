@@ -14,7 +14,7 @@ from rollwire.proxy.app import create_app
 
 from rollwire.serving import ServerThread
 from rollwire.settings import EngineSettings, ProxySettings
-from tests.proxy.conftest import ENGINES
+from tests.proxy.conftest import ENGINES, admin_client
 from tests.proxy.engine_tap import EngineTap
 from tests.proxy.http_forward import HttpForward
 
@@ -24,7 +24,7 @@ MAX_MODEL_LEN = 32768
 
 
 class StatusTap:
-    """ASGI wrapper around the proxy recording (method, path, status) of every answered request."""
+    """ASGI wrapper around the proxy's main listener recording (method, path, status) of every answered request."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -84,9 +84,10 @@ def _serve_stack(engine_app: Any, tiny_model_dir: Path, home: Path) -> Iterator[
             upstream=engine.url, model=str(tiny_model_dir), model_aliases={"*": served}, default_max_output_tokens=48
         )
         store_url = f"sqlite:///{home / 'store.db'}"
-        statuses = StatusTap(create_app(settings, store_url, home, OPERATOR))
-        with ServerThread(statuses) as proxy:
-            admin = httpx.Client(base_url=proxy.url, headers={"Authorization": f"Bearer {OPERATOR}"}, timeout=60)
+        app = create_app(settings, store_url, home, OPERATOR)
+        statuses = app.apps["main"] = StatusTap(app.apps["main"])
+        with ServerThread(app) as proxy:
+            admin = admin_client(proxy.urls["admin"], OPERATOR)
             yield Stack(proxy.url, tap, admin, served, statuses, store_url)
             admin.close()
 

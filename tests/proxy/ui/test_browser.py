@@ -34,7 +34,7 @@ def _click(browser: DevTools, selector: str) -> str:
 
 
 def test_runs_to_rollout_in_chromium(browser: DevTools, recorded: Recorded, tmp_path: Path) -> None:
-    browser.call("Page.navigate", url=f"{recorded.proxy.url}/ui/?key={recorded.key}#/")
+    browser.call("Page.navigate", url=f"{recorded.proxy.admin_url}/ui/?key={recorded.key}#/")
     row = f"document.querySelector('a.run-link[href=\"#/run/{recorded.run}\"]')?.closest('tr')"
     chart = browser.wait_for(f"{row}?.querySelectorAll('svg.chart rect').length")
     assert chart == 1  # one policy version, one bar of mean reward
@@ -67,7 +67,7 @@ def test_segment_break_shown(browser: DevTools, start_proxy: Callable[..., Proxy
     store_url = f"sqlite:///{tmp_path / 'breaks.db'}"
     rollout = write_rollout(store_url, tokens=600, vocab=200)
     proxy = start_proxy("http://127.0.0.1:9", store_url=store_url)
-    browser.call("Page.navigate", url=f"{proxy.url}/ui/?key={OPERATOR_KEY}#/rollout/{rollout}")
+    browser.call("Page.navigate", url=f"{proxy.admin_url}/ui/?key={OPERATOR_KEY}#/rollout/{rollout}")
     perf = json.loads(browser.wait_for("document.getElementById('rw-perf')?.textContent"))
     seen = browser.wait_for("""({breaks: [...document.querySelectorAll('.segment .break')].map(b => b.textContent),
         drawn: document.querySelectorAll('.tokens span').length})""")

@@ -1,5 +1,5 @@
-"""Without the operator key the viewer's pages, assets and JSON answer 401; with it (Bearer or the cookie
-that ``/ui/?key=K`` sets) they answer, and the JSON agrees with the admin API."""
+"""On the proxy's admin listener, without the operator key the viewer's pages, assets and JSON answer 401; with
+it (Bearer or the cookie that ``/ui/?key=K`` sets) they answer, and the JSON agrees with the admin API."""
 
 from __future__ import annotations
 
@@ -27,15 +27,15 @@ def _paths(rec: Recorded) -> list[str]:
 def test_no_key_is_401(recorded: Recorded) -> None:
     for path in _paths(recorded):
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Cookie": "rollwire_operator=wrong"}):
-            answer = httpx.get(recorded.proxy.url + path, headers=headers, timeout=30)
+            answer = httpx.get(recorded.proxy.admin_url + path, headers=headers, timeout=30)
             assert answer.status_code == 401, (path, headers, answer.status_code)
-    wrong = httpx.get(f"{recorded.proxy.url}/ui/?key=wrong", timeout=30)
+    wrong = httpx.get(f"{recorded.proxy.admin_url}/ui/?key=wrong", timeout=30)
     assert wrong.status_code == 401 and "set-cookie" not in wrong.headers
 
 
 @pytest.mark.parametrize("how", ["bearer", "cookie"])
 def test_key_opens_everything(recorded: Recorded, how: str) -> None:
-    with httpx.Client(base_url=recorded.proxy.url, timeout=30, follow_redirects=True) as client:
+    with httpx.Client(base_url=recorded.proxy.admin_url, timeout=30, follow_redirects=True) as client:
         if how == "cookie":
             login = client.get(f"/ui/?key={recorded.key}")  # follows the 303 to /ui/ with the cookie set
             assert login.status_code == 200 and login.url.path == "/ui/" and "key=" not in str(login.url)
