@@ -228,9 +228,15 @@ class Scheduler:
         return ended, tail
 
     async def _settle(self, row: Rollout, token: str | None, ended: Ended, tail: str) -> Rollout | None:
+        """Class how the rollout ended on the platform's own evidence: the runtime's report, and what the proxy
+        recorded of the engine failing its calls (an engine that failed a rollout makes it the platform's,
+        whatever the harness did next: its exit, a timeout, or an answer that scores)."""
         facts: dict[str, Any] = {"exit_code": ended.exit_code, "log_tail": tail, "final_answer": ended.final_answer}
         if ended.kind == EndKind.LOST:
             return await self._lost(row, S.RUNNING, ended.reason or "infrastructure failure", **facts)
+        engine_failures = await self._db(self._book.engine_failures, row.id)
+        if engine_failures:
+            return await self._lost(row, S.RUNNING, f"the engine failed its model call: {engine_failures[0]}", **facts)
         if ended.kind == EndKind.TIMED_OUT:
             await self._finish(row, S.RUNNING, S.TIMED_OUT, error=ended.reason or "deadline exceeded", **facts)
         elif ended.kind == EndKind.FAILED:

@@ -28,6 +28,7 @@ from rollwire.settings import ProxySettings
 from rollwire.side_calls import MAIN, rules_of
 from rollwire.store import encode_floats, encode_ids, now_ns
 from rollwire.store.prompts import stored_prompt
+from rollwire.store.schema import ENGINE_FAILED
 from rollwire.store.requests import stored_request
 
 INLINE_PLAN_CHARS = 2048
@@ -298,6 +299,57 @@ class Generator:
             return learnt
 
         return await self.recorder.record(rows, learn)
+
+    async def record_engine_failure(
+        self,
+        caller: Caller,
+        conv: Conversation,
+        dialect: Dialect,
+        request: RequestBody,
+        prepared: Prepared | None,
+        error: str,
+    ) -> None:
+        """The engine failed this call before it sampled anything (``prepared`` is None when it failed before the
+        prompt was built: listing its models): one committed row with the request, the prompt if there was one,
+        and no completion, the platform's evidence that the rollout did not get a fair run (``Scheduler``)."""
+        ended = now_ns()
+        row: dict[str, Any] = {
+            "rollout_id": caller.rollout_id,
+            "dialect": dialect.name,
+            "requested_model": conv.model,
+            "served_model": self.served.name or "",
+            "request_json": request.text,
+            "sampling": sampling_record(conv.sampling),
+            "policy_version": self.served.policy_version or 0,
+            "finish_reason": None,
+            "prompt_ids": b"",
+            "completion_ids": b"",
+            "completion_logprobs": b"",
+            "response_json": "",
+            "status": ENGINE_FAILED,
+            "error": error,
+            "started_ns": prepared.started if prepared is not None else ended,
+            "ended_ns": ended,
+        }
+        if prepared is not None:
+            plan = prepared.plan
+            kept = stored_request(request.text, plan.spliced_from, prepared.base_request)
+            row |= {
+                "request_json": kept.text,
+                "request_base": kept.base,
+                "request_head": kept.head,
+                "request_tail": kept.tail,
+                "prompt_ids": stored_prompt(plan.encoded_prompt(), plan.spliced_from, plan.reused_prefix_len),
+                "prompt_base": plan.spliced_from,
+                "segment_index": plan.segment_index,
+                "segment_break": plan.segment_break,
+                "reused_prefix_len": plan.reused_prefix_len,
+                "line": prepared.line,
+                "max_tokens_requested": prepared.cap.requested,
+                "max_tokens_granted": prepared.cap.granted,
+                "latency_ms": (ended - prepared.started) / 1e6,
+            }
+        await self.recorder.record([row], lambda: [None])
 
     @staticmethod
     def _learnt(

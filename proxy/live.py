@@ -36,7 +36,8 @@ from rollwire.proxy.generate import Generator, Prepared, RequestBody
 from rollwire.proxy.upstream import ChoiceChunk, Opened, Sampled, chunks, open_stream
 
 from rollwire.compact_json import json_text
-from rollwire.errors import RollwireError, UpstreamError
+from rollwire.errors import RollwireError, UpstreamError, UpstreamTimeout
+from rollwire.store.schema import ENGINE_FAILED
 from rollwire.metrics import add_upstream_time
 
 ABORTED = "abort"
@@ -190,19 +191,30 @@ class LiveGeneration:
         return generation, tails
 
     async def _record_unfinished(self, failure: RollwireError | None) -> None:
-        """What was sampled before the client left (or the upstream failed), marked as such."""
+        """What was sampled before the client left (or the upstream failed), marked as such. An engine that failed
+        is recorded even when nothing was sampled: the rollout's ending is then the platform's."""
         sampled = sum(len(c.ids) for c in self.choices)
-        if self.generation is None or sampled == 0 or self.generation.choices:
+        engine_failed = isinstance(failure, ENGINE_ERRORS)
+        if self.generation is None or self.generation.choices or (sampled == 0 and not engine_failed):
             return
         self.recorded = True
+        if sampled == 0 and isinstance(failure, ENGINE_ERRORS):
+            await self.generator.record_engine_failure(
+                self.caller, self.conv, self.dialect, self.request, self.prepared, failure.message
+            )
+            return
         generation, _ = self._finished(ABORTED)
-        status = "error" if failure is not None else "partial"
+        status = ENGINE_FAILED if engine_failed else "error" if failure is not None else "partial"
         why = failure.message if failure is not None else "the client left"
         body = self.dialect.response_body(generation)
         await self.generator.record(
             self.caller, self.conv, self.dialect, self.request, body, json_text(body), self.prepared, generation,
             status=status, error=f"{why} after {sampled} sampled tokens",
         )  # fmt: skip
+
+
+ENGINE_ERRORS = (UpstreamError, UpstreamTimeout)
+"""The engine failed (unreachable, 5xx, a timeout, a malformed answer): the platform's failure, not the rollout's."""
 
 
 async def generate_whole(
@@ -248,9 +260,15 @@ async def start_live(
     deltas: bool = True,
 ) -> LiveGeneration:
     """Plan the prompt and open the upstream stream (errors so far are ordinary HTTP errors); ``events()`` follow."""
-    prepared = await generator.prepare(caller, conv)
-    sent = time.perf_counter()
-    opened = await open_stream(generator.client, prepared.body, prepared.prompt_json)
+    prepared: Prepared | None = None
+    try:
+        prepared = await generator.prepare(caller, conv)
+        sent = time.perf_counter()
+        opened = await open_stream(generator.client, prepared.body, prepared.prompt_json)
+    except ENGINE_ERRORS as exc:  # the platform's failure: recorded for the rollout before the client hears of it
+        with anyio.CancelScope(shield=True):
+            await generator.record_engine_failure(caller, conv, dialect, request, prepared, exc.message)
+        raise
     return LiveGeneration(generator, caller, conv, dialect, request, prepared, opened, deltas, sent)
 
 

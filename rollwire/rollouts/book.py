@@ -28,7 +28,7 @@ from rollwire.rollouts import tokens
 from rollwire.rollouts.states import TOKEN_WORKS, check_move
 from rollwire.store.db import session_scope
 from rollwire.store.direct import Condition, DirectQuery
-from rollwire.store.schema import Rollout, RolloutStatus, Run, now_ns
+from rollwire.store.schema import ENGINE_FAILED, ModelCall, Rollout, RolloutStatus, Run, now_ns
 
 logger = logging.getLogger(__name__)
 S = RolloutStatus
@@ -193,6 +193,18 @@ class RolloutBook:
             if row is None:
                 raise NotFound(f"no rollout {rollout_id}")
             return row
+
+    def engine_failures(self, rollout_id: str, limit: int = 3) -> list[str]:
+        """What the proxy recorded of the engine failing this rollout's model calls (``ENGINE_FAILED``): the
+        platform's own evidence, which no harness can produce, that the rollout did not get a fair run."""
+        statement = (
+            select(ModelCall.error)
+            .where(col(ModelCall.rollout_id) == rollout_id, col(ModelCall.status) == ENGINE_FAILED)
+            .order_by(col(ModelCall.id))
+            .limit(limit)
+        )
+        with session_scope(self._engine) as session:
+            return [str(error or "the engine failed") for error in session.connection().execute(statement).scalars()]
 
     # -- state changes ------------------------------------------------------------------------------------------
     def claim(self, rollout_id: str, source: RolloutStatus = S.PENDING) -> str | None:

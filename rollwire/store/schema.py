@@ -89,6 +89,11 @@ overflow pages once a harness's prompt is long: read from the table, every earli
 overflow chain, per call."""
 
 
+ENGINE_FAILED = "engine_failed"
+"""A model call's status when the engine failed it (``ModelCall.status``): evidence that the rollout's ending is
+the platform's, whatever its harness then did (``Scheduler``)."""
+
+
 class ModelCall(SQLModel, table=True):
     __table_args__ = (Index(CALLS_BY_ROLLOUT, "rollout_id", "status", postgresql_include=["id"]),)
 
@@ -145,7 +150,11 @@ class ModelCall(SQLModel, table=True):
     max_tokens_granted: int | None = Field(
         default=None, description="the output cap sent upstream: the request's, clamped to what the context left"
     )
-    status: str = Field(default="complete", description="complete, partial (client left) or error")
+    status: str = Field(
+        default="complete",
+        description="complete, partial (the client left), engine_failed (the engine failed the call: a 5xx, a "
+        "timeout, a dropped connection; the platform's failure, not the rollout's) or error (the proxy failed it)",
+    )
     error: str | None = None
     latency_ms: float = 0.0
     started_ns: int = Field(default_factory=now_ns, sa_type=BIG)
@@ -205,4 +214,4 @@ class SchemaVersion(SQLModel, table=True):
     version: int = Field(default=0)
 
 
-__all__ = ["McpMessage", "ModelCall", "Refusal", "Rollout", "RolloutStatus", "Run", "SchemaVersion", "ToolEvent", "now_ns"]
+__all__ = ["ENGINE_FAILED", "McpMessage", "ModelCall", "Refusal", "Rollout", "RolloutStatus", "Run", "SchemaVersion", "ToolEvent", "now_ns"]

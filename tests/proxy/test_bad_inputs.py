@@ -20,15 +20,17 @@ from starlette.routing import Route
 
 from rollwire.serving import ServerThread
 from rollwire.store import ModelCall, open_engine
+from rollwire.store.schema import ENGINE_FAILED
 from tests.proxy.conftest import Proxy
 
 GOOD: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 
 
-def _calls(proxy: Proxy) -> int:
+def _calls(proxy: Proxy, status: str = "complete") -> int:
+    """The proxy's recorded calls of one status (a failed engine's calls are kept too, as the platform's failure)."""
     with Session(open_engine(proxy.store_url)) as session:
-        return len(session.exec(select(ModelCall)).all())
+        return len(session.exec(select(ModelCall).where(ModelCall.status == status)).all())
 
 
 CASES: list[tuple[str, Callable[[str], dict[str, Any]], int, str]] = [
@@ -109,7 +111,7 @@ def test_unknown_token_is_401(proxy: Proxy, served_model: str) -> None:
     bearer = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         bearer.models.list()
-    assert httpx.post(f"{proxy.url}/admin/v1/runs", json={}).status_code == 401
+    assert httpx.post(f"{proxy.admin_url}/admin/v1/runs", json={}).status_code == 401
 
 
 def test_bearer_token_on_plain_v1_works(proxy: Proxy, served_model: str) -> None:
@@ -123,7 +125,7 @@ def test_upstream_down_is_502(start_proxy: Callable[..., Proxy], refusing_port: 
     rollout = proxy.new_rollout()
     response = httpx.post(f"{rollout['base_url']}/chat/completions", json={**GOOD, "model": "m"}, timeout=30)
     assert response.status_code == 502 and "upstream" in response.json()["error"]["message"]
-    assert _calls(proxy) == 0
+    assert _calls(proxy) == 0 and _calls(proxy, ENGINE_FAILED) == 1  # the rollout's evidence that the engine failed
 
 
 @pytest.fixture()
@@ -150,7 +152,7 @@ def test_upstream_timeout_is_504(start_proxy: Callable[..., Proxy], hanging_upst
     response = httpx.post(f"{rollout['base_url']}/chat/completions", json={**GOOD, "model": "m"}, timeout=30)
     assert response.status_code == 504, response.text
     assert "timed out" in response.json()["error"]["message"]
-    assert _calls(proxy) == 0
+    assert _calls(proxy) == 0 and _calls(proxy, ENGINE_FAILED) == 1
 
 
 @pytest.fixture()
@@ -195,4 +197,4 @@ def test_an_upstream_that_reports_another_prompt_is_502(
     response = httpx.post(f"{rollout['base_url']}/chat/completions", json={**GOOD, "model": "m"}, timeout=30)
     assert response.status_code == 502, response.text
     assert "different prompt than the proxy sent" in response.json()["error"]["message"]
-    assert _calls(proxy) == 1  # the exact call only
+    assert _calls(proxy) == 1 and _calls(proxy, ENGINE_FAILED) == 1  # the exact call, and the engine's failure

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
-import httpx
 import openai
 import pytest
 from rollwire.proxy.app import create_app
@@ -23,9 +22,10 @@ from starlette.routing import Route
 from rollwire.serving import ServerThread
 from rollwire.settings import ProxySettings
 from rollwire.store import ModelCall, decode_ids, open_engine, session_scope
+from rollwire.store.schema import ENGINE_FAILED
 from rollwire.tokenizers import load_tokenizer
 from tests.proxy.asgi_log import SentLog
-from tests.proxy.conftest import OPERATOR_KEY, Proxy
+from tests.proxy.conftest import OPERATOR_KEY, Proxy, admin_client
 
 TWO_CALLS = (
     "<think>\nplan it\n</think>\n\n"
@@ -226,7 +226,7 @@ def test_an_upstream_failing_mid_stream_is_an_error_event_and_an_error_row(
     with session_scope(engine) as session:
         rows = list(session.exec(select(ModelCall).where(ModelCall.rollout_id == rollout["id"])).all())
     engine.dispose()
-    assert [(r.status, r.finish_reason, len(decode_ids(r.completion_ids))) for r in rows] == [("error", "abort", 4)]
+    assert [(r.status, r.finish_reason, len(decode_ids(r.completion_ids))) for r in rows] == [(ENGINE_FAILED, "abort", 4)]
     assert "engine fell over" in (rows[0].error or "")
 
 
@@ -253,8 +253,9 @@ def test_a_streamed_answers_tail_leaves_in_one_write(
     settings = ProxySettings(upstream=url, model=str(tiny_model_dir))
     app = create_app(settings, f"sqlite:///{tmp_path / 'store.db'}", tmp_path, operator_key=OPERATOR_KEY)
     log: list[tuple[Any, ...]] = []
-    with ServerThread(SentLog(app, log)) as server:
-        admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {OPERATOR_KEY}"}, timeout=60)
+    app.apps["main"] = SentLog(app.apps["main"], log)
+    with ServerThread(app) as server:
+        admin = admin_client(server.urls["admin"])
         rollout = Proxy(server.url, "", admin).new_rollout()
         client = openai.OpenAI(base_url=rollout["base_url"], api_key="x", max_retries=0)
         chunks = list(
