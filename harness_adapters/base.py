@@ -58,7 +58,7 @@ class Launch:
     final_answer_path: str = DEFAULT_FINAL_ANSWER  # workspace-relative
     nested_sandbox: bool = False
     """The harness builds a sandbox of its own at its defaults (Codex CLI's bubblewrap): the local runtime's
-    sandbox then lets it make namespaces inside (``orchestrator/runtimes/seccomp.py``)."""
+    sandbox then lets it make namespaces inside (``rollwire/sandbox/seccomp.py``)."""
 
     def __post_init__(self) -> None:
         if not self.argv:
@@ -66,6 +66,12 @@ class Launch:
         for path in (*self.files, self.final_answer_path):
             if path.startswith("/") or ".." in path.split("/"):
                 raise ValueError(f"workspace path must be relative and stay inside the workspace: {path!r}")
+
+
+def runs_model_code(adapter: object) -> bool:
+    """Whether the harness runs what the model chooses on the machine it runs on (a shell, file or code tool):
+    such a harness needs a sandbox. An adapter that does not say is taken to."""
+    return bool(getattr(adapter, "runs_model_code", True))
 
 
 @runtime_checkable
@@ -77,4 +83,4 @@ class Adapter(Protocol):
     def launch(self, ctx: RolloutContext) -> Launch: ...
 
 
-__all__ = ["DEFAULT_FINAL_ANSWER", "WORKSPACE_ENV", "Adapter", "Launch", "RolloutContext"]
+__all__ = ["DEFAULT_FINAL_ANSWER", "WORKSPACE_ENV", "Adapter", "Launch", "RolloutContext", "runs_model_code"]

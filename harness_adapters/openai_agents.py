@@ -23,6 +23,8 @@ class OpenAIAgentsAdapter:
     """Runs ``python -m rollwire.harness_adapters.openai_agents_runner`` with the rollout's URLs in the environment."""
 
     name = "openai-agents"
+    runs_model_code = False
+    """The runner gives the agent the gateway's MCP tools and nothing else: no shell, file or code tool."""
 
     def __init__(
         self,

@@ -12,6 +12,8 @@ class ReferenceAgentAdapter:
     """Runs ``python -m rollwire.cli agent`` with the rollout's URLs in the environment."""
 
     name = "reference"
+    runs_model_code = False
+    """Its only actions are MCP calls through the gateway: nothing the model chooses runs on the host."""
 
     def __init__(
         self,

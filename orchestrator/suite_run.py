@@ -9,6 +9,7 @@ the stack's store. Passing the ``run_id`` of an earlier, interrupted run resumes
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 from collections.abc import Callable, Mapping, Sequence
@@ -18,15 +19,18 @@ from typing import Any, Protocol
 
 import anyio.to_thread
 
+from rollwire import sandbox
 from rollwire.errors import InvalidRequest, NotFound
-from rollwire.harness_adapters.base import Adapter
+from rollwire.harness_adapters.base import Adapter, runs_model_code
 from rollwire.orchestrator.lifecycle import RolloutBook
 from rollwire.orchestrator.runtimes.base import Runtime
-from rollwire.orchestrator.runtimes.sandbox import state_folders
+from rollwire.sandbox import state_folders
 from rollwire.orchestrator.scheduler import Endpoints, Progress, RunPlan, Scheduler, TaskSpec, live_rows
 from rollwire.settings import OrchestratorSettings, Settings
 from rollwire.store.db import open_engine
 from rollwire.store.schema import Rollout
+
+logger = logging.getLogger(__name__)
 
 RUNTIMES = ("local", "kubernetes")
 SPLITS = {"train": "train", "held_out": "held_out", "heldout": "held_out", "held-out": "held_out"}
@@ -171,6 +175,7 @@ async def run_suite(
     )
     picked = select_tasks(suite, split, task_ids)
     adapter = build_adapter(harness, harness_options)
+    orch = sandbox_needed(orch, adapter)
     from rollwire.orchestrator.suite_scorer import SuiteScorer
 
     scorer = SuiteScorer(suite, Path(stack.state_root), orch.checker_timeout_s, orch.checker_max_memory_mb)
@@ -194,5 +199,22 @@ async def run_suite(
     return SuiteRunResult(run_id, progress, live_rows(rows))
 
 
+def sandbox_needed(orch: OrchestratorSettings, adapter: Adapter) -> OrchestratorSettings:
+    """The settings to run ``adapter`` with: a local harness that runs nothing the model chooses on this machine
+    (its only actions are MCP calls through the gateway) runs without a sandbox where none can be made, and says
+    so in one line; every other harness keeps the sandbox, and the runtime refuses to start without one."""
+    if orch.runtime != "local" or not orch.sandbox or runs_model_code(adapter):
+        return orch
+    reason = sandbox.probe(orch.bwrap_path)
+    if reason is None:
+        return orch
+    logger.warning(
+        "no sandbox here (%s): the %s harness runs nothing the model chooses on this machine, so its rollouts run "
+        "without one; harnesses with built-in tools (codex, claude-code, mini-swe-agent) need it "
+        "(apt-get install bubblewrap)", reason, adapter.name,
+    )  # fmt: skip
+    return orch.model_copy(update={"sandbox": False})
+
+
 __all__ = ["RUNTIMES", "SPLITS", "StackAddresses", "SuiteRunResult", "build_adapter", "build_runtime", "run_suite",
-           "select_tasks", "suite_ref"]  # fmt: skip
+           "sandbox_needed", "select_tasks", "suite_ref"]  # fmt: skip

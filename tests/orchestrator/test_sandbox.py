@@ -24,9 +24,9 @@ import pytest
 from conftest import ScriptAdapter, orchestrator_settings, plan, run_with
 from live_stack import live_stack
 
+from rollwire import sandbox
 from rollwire.harness_adapters.base import Launch, RolloutContext
 from rollwire.orchestrator.lifecycle import RolloutBook
-from rollwire.orchestrator.runtimes import sandbox
 from rollwire.orchestrator.runtimes.local import LocalRuntime
 from rollwire.orchestrator.scheduler import Endpoints, Scheduler
 from rollwire.orchestrator.scoring import ExitCodeScorer
@@ -261,9 +261,10 @@ def _cmdline_has(proc: Path, mark: bytes) -> bool:
 
 
 def test_rollouts_cli_refuses_in_one_line_without_a_sandbox(tmp_path: Path) -> None:
+    """A harness with built-in tools (Codex) does not start where no sandbox can be made."""
     (tmp_path / "state").mkdir()
     env = {**os.environ, "ROLLWIRE_ORCHESTRATOR__BWRAP_PATH": str(tmp_path / "no-bwrap")}
-    args = ["--suite", "tiny", "--tasks", "write-cat", "--proxy-url", "http://127.0.0.1:9", "--gateway-url",
+    args = ["--suite", "tiny", "--harness", "codex", "--tasks", "write-cat", "--proxy-url", "http://127.0.0.1:9", "--gateway-url",
             "http://127.0.0.1:9", "--db", f"sqlite:///{tmp_path / 'store.db'}", "--state-dir", str(tmp_path / "state")]  # fmt: skip
     command = [sys.executable, "-m", "rollwire.cli", "rollouts", *args]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, check=False)
