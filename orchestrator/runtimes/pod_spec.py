@@ -30,6 +30,14 @@ RUN_AS = 10001
 """The uid/gid every rollwire image runs as (``containers/``): non-root, above the host's system range."""
 IN_IMAGE_PYTHON = "python"
 """What a host interpreter path in a launch becomes in the pod: each rollout image puts its harness's Python first."""
+IMAGE_SUITES = (
+    "/opt/rollwire/lib/python3.11/site-packages/rollwire/mcp_servers/tasks/suites",
+    "/opt/rollwire/site/rollwire/mcp_servers/tasks/suites",
+)
+"""Where the stack image keeps the shipped task suites (``containers/rollwire.Containerfile``'s venv, and
+``containers/assemble-stack.sh``'s site folder). The reference agent's and the Agents SDK's rollouts run that
+image, and a suite's checker arguments are the task's answers: every rollout pod covers these folders with an
+empty read-only volume (in an image without them the cover is an empty folder)."""
 """activeDeadlineSeconds = deadline + this: the orchestrator stops pods itself; the kubelet covers a dead orchestrator."""
 
 EVICTED_EXIT_CODE = 137
@@ -248,9 +256,11 @@ def rollout_pod(
     """The Pod every rollout runs in (a cold one or a warm pool's): one harness container with the workspace and
     /tmp, hardened (no token, non-root, no escalation), fenced by resources and ``lifetime_s``; ``mounts`` are
     added to the harness container's workspace and /tmp. Every emptyDir must carry a sizeLimit (``scratch_volumes``)."""
+    volumes = [*volumes, {"name": "suites-cover", "emptyDir": {"sizeLimit": "1Mi"}}]
     unbounded = [v["name"] for v in volumes if "emptyDir" in v and not (v["emptyDir"] or {}).get("sizeLimit")]
     if unbounded:
         raise ValueError(f"rollout pod emptyDir volumes without a sizeLimit: {', '.join(unbounded)}")
+    covers = [{"name": "suites-cover", "mountPath": path, "readOnly": True} for path in IMAGE_SUITES]
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "activeDeadlineSeconds": lifetime_s,
@@ -273,6 +283,7 @@ def rollout_pod(
                     {"name": "workspace", "mountPath": WORKSPACE},
                     {"name": "tmp", "mountPath": "/tmp"},
                     *mounts,
+                    *covers,
                 ],
                 "terminationMessagePath": f"{WORKSPACE}/{answer_path}",
                 "terminationMessagePolicy": "File",
@@ -417,6 +428,7 @@ __all__ = [
     "run_configmap",
     "run_configmap_name",
     "scratch_volumes",
+    "IMAGE_SUITES",
     "secret_name",
     "selector",
 ]

@@ -367,6 +367,8 @@ def state_folders(paths: Iterable[str | os.PathLike[str] | None]) -> list[Path]:
 __all__ = [
     "CONTROL_SOCKET",
     "INIT_SCRIPT",
+    "ROOT_RUN_UID",
+    "SOCKET_DIR",
     "Endpoint",
     "SandboxLimits",
     "SandboxUnavailable",

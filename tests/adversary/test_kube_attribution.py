@@ -35,6 +35,7 @@ from rollwire.orchestrator.runtimes.kubernetes import KubernetesRuntime
 from rollwire.orchestrator.runtimes.pod_spec import (
     EVICTED_EXIT_CODE,
     HARNESS,
+    IMAGE_SUITES,
     build_pod,
     pod_verdict,
     rollout_pod,
@@ -86,8 +87,11 @@ def test_rollout_pods_bound_every_emptydir_and_their_ephemeral_storage(which: st
     client.V1Pod.model_validate(pod)
     spec = pod["spec"]
     empty = {v["name"]: v["emptyDir"] for v in spec["volumes"] if "emptyDir" in v}
-    assert set(empty) == {"workspace", "tmp"}, which
-    assert empty == {"workspace": {"sizeLimit": "2Gi"}, "tmp": {"sizeLimit": "1Gi"}}, which  # the defaults
+    defaults = {"workspace": {"sizeLimit": "2Gi"}, "tmp": {"sizeLimit": "1Gi"}, "suites-cover": {"sizeLimit": "1Mi"}}
+    assert empty == defaults, which
+    mounts = spec["containers"][0]["volumeMounts"]
+    covered = {m["mountPath"] for m in mounts if m["name"] == "suites-cover" and m["readOnly"]}
+    assert covered == set(IMAGE_SUITES), which  # the task suites the stack image ships: never visible to a rollout
     for container in [*spec.get("initContainers", []), *spec["containers"]]:
         resources = container["resources"]
         assert resources["requests"] == resources["limits"], (which, container["name"])  # reserved = allowed
@@ -99,7 +103,7 @@ def test_rollout_pods_bound_every_emptydir_and_their_ephemeral_storage(which: st
 def test_storage_limits_come_from_the_settings_and_zero_is_refused() -> None:
     settings = KubernetesSettings(namespace="rl", workspace_size="8Gi", tmp_size="512Mi", ephemeral_storage="10Gi")
     pod = build_pod(_job(), settings, _owner())
-    assert [v["emptyDir"]["sizeLimit"] for v in pod["spec"]["volumes"] if "emptyDir" in v] == ["8Gi", "512Mi"]
+    assert [v["emptyDir"]["sizeLimit"] for v in pod["spec"]["volumes"] if "emptyDir" in v] == ["8Gi", "512Mi", "1Mi"]
     assert pod["spec"]["containers"][0]["resources"]["limits"]["ephemeral-storage"] == "10Gi"
     for bad in ("0", "", "2GB", "-1Gi"):  # the kubelet reads a zero sizeLimit as none
         with pytest.raises(ValueError):

@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -187,6 +188,13 @@ def _run(book: RolloutBook, settings: OrchestratorSettings, plan: RunPlan, adapt
     anyio.run(go)
 
 
+def _settings(tmp_path: Path, pooled: bool, **limits: Any) -> OrchestratorSettings:
+    """One warm slot kept ready (pooled), so consecutive rollouts share recycled sandboxes."""
+    return OrchestratorSettings(
+        workspace_root=str(tmp_path / "ws"), warm_pool=pooled, warm_preload=["json"], warm_spares=1, **limits
+    )
+
+
 def _plan(run_id: str, tasks: list[str], group: int) -> RunPlan:
     return RunPlan(run_id=run_id, tasks=[TaskSpec(t, t) for t in tasks], group_size=group, harness="hostile")
 
@@ -198,17 +206,15 @@ def test_hostile_rollouts_reach_nothing_and_leave_nothing(
 ) -> None:
     """Four hostile rollouts one after another (pooled: in recycled slots); none escapes, none sees another's."""
     book = RolloutBook(open_engine(store_url))
-    settings = OrchestratorSettings(
-        workspace_root=str(tmp_path / "ws"), warm_pool=pooled, warm_preload=["json"], warm_spares=1, concurrency=1,
-        deadline_s=120, max_attempts=1,
-    )  # fmt: skip
+    settings = _settings(tmp_path, pooled, concurrency=1, deadline_s=120, max_attempts=1)
     _run(book, settings, _plan("hostile", ["hostile"], 4), HostileAdapter(secrets, pooled), [tmp_path / "state"])
     rows = sorted(book.rollouts("hostile"), key=lambda row: row.sample_index)
     assert [row.status for row in rows] == ["finished"] * 4, [(row.error, row.log_tail) for row in rows]
     reports = [json.loads(row.final_answer or "{}") for row in rows]
     slots = [report["where"] for report in reports]
     assert not pooled or len(set(slots)) < len(slots), slots  # some slot served two rollouts: recycling was tested
-    assert [report["escaped"] for report in reports] == [{}] * 4, " ".join(",".join(sorted(report["escaped"])) for report in reports)
+    escaped = [",".join(sorted(report["escaped"])) for report in reports]
+    assert escaped == [""] * 4, escaped
     assert [report["seen"] for report in reports] == [{}] * 4, reports
     attempts = [report["attempts"] for report in reports]
     assert min(attempts) >= 35, attempts  # the probe ran its attacks (cold: 39 a rollout; pooled, 53 with the server)
@@ -221,10 +227,7 @@ def test_answers_the_host_must_not_read_and_a_killed_launcher_are_the_policys_fa
     store_url: str, tmp_path: Path, secrets: dict[str, object], pooled: bool
 ) -> None:
     book = RolloutBook(open_engine(store_url))
-    settings = OrchestratorSettings(
-        workspace_root=str(tmp_path / "ws"), warm_pool=pooled, warm_preload=["json"], warm_spares=1, concurrency=2,
-        deadline_s=60, max_attempts=3,
-    )  # fmt: skip
+    settings = _settings(tmp_path, pooled, concurrency=2, deadline_s=60, max_attempts=3)
     tasks = list(ANSWERS)
     _run(book, settings, _plan("answers", tasks, 1), HostileAdapter(secrets, pooled), [tmp_path / "state"])
     rows = book.rollouts("answers")

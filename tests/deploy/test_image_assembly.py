@@ -18,6 +18,7 @@ import pytest
 
 from rollwire.harness_adapters.images import STACK_IMAGE
 from rollwire.orchestrator.manifests import render
+from rollwire.orchestrator.runtimes.pod_spec import IMAGE_SUITES
 from rollwire.settings import KubernetesSettings
 from tests.deploy.tools import ROOT
 
@@ -76,6 +77,13 @@ def test_image_config_is_the_cli_as_non_root(image: Path) -> None:
     result = _run_in(image / "rootfs", config, [*config["config"]["Entrypoint"], *config["config"]["Cmd"]])
     assert result.returncode == 0, result.stderr[-2000:]
     assert all(command in result.stdout for command in ("proxy", "mcp", "train", "agent"))
+
+
+def test_the_suites_sit_where_rollout_pods_cover_them(image: Path) -> None:
+    """Rollout pods of the stack image hide its task suites under an empty volume (``pod_spec.IMAGE_SUITES``): that
+    only holds while the image keeps them at one of those folders."""
+    found = [path for path in IMAGE_SUITES if (image / "rootfs" / path.lstrip("/") / "tiny.json").is_file()]
+    assert found, f"the assembled image keeps the suites elsewhere than {IMAGE_SUITES}"
 
 
 def test_every_stack_command_runs_in_the_image(image: Path) -> None:
