@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
+import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,6 +65,18 @@ def load():
 attempt("import_suite", load)
 attempt("read_home_secret", lambda: read(targets["home_secret"]))
 attempt("read_cwd_secret", lambda: read(targets["cwd_secret"]))
+attempt("read_state", lambda: read(targets["stack_file"]))
+attempt("list_state", lambda: os.listdir(os.path.dirname(targets["stack_file"])))
+
+# the earlier round's: the host's loopback (an empty network namespace reaches nothing), the installation, /etc
+import socket
+attempt("other_loopback_port", lambda: socket.create_connection(("127.0.0.1", targets["listener_port"]), timeout=3))
+def write(path):
+    with open(path, "w") as handle:
+        handle.write("planted")
+    return path
+attempt("write_installation", lambda: write(targets["installation_file"]))
+attempt("write_etc", lambda: write("/etc/rollwire-planted"))
 
 # 2. what an earlier rollout in this slot left, then leave the same for the next one
 places = ["/", "/run/rollwire", "/var/tmp", "/home", "/run", "/root", "/dev", "/dev/shm", "/mnt", "/srv", "/etc/ssh", "/tmp", os.getcwd()]
@@ -163,8 +177,12 @@ def secrets(tmp_path: Path) -> Iterator[dict[str, object]]:
     stack_file.parent.mkdir()
     stack_file.write_text(json.dumps({"operator_key": "operator-key-never-leaks"}))
     sys.path.insert(0, str(home))
+    listener = socket.create_server(("127.0.0.1", 0))
+    installation_file = Path(sysconfig.get_paths()["purelib"]) / f"rollwire-planted-{os.getpid()}"
     try:
         yield {
+            "listener_port": listener.getsockname()[1],
+            "installation_file": str(installation_file),
             "suite_file": str(SUITES_DIR / "tiny.json"),
             "suites_dir": str(SUITES_DIR),
             "home_secret": str(home / ".ssh" / "id_ed25519"),
@@ -174,6 +192,10 @@ def secrets(tmp_path: Path) -> Iterator[dict[str, object]]:
         }
     finally:
         sys.path.remove(str(home))
+        listener.close()
+        planted = installation_file.exists()
+        installation_file.unlink(missing_ok=True)
+        assert not planted, "a rollout wrote into the installation"
 
 
 def _run(book: RolloutBook, settings: OrchestratorSettings, plan: RunPlan, adapter: HostileAdapter, hidden: list[Path]) -> None:
@@ -217,7 +239,7 @@ def test_hostile_rollouts_reach_nothing_and_leave_nothing(
     assert escaped == [""] * 4, escaped
     assert [report["seen"] for report in reports] == [{}] * 4, reports
     attempts = [report["attempts"] for report in reports]
-    assert min(attempts) >= 35, attempts  # the probe ran its attacks (cold: 39 a rollout; pooled, 53 with the server)
+    assert min(attempts) >= 40, attempts  # the probe ran its attacks (cold: 44 a rollout; pooled, 58 with the server)
     print(f"hostile {'warm-pool' if pooled else 'cold'}: {sum(attempts)} attempts in 4 rollouts, 0 succeeded")
 
 
