@@ -9,6 +9,7 @@ the stack's store. Passing the ``run_id`` of an earlier, interrupted run resumes
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
@@ -208,12 +209,18 @@ def sandbox_needed(orch: OrchestratorSettings, adapter: Adapter) -> Orchestrator
     reason = sandbox.probe(orch.bwrap_path)
     if reason is None:
         return orch
+    _say_unsandboxed(reason, adapter.name)
+    return orch.model_copy(update={"sandbox": False})
+
+
+@functools.cache
+def _say_unsandboxed(reason: str, harness: str) -> None:
+    """Once per process (the demo runs a suite per phase): why this harness's rollouts run without a sandbox."""
     logger.warning(
         "no sandbox here (%s): the %s harness runs nothing the model chooses on this machine, so its rollouts run "
         "without one; harnesses with built-in tools (codex, claude-code, mini-swe-agent) need it "
-        "(apt-get install bubblewrap)", reason, adapter.name,
+        "(apt-get install bubblewrap)", reason, harness,
     )  # fmt: skip
-    return orch.model_copy(update={"sandbox": False})
 
 
 __all__ = ["RUNTIMES", "SPLITS", "StackAddresses", "SuiteRunResult", "build_adapter", "build_runtime", "run_suite",

@@ -69,7 +69,8 @@ def test_where_no_sandbox_can_be_made_the_reference_harness_runs_and_others_refu
     tmp_path: Path, tiny_model_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A machine without bubblewrap (here: its path names nothing): the reference harness, whose only actions are
-    MCP calls, runs its rollouts unsandboxed and says so in one line; a harness with built-in tools refuses."""
+    MCP calls, runs its rollouts unsandboxed and says so in one line, once however many runs follow (the demo
+    runs one a phase); a harness with built-in tools refuses."""
     missing = Settings(orchestrator=OrchestratorSettings(bwrap_path=str(tmp_path / "no-bwrap")))
     with live_stack(tmp_path, tiny_model_dir) as stack:
         result = anyio.run(
@@ -78,10 +79,14 @@ def test_where_no_sandbox_can_be_made_the_reference_harness_runs_and_others_refu
                 harness_options={"max_turns": 2, "max_tokens": 24},
             )
         )  # fmt: skip
+        again = anyio.run(
+            lambda: run_suite(stack, suite="tiny", harness="reference", task_ids=["write-dog"], deadline_s=120,
+                              settings=missing, harness_options={"max_turns": 2, "max_tokens": 24})
+        )  # fmt: skip
         with pytest.raises(SandboxUnavailable) as refused:
             anyio.run(lambda: run_suite(stack, suite="tiny", harness="codex", task_ids=["write-cat"], settings=missing))
-    (row,) = result.rollouts
-    assert row.status == "finished" and row.exit_code == 0, (row.error, row.log_tail)
+    for row in (*result.rollouts, *again.rollouts):
+        assert row.status == "finished" and row.exit_code == 0, (row.error, row.log_tail)
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("no sandbox here")]
     assert len(said) == 1 and "\n" not in said[0] and "apt-get install bubblewrap" in said[0], said
     assert "\n" not in refused.value.message and "--no-sandbox" in refused.value.message
