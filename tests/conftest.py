@@ -22,6 +22,7 @@ from rollwire.tiny_model import ensure_tiny_model
 from rollwire.tokenizers import QWEN_TOKENIZER, SHARED_ENV, shared_dir
 from rollwire.vllm_runtime import PYTHON_ENV as VLLM_PYTHON_ENV
 from rollwire.vllm_runtime import installed_python
+from tests.real_parts import closing_line
 
 _TEMP_ROOT = pytest.StashKey[Path]()
 
@@ -40,10 +41,22 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_TEMP_ROOT] = root
 
 
+_SKIP_REASONS: list[str] = []
+"""Every skip's reason in this run: its last line names the real parts they left out (``real_parts``)."""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and isinstance(report.longrepr, tuple):
+        _SKIP_REASONS.append(str(report.longrepr[2]))
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     root = config.stash.get(_TEMP_ROOT, None)
     if root is not None:
         shutil.rmtree(root, ignore_errors=True)
+    if config.option.collectonly:
+        return
+    print(closing_line(_SKIP_REASONS), flush=True)  # after pytest's own summary: the run's last line
 
 
 @pytest.fixture(scope="session")
