@@ -228,7 +228,7 @@ def test_hostile_rollouts_reach_nothing_and_leave_nothing(
 ) -> None:
     """Four hostile rollouts one after another (pooled: in recycled slots); none escapes, none sees another's."""
     book = RolloutBook(open_engine(store_url))
-    settings = _settings(tmp_path, pooled, concurrency=1, deadline_s=120, max_attempts=1)
+    settings = _settings(tmp_path, pooled, concurrency=1, deadline_s=120, max_attempts=1)  # a retry would hide a failure
     _run(book, settings, _plan("hostile", ["hostile"], 4), HostileAdapter(secrets, pooled), [tmp_path / "state"])
     rows = sorted(book.rollouts("hostile"), key=lambda row: row.sample_index)
     assert [row.status for row in rows] == ["finished"] * 4, [(row.error, row.log_tail) for row in rows]

@@ -18,6 +18,7 @@ from conftest import ScriptAdapter, orchestrator_settings, plan
 from live_stack import live_stack
 from starlette.responses import JSONResponse
 
+from rollwire import sandbox
 from rollwire.orchestrator.lifecycle import RolloutBook
 from rollwire.orchestrator.runtimes.local import LocalRuntime
 from rollwire.orchestrator.scheduler import Endpoints, Scheduler, live_rows
@@ -63,9 +64,12 @@ def stack(tmp_path: Path, tiny_model_dir: Path) -> Iterator[StackInfo]:
         yield info
 
 
+@pytest.mark.skipif(
+    sandbox.probe("bwrap") is not None, reason=f"no sandbox here: {sandbox.probe('bwrap')} (.ci/run installs it)"
+)
 def test_a_rollout_the_engine_failed_is_infrastructure_and_its_retry_scores(stack: StackInfo, tmp_path: Path) -> None:
     book = RolloutBook(open_engine(stack.db_url))
-    settings = orchestrator_settings(workspace_root=str(tmp_path / "ws"), sandbox=False, warm_pool=False, deadline_s=120)
+    settings = orchestrator_settings(workspace_root=str(tmp_path / "ws"), deadline_s=120)  # the runtime at its defaults
 
     async def run() -> None:
         async with LocalRuntime(settings, host_env=dict(os.environ)) as runtime:
