@@ -242,48 +242,27 @@ class Generator:
     ) -> list[int]:
         """One committed ModelCall row per choice; the session's in-memory priors learn the complete ones once the
         recorder settles the call (``Recorder.settle``: after the answer has left)."""
-        started, plan = prepared.started, prepared.plan
-        ended = now_ns()
-        rows: list[dict[str, Any]] = []
+        plan, ended = prepared.plan, now_ns()
         prompt_blob = plan.encoded_prompt()
-        stored = stored_prompt(prompt_blob, plan.spliced_from, plan.reused_prefix_len)
-        kept = stored_request(request.text, plan.spliced_from, prepared.base_request)
+        shared = self._call_fields(caller, conv, dialect, request, prepared, prompt_blob, ended)
+        rows: list[dict[str, Any]] = []
         for choice in generation.choices:
             first = choice.index == 0
-            completion_blob = encode_ids(choice.sampled_ids)
-            segment = plan.segment_index if first else plan.next_free + choice.index - 1
             rows.append(
-                {
-                    "rollout_id": caller.rollout_id,
-                    "dialect": dialect.name,
-                    "requested_model": conv.model,
-                    "served_model": self.served.name or "",
-                    "request_json": kept.text,
-                    "request_base": kept.base,
-                    "request_head": kept.head,
-                    "request_tail": kept.tail,
+                shared
+                | {
                     "response_json": body_text,
-                    "prompt_ids": stored,
-                    "prompt_base": plan.spliced_from,
-                    "completion_ids": completion_blob,
+                    "completion_ids": encode_ids(choice.sampled_ids),
                     "completion_logprobs": encode_floats(choice.logprobs),
                     "choice_index": choice.index,
                     "finish_reason": choice.finish_reason,
-                    "sampling": sampling_record(conv.sampling),
                     "policy_version": generation.policy_version,
-                    "segment_index": segment,
+                    "segment_index": plan.segment_index if first else plan.next_free + choice.index - 1,
                     "segment_break": plan.segment_break
                     if first
                     else f"choice {choice.index} of {len(generation.choices)}",
-                    "reused_prefix_len": plan.reused_prefix_len,
-                    "line": prepared.line,
-                    "max_tokens_requested": prepared.cap.requested,
-                    "max_tokens_granted": prepared.cap.granted,
                     "status": status,
                     "error": error,
-                    "latency_ms": (ended - started) / 1e6,
-                    "started_ns": started,
-                    "ended_ns": ended,
                 }
             )
 
@@ -299,6 +278,43 @@ class Generator:
             return learnt
 
         return await self.recorder.record(rows, learn)
+
+    def _call_fields(
+        self,
+        caller: Caller,
+        conv: Conversation,
+        dialect: Dialect,
+        request: RequestBody,
+        prepared: Prepared,
+        prompt_blob: bytes,
+        ended: int,
+    ) -> dict[str, Any]:
+        """What every row of one call records alike: who asked, what was sent (the request as an edit of its base,
+        the prompt as the rest of the call it continues), the sampling asked for, its line, output cap and timing."""
+        plan = prepared.plan
+        kept = stored_request(request.text, plan.spliced_from, prepared.base_request)
+        return {
+            "rollout_id": caller.rollout_id,
+            "dialect": dialect.name,
+            "requested_model": conv.model,
+            "served_model": self.served.name or "",
+            "request_json": kept.text,
+            "request_base": kept.base,
+            "request_head": kept.head,
+            "request_tail": kept.tail,
+            "prompt_ids": stored_prompt(prompt_blob, plan.spliced_from, plan.reused_prefix_len),
+            "prompt_base": plan.spliced_from,
+            "sampling": sampling_record(conv.sampling),
+            "segment_index": plan.segment_index,
+            "segment_break": plan.segment_break,
+            "reused_prefix_len": plan.reused_prefix_len,
+            "line": prepared.line,
+            "max_tokens_requested": prepared.cap.requested,
+            "max_tokens_granted": prepared.cap.granted,
+            "latency_ms": (ended - prepared.started) / 1e6,
+            "started_ns": prepared.started,
+            "ended_ns": ended,
+        }
 
     async def record_engine_failure(
         self,
@@ -319,36 +335,22 @@ class Generator:
             "requested_model": conv.model,
             "served_model": self.served.name or "",
             "request_json": request.text,
-            "sampling": sampling_record(conv.sampling),
-            "policy_version": self.served.policy_version or 0,
-            "finish_reason": None,
             "prompt_ids": b"",
-            "completion_ids": b"",
-            "completion_logprobs": b"",
-            "response_json": "",
-            "status": ENGINE_FAILED,
-            "error": error,
-            "started_ns": prepared.started if prepared is not None else ended,
+            "sampling": sampling_record(conv.sampling),
+            "started_ns": ended,
             "ended_ns": ended,
         }
         if prepared is not None:
-            plan = prepared.plan
-            kept = stored_request(request.text, plan.spliced_from, prepared.base_request)
-            row |= {
-                "request_json": kept.text,
-                "request_base": kept.base,
-                "request_head": kept.head,
-                "request_tail": kept.tail,
-                "prompt_ids": stored_prompt(plan.encoded_prompt(), plan.spliced_from, plan.reused_prefix_len),
-                "prompt_base": plan.spliced_from,
-                "segment_index": plan.segment_index,
-                "segment_break": plan.segment_break,
-                "reused_prefix_len": plan.reused_prefix_len,
-                "line": prepared.line,
-                "max_tokens_requested": prepared.cap.requested,
-                "max_tokens_granted": prepared.cap.granted,
-                "latency_ms": (ended - prepared.started) / 1e6,
-            }
+            row = self._call_fields(caller, conv, dialect, request, prepared, prepared.plan.encoded_prompt(), ended)
+        row |= {
+            "response_json": "",
+            "completion_ids": b"",
+            "completion_logprobs": b"",
+            "finish_reason": None,
+            "policy_version": self.served.policy_version or 0,
+            "status": ENGINE_FAILED,
+            "error": error,
+        }
         await self.recorder.record([row], lambda: [None])
 
     @staticmethod
