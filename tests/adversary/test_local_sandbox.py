@@ -127,6 +127,12 @@ for entry in os.listdir("/proc"):
         return seized and libc.ptrace(17, int(entry), None, None) is not None
     attempt(f"ptrace_{entry}", trace)
 
+def control_socket():  # the warm pool's control channel: the host stopped listening once its server connected
+    channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    channel.connect("/run/rollwire/control.sock")
+    return "connected"
+attempt("connect_control_socket", control_socket)
+
 # 4. kernel surfaces a rollout needs none of
 attempt("unshare_user", lambda: libc.unshare(0x10000000) == 0)  # CLONE_NEWUSER
 attempt("unshare_mount", lambda: libc.unshare(0x00020000) == 0)  # CLONE_NEWNS
