@@ -26,6 +26,7 @@ MANAGED = {"app.kubernetes.io/managed-by": "rollwire", "rollwire.dev/component":
 RUN_LABEL = "rollwire.dev/run"
 ROLLOUT_LABEL = "rollwire.dev/rollout"
 DEADLINE_BACKSTOP_S = 30
+"""activeDeadlineSeconds = deadline + this: the orchestrator stops pods itself; the kubelet covers a dead orchestrator."""
 RUN_AS = 10001
 """The uid/gid every rollwire image runs as (``containers/``): non-root, above the host's system range."""
 IN_IMAGE_PYTHON = "python"
@@ -38,7 +39,6 @@ IMAGE_SUITES = (
 ``containers/assemble-stack.sh``'s site folder). The reference agent's and the Agents SDK's rollouts run that
 image, and a suite's checker arguments are the task's answers: every rollout pod covers these folders with an
 empty read-only volume (in an image without them the cover is an empty folder)."""
-"""activeDeadlineSeconds = deadline + this: the orchestrator stops pods itself; the kubelet covers a dead orchestrator."""
 
 EVICTED_EXIT_CODE = 137
 """The exit status recorded for a rollout the kubelet evicted for storage the pod itself used past its limits:
