@@ -3,7 +3,8 @@
 One place for both: the adapters name their image from here, ``rollwire k8s render --rollout-pod`` prints a
 Pod with it, and the image build files (``containers/``) are checked against these versions by the tests, so
 an image tag always says which harness is inside. The reference agent is the ``rollwire agent`` command, so
-its rollout image is the stack image itself. ``KubernetesSettings.image_registry`` moves every image of
+its rollout image is the stack image's installation less the task suites (their checker arguments are the
+answers; the env servers need them, no rollout does). ``KubernetesSettings.image_registry`` moves every image of
 ``REGISTRY`` to the registry a deployer pushed them to; an adapter's ``image`` option replaces one outright.
 """
 
@@ -14,7 +15,10 @@ REGISTRY = "ghcr.io/rollwire"
 VERSION = "0.1.0"
 """The rollwire release the images are built from (pyproject's version)."""
 STACK_IMAGE = f"{REGISTRY}/rollwire:{VERSION}"
-"""proxy, gateway, env servers, trainer, and the reference agent's rollouts."""
+"""proxy, gateway, env servers, trainer."""
+AGENT_IMAGE = f"{REGISTRY}/rollout-reference:{VERSION}"
+"""The reference agent's rollouts, and the base of the Agents SDK's image: the stack image without the task
+suites (``containers/rollwire.Containerfile``'s ``rollout`` target)."""
 
 HARNESS_VERSIONS: dict[str, str] = {
     "codex": "0.171.0",  # npm @openai/codex
@@ -26,9 +30,9 @@ HARNESS_VERSIONS: dict[str, str] = {
 
 
 def default_image(adapter: str) -> str:
-    """The image a built-in adapter's rollouts run in: the stack image for the reference agent, else its own."""
+    """The image a built-in adapter's rollouts run in: ``AGENT_IMAGE`` for the reference agent, else its own."""
     if adapter == "reference":
-        return STACK_IMAGE
+        return AGENT_IMAGE
     if adapter not in HARNESS_VERSIONS:
         raise KeyError(f"no rollout image for adapter {adapter!r}; known: reference, {', '.join(HARNESS_VERSIONS)}")
     return f"{REGISTRY}/rollout-{adapter}:{VERSION}-{HARNESS_VERSIONS[adapter]}"
@@ -41,4 +45,4 @@ def in_registry(image: str, registry: str) -> str:
     return image
 
 
-__all__ = ["HARNESS_VERSIONS", "REGISTRY", "STACK_IMAGE", "VERSION", "default_image", "in_registry"]
+__all__ = ["AGENT_IMAGE", "HARNESS_VERSIONS", "REGISTRY", "STACK_IMAGE", "VERSION", "default_image", "in_registry"]

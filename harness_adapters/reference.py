@@ -23,7 +23,7 @@ class ReferenceAgentAdapter:
         model: str | None = None,
         image: str | None = None,
     ) -> None:
-        self.image = image or default_image(self.name)  # Kubernetes: the stack image has `rollwire agent`
+        self.image = image or default_image(self.name)  # Kubernetes: `rollwire agent` without the task suites
         self.model = model  # None: the agent's own default name (the proxy's alias table maps it)
         self.max_turns = max_turns
         self.max_tokens = max_tokens

@@ -36,9 +36,9 @@ IMAGE_SUITES = (
     "/opt/rollwire/site/rollwire/mcp_servers/tasks/suites",
 )
 """Where the stack image keeps the shipped task suites (``containers/rollwire.Containerfile``'s venv, and
-``containers/assemble-stack.sh``'s site folder). The reference agent's and the Agents SDK's rollouts run that
-image, and a suite's checker arguments are the task's answers: every rollout pod covers these folders with an
-empty read-only volume (in an image without them the cover is an empty folder)."""
+``containers/assemble-stack.sh``'s site folder). A suite's checker arguments are the task's answers; the rollout
+images hold none, and every rollout pod covers these folders with an empty read-only volume as well, for an image
+built on the stack image (in an image without them the cover is an empty folder)."""
 
 EVICTED_EXIT_CODE = 137
 """The exit status recorded for a rollout the kubelet evicted for storage the pod itself used past its limits:

@@ -1,6 +1,7 @@
-"""CI assembles the stack image without a daemon (``containers/assemble-stack.sh``: mmdebstrap + buildah) and checks
-its config (entrypoint ``rollwire``, uid 10001) and that every command the stack manifests run in it is a working
-CLI command, by running each in the image's root filesystem (chroot as uid 10001; containers cannot run here).
+"""CI assembles the stack image and the reference agent's rollout image without a daemon
+(``containers/assemble-stack.sh``: mmdebstrap + buildah) and checks the config (entrypoint ``rollwire``, uid 10001),
+that every command the stack manifests run in it is a working CLI command, by running each in the image's root
+filesystem (chroot as uid 10001; containers cannot run here), and that the rollout image holds no task suite.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from tests.deploy.tools import ROOT
 
 SCRIPT = ROOT / "containers" / "assemble-stack.sh"
 TAG = "rollwire:ci"
+ROLLOUT_TAG = "rollout-reference:ci"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # the assembly: minutes (torch and all)
 
 
@@ -45,21 +48,35 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         pytest.skip(why)
     out = tmp_path_factory.mktemp("image")
     env = {**os.environ, "PYTHON": sys.executable}
-    result = subprocess.run([str(SCRIPT), str(out), TAG], capture_output=True, text=True, timeout=1500, env=env)
+    result = subprocess.run([str(SCRIPT), str(out), TAG, ROLLOUT_TAG], capture_output=True, text=True, timeout=1500, env=env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     yield out
     shutil.rmtree(out, ignore_errors=True)
 
 
-def _config(layout: Path) -> dict[str, Any]:
-    def blob(digest: str) -> dict[str, Any]:
-        algo, _, hexa = digest.partition(":")
-        return dict(json.loads((layout / "blobs" / algo / hexa).read_text()))
+def _blob(layout: Path, digest: str) -> Path:
+    algo, _, hexa = digest.partition(":")
+    return layout / "blobs" / algo / hexa
 
+
+def _manifest(layout: Path, tag: str) -> dict[str, Any]:
     index = json.loads((layout / "index.json").read_text())
-    refs = [m for m in index["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == TAG]
+    refs = [m for m in index["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == tag]
     assert len(refs) == 1, index
-    return blob(blob(refs[0]["digest"])["config"]["digest"])
+    return dict(json.loads(_blob(layout, refs[0]["digest"]).read_text()))
+
+
+def _config(layout: Path, tag: str = TAG) -> dict[str, Any]:
+    return dict(json.loads(_blob(layout, _manifest(layout, tag)["config"]["digest"]).read_text()))
+
+
+def _files(layout: Path, tag: str) -> set[str]:
+    """Every path in the image's layers (uncompressed tars: the script commits without compression)."""
+    names: set[str] = set()
+    for layer in _manifest(layout, tag)["layers"]:
+        with tarfile.open(_blob(layout, layer["digest"])) as archive:
+            names.update(member.name.lstrip("./") for member in archive)
+    return names
 
 
 def _run_in(rootfs: Path, config: dict[str, Any], argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -84,6 +101,17 @@ def test_the_suites_sit_where_rollout_pods_cover_them(image: Path) -> None:
     only holds while the image keeps them at one of those folders."""
     found = [path for path in IMAGE_SUITES if (image / "rootfs" / path.lstrip("/") / "tiny.json").is_file()]
     assert found, f"the assembled image keeps the suites elsewhere than {IMAGE_SUITES}"
+
+
+def test_the_rollout_image_holds_no_task_suite(image: Path) -> None:
+    """The reference agent's (and the Agents SDK's) rollout image is the stack's installation less the suites."""
+    suites = "opt/rollwire/site/rollwire/mcp_servers/tasks/suites/"
+    agent = "opt/rollwire/site/rollwire/harness_adapters/reference.py"
+    stack, rollout = _files(image / "oci", TAG), _files(image / "oci", ROLLOUT_TAG)
+    assert f"{suites}tiny.json" in stack and agent in stack
+    assert agent in rollout
+    assert not [name for name in rollout if name.startswith(suites.rstrip("/"))]
+    assert _config(image / "oci", ROLLOUT_TAG)["config"]["User"] == "10001:10001"
 
 
 def test_every_stack_command_runs_in_the_image(image: Path) -> None:

@@ -9,7 +9,14 @@ import subprocess
 import pytest
 
 from rollwire.cli.__main__ import build_parser
-from rollwire.harness_adapters.images import HARNESS_VERSIONS, REGISTRY, STACK_IMAGE, VERSION, default_image
+from rollwire.harness_adapters.images import (
+    AGENT_IMAGE,
+    HARNESS_VERSIONS,
+    REGISTRY,
+    STACK_IMAGE,
+    VERSION,
+    default_image,
+)
 from rollwire.harness_adapters.registry import BUILTIN, get_adapter
 from rollwire.orchestrator.manifests import render
 from rollwire.settings import KubernetesSettings
@@ -47,7 +54,11 @@ def test_hadolint_fails_a_root_unpinned_file(tmp_path) -> None:
 
 def test_every_adapter_names_its_image_at_its_harness_version() -> None:
     assert set(BUILTIN) == {"reference", *HARNESS_VERSIONS}
-    assert get_adapter("reference").image == STACK_IMAGE == f"{REGISTRY}/rollwire:{VERSION}"
+    assert STACK_IMAGE == f"{REGISTRY}/rollwire:{VERSION}"
+    assert get_adapter("reference").image == AGENT_IMAGE == f"{REGISTRY}/rollout-reference:{VERSION}"
+    stack_file = (CONTAINERS / "rollwire.Containerfile").read_text()
+    assert f"-t {STACK_IMAGE} " in stack_file and f"--target rollout -t {AGENT_IMAGE} " in stack_file
+    assert _arg((CONTAINERS / "rollout-openai-agents.Containerfile").read_text(), "ROLLWIRE_IMAGE") == AGENT_IMAGE
     for name, version in HARNESS_VERSIONS.items():
         image = get_adapter(name).image
         assert image == default_image(name) == f"{REGISTRY}/rollout-{name}:{VERSION}-{version}"
