@@ -11,6 +11,9 @@ reading thread forever, a device may block or never end, and a huge file fills m
 
 A file that is not there is ``None`` (no answer, not an attack); anything refused raises ``RefusedFile`` with
 one line that says why, which callers record as the rollout's own (policy) failure.
+
+``disk_used`` measures a rollout's folder the same way: it never follows a link, and stops counting once past
+the limit it is asked about (a rollout that makes a million files costs one bounded walk, not one per file).
 """
 
 from __future__ import annotations
@@ -106,4 +109,56 @@ def _read_regular(path_fd: int, relative: str, max_bytes: int) -> bytes:
     return data
 
 
-__all__ = ["RefusedFile", "read_beneath"]
+def disk_used(root: Path, limit_bytes: int, max_entries: int = 1_000_000) -> int:
+    """Bytes the files under ``root`` hold on disk (allocated blocks: a sparse file counts what it uses), counted
+    without following links; the walk stops once past ``limit_bytes``. Every entry counts a block at least,
+    so ``max_entries`` names (an inode flood of empty files) are past any limit too. A folder the rollout made
+    unreadable is made readable again first (its files count like any others)."""
+    try:
+        top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return 0
+    used, entries, folders = 0, 0, [top]
+    try:
+        while folders and used <= limit_bytes and entries <= max_entries:
+            folder = folders.pop()
+            try:
+                with os.scandir(folder) as listing:
+                    for entry in listing:
+                        entries += 1
+                        try:
+                            info = entry.stat(follow_symlinks=False)
+                        except FileNotFoundError:
+                            continue
+                        used += max(info.st_blocks * 512, 512)
+                        if used > limit_bytes or entries > max_entries:
+                            break
+                        if stat.S_ISDIR(info.st_mode) and (inner := _open_folder(entry.name, folder)) is not None:
+                            folders.append(inner)
+            finally:
+                os.close(folder)
+    finally:
+        for folder in folders:
+            os.close(folder)
+    return used if used <= limit_bytes and entries <= max_entries else max(used, limit_bytes + 1)
+
+
+def _open_folder(name: str, parent: int) -> int | None:
+    """A descriptor to list the folder ``name`` in ``parent`` (never through a link), or None once it is gone."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(name, flags, dir_fd=parent)
+    except PermissionError:  # the rollout took its own permission away; the inode itself is made listable again
+        pinned = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        try:
+            os.chmod(f"/proc/self/fd/{pinned}", 0o700)
+            return os.open(f"/proc/self/fd/{pinned}", flags)
+        finally:
+            os.close(pinned)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return None  # gone, or replaced by a file or a link since it was listed
+        raise
+
+
+__all__ = ["RefusedFile", "disk_used", "read_beneath"]

@@ -179,6 +179,13 @@ class OrchestratorSettings(BaseModel):
     sandbox_max_memory_mb: int = Field(
         8192, description="Data-segment limit of each process of a sandboxed rollout, MiB (RLIMIT_DATA; 0: none)."
     )
+    max_disk_mb: int = Field(
+        4096,
+        ge=0,
+        description="Local runtime: disk a rollout's folder (workspace, /tmp, output) may use, MiB (0: no limit). "
+        "Measured every second or so while it runs; past it the rollout is killed and fails as the policy's own "
+        "doing. In the sandbox no one file may grow past it either (RLIMIT_FSIZE).",
+    )
     sandbox_hidden: list[str] = Field(
         default_factory=list, description="Extra host folders a sandboxed rollout must not see (state folders)."
     )

@@ -9,6 +9,9 @@ started cold; everything above holds for them the same way.
 With ``sandbox`` on (the default) each rollout runs under bubblewrap (``rollwire.sandbox``): the host read-only, only
 its workspace and ``<folder>/tmp`` writable, network only to the job's proxy and gateway (``relay``). Where no
 sandbox can be made, entering the runtime fails with one line saying why, unless the sandbox is turned off.
+
+A rollout's folder is measured while it runs (``max_disk_mb``): one that fills the disk is killed and fails as
+the policy's doing, before it takes the host's disk from the store and the other rollouts.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from rollwire import sandbox
 from rollwire.errors import InvalidRequest
 from rollwire.harness_adapters.base import WORKSPACE_ENV
 from rollwire.mcp_servers.tasks.loader import SUITES_DIR
-from rollwire.rollout_files import RefusedFile, read_beneath
+from rollwire.rollout_files import RefusedFile, disk_used, read_beneath
 from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob
 from rollwire.orchestrator.runtimes.sandboxed import SandboxLauncher
 from rollwire.orchestrator.runtimes.warm_pool import PooledProcess, PoolUnavailable, WarmPool, poolable
@@ -48,6 +51,8 @@ UNAVAILABLE_HINT = "turn the sandbox off with --no-sandbox (ROLLWIRE_ORCHESTRATO
 MAX_ANSWER_BYTES = 64 * 1024
 TERM_GRACE_S = 2.0
 NAMESPACE_GONE_S = 10.0
+DISK_CHECK_S = 1.0
+"""How often a running rollout's folder is measured, at least (a slow walk spaces the next one out)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,12 +186,15 @@ class LocalRuntime:
 
     async def wait(self, handle: Handle, timeout_s: float) -> Ended:
         proc = self._procs[handle.rollout_id]
+        code: int | None = None
         with anyio.move_on_after(max(timeout_s, 0.0)) as scope:
-            code = await proc.process.wait()
+            code, over_disk = await self._exit_or_disk(proc)
         if scope.cancelled_caught:
             await self._kill_group(proc)
             return Ended(EndKind.TIMED_OUT, exit_code=proc.process.returncode, reason=f"deadline of {timeout_s:.1f}s")
-        await self._kill_group(proc)  # the harness is done: its children go with it
+        await self._kill_group(proc)  # the harness is done (or past its disk): its children go with it
+        if over_disk is not None:
+            return Ended(EndKind.EXITED, exit_code=-signal.SIGKILL, reason=over_disk)
         reason = None
         if isinstance(proc.process, PooledProcess):
             if proc.process.lost:
@@ -197,6 +205,23 @@ class LocalRuntime:
         except RefusedFile as refused:
             return Ended(EndKind.EXITED, exit_code=code, reason=reason, answer_refused=refused.reason)
         return Ended(EndKind.EXITED, exit_code=code, reason=reason, final_answer=answer)
+
+    async def _exit_or_disk(self, proc: _Proc) -> tuple[int | None, str | None]:
+        """The harness's exit status, or (None, why) once its folder holds more than ``max_disk_mb``."""
+        limit = self._settings.max_disk_mb << 20
+        if not limit:
+            return await proc.process.wait(), None
+        exited: list[int] = []
+        async with anyio.create_task_group() as group:
+
+            async def until_exit() -> None:
+                exited.append(await proc.process.wait())
+                group.cancel_scope.cancel()
+
+            group.start_soon(until_exit)
+            over = await _until_over(proc.folder, limit)
+            group.cancel_scope.cancel()
+        return (exited[0], None) if exited else (None, over)
 
     async def logs_tail(self, handle: Handle, lines: int) -> str:
         proc = self._procs.get(handle.rollout_id)
@@ -247,6 +272,19 @@ class LocalRuntime:
             await proc.process.wait()
         if isinstance(proc.process, anyio.abc.Process):
             await proc.process.aclose()
+
+
+async def _until_over(folder: Path, limit: int) -> str:
+    """Measure ``folder`` until it holds more than ``limit`` bytes; then one line saying so."""
+    while True:
+        started = anyio.current_time()
+        try:
+            used = await anyio.to_thread.run_sync(disk_used, folder, limit, abandon_on_cancel=True)
+        except OSError as exc:  # only the rollout's own files can make its folder unmeasurable
+            return f"its folder could not be measured ({exc.strerror or exc})"
+        if used > limit:
+            return f"used more than {limit >> 20} MiB of disk (max_disk_mb)"
+        await anyio.sleep(max(DISK_CHECK_S, 20 * (anyio.current_time() - started)))
 
 
 def _first_child_pidfd(pid: int) -> int | None:

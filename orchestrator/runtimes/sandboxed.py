@@ -63,6 +63,7 @@ class SandboxLauncher:
             processes=self._settings.sandbox_max_processes,
             memory_bytes=self._settings.sandbox_max_memory_mb << 20,
             cpu_s=sandbox.cpu_seconds(deadline_s),
+            file_bytes=self._settings.max_disk_mb << 20,
         )
 
     async def pooled(

@@ -89,6 +89,8 @@ class SandboxLimits:
     processes: int = 0
     memory_bytes: int = 0
     cpu_s: int = 0
+    file_bytes: int = 0
+    """RLIMIT_FSIZE: a write past it fails (SIGXFSZ ends the writer), so no one file outgrows the rollout's disk."""
 
 
 @functools.cache
@@ -326,7 +328,9 @@ def bwrap_command(
         command += ["--unshare-user", "--uid", str(ROOT_RUN_UID), "--gid", str(ROOT_RUN_UID)]
     spec: dict[str, Any] = {
         "relay": relay,
-        "limits": {"nproc": limits.processes, "data": limits.memory_bytes, "cpu": limits.cpu_s},
+        "limits": {
+            "nproc": limits.processes, "data": limits.memory_bytes, "cpu": limits.cpu_s, "fsize": limits.file_bytes
+        },
         "argv": list(argv),
         "unset": [] if "PWD" in env else ["PWD"],  # bwrap sets PWD; the harness gets the launch's env only
     }

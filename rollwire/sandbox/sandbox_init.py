@@ -9,13 +9,14 @@ stdout carries JSON-RPC to the gateway, and nothing else may appear there (a fai
 
 1. binds a loopback TCP listener at each relayed ``host:port`` (the proxy's and the gateway's own
    addresses, so the harness's URLs stay as they are), before the harness exists: no start-up race;
-2. sets the resource limits (processes, memory, CPU seconds, no core files), inherited by all;
+2. sets the resource limits (processes, memory, CPU seconds, file size, no core files), inherited by all;
 3. forks the command (``execvp`` of the launch's argv, with the environment cut to ``keep`` when given) and relays
    each accepted connection to the unix socket its caller bound into the sandbox for that endpoint (one thread
    pair per connection);
 4. reaps every orphan the command leaves (it is their init) and exits with the command's status once it ends.
 
-SPEC_JSON: ``{"relay": [[host, port, socket_path], ...], "limits": {"nproc": N, "data": BYTES, "cpu": S},
+SPEC_JSON: ``{"relay": [[host, port, socket_path], ...], "limits": {"nproc": N, "data": BYTES, "cpu": S,
+"fsize": BYTES},
 "argv": [...], "unset": [env names], "keep": [env names]}``; a limit of 0 is no limit; without ``keep`` the
 command gets this process's environment less ``unset``, with it only the variables ``keep`` names.
 """
@@ -31,7 +32,12 @@ import sys
 import threading
 from typing import Any
 
-LIMITS = {"nproc": resource.RLIMIT_NPROC, "data": resource.RLIMIT_DATA, "cpu": resource.RLIMIT_CPU}
+LIMITS = {
+    "nproc": resource.RLIMIT_NPROC,
+    "data": resource.RLIMIT_DATA,
+    "cpu": resource.RLIMIT_CPU,
+    "fsize": resource.RLIMIT_FSIZE,
+}
 CHUNK = 65536
 
 
