@@ -2,8 +2,10 @@
 
 A probe harness (a Python script run through the scheduler + ``LocalRuntime`` against the real stack on
 loopback) tries to read the host's secrets, the store, the env state and another rollout's workspace, to
-write outside its workspace, and to reach the engine, an env server, another loopback port, an address
-off the machine and the orchestrator's own process; it reports what happened, and the test checks every
+write outside its workspace, to reach the engine, an env server, another loopback port, an address off the
+machine and the orchestrator's own process, and to reach the operator API (finish its own rollout with a reward,
+read the trajectory stream: with its own token and with none), the viewer and /metrics through the relayed proxy
+address, and the admin listener itself; it reports what happened, and the test checks every
 attempt failed while its proxy (a real chat completion) and gateway (MCP initialize) answered. It runs
 cold and forked from the sandboxed warm pool. Where no sandbox can be made the runtime refuses to start.
 """
@@ -18,6 +20,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import anyio
 import pytest
@@ -74,6 +77,17 @@ init = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": 
                    "capabilities": {}, "clientInfo": {"name": "probe", "version": "0"}}}).encode()
 attempt("gateway_initialize", lambda: http(os.environ["MCP_URL"], init, {"Content-Type": "application/json",
                                            "Accept": "application/json, text/event-stream"}))
+proxy_root = targets["proxy"]  # the relayed proxy address: what a rollout reaches besides its own /r/<token> routes
+finish = json.dumps({"reward": 1.0}).encode()
+for key_name, bearer in (("own_token", key), ("no_key", None)):
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {bearer}"} if bearer else {})}
+    attempt(f"admin_finish_{key_name}", lambda headers=headers: http(
+        f"{proxy_root}/admin/v1/rollouts/{os.environ['ROLLOUT_ID']}/finish", finish, headers))
+    attempt(f"admin_stream_{key_name}", lambda headers=headers: http(
+        f"{proxy_root}/admin/v1/trajectories/stream?run={os.environ['RUN_ID']}&wait=0", None, headers))
+attempt("viewer_via_proxy", lambda: http(f"{proxy_root}/ui"))
+attempt("metrics_via_proxy", lambda: http(f"{proxy_root}/metrics"))
+attempt("admin_port", lambda: connect(*targets["admin"]))
 attempt("engine", lambda: http(targets["engine"] + "/v1/models"))
 attempt("env_server", lambda: http(targets["env_server"] + "/"))
 attempt("other_loopback_port", lambda: connect("127.0.0.1", targets["listener_port"]))
@@ -99,7 +113,8 @@ open("final_answer.txt", "w").write(json.dumps(report))
 """
 
 MUST_FAIL = [
-    "engine", "env_server", "other_loopback_port", "off_machine", "read_store", "list_env_state", "read_other_workspace",
+    "admin_finish_own_token", "admin_finish_no_key", "admin_stream_own_token", "admin_stream_no_key",
+    "viewer_via_proxy", "metrics_via_proxy", "admin_port", "engine", "env_server", "other_loopback_port", "off_machine", "read_store", "list_env_state", "read_other_workspace",
     "read_home_secret", "write_project", "write_etc", "read_shadow", "signal_orchestrator",
 ]  # fmt: skip
 """A write to the host's temp folder lands in the rollout's own /tmp (checked on the host, not by the probe)."""
@@ -115,7 +130,8 @@ class ProbeAdapter:
         self.targets, self.module = targets, module
 
     def launch(self, ctx: RolloutContext) -> Launch:
-        env = {"OPENAI_BASE_URL": ctx.base_url, "OPENAI_API_KEY": ctx.token, "MCP_URL": ctx.mcp_url}
+        env = {"OPENAI_BASE_URL": ctx.base_url, "OPENAI_API_KEY": ctx.token, "MCP_URL": ctx.mcp_url,
+               "ROLLOUT_ID": ctx.rollout_id, "RUN_ID": ctx.run_id}  # fmt: skip
         files = {"harness.py": PROBE, "targets.json": json.dumps(self.targets)}
         argv = (sys.executable, "-m", "harness") if self.module else (sys.executable, "harness.py")
         return Launch(argv=argv, env=env, files=files)
@@ -143,7 +159,10 @@ def test_every_way_out_fails_and_the_rollout_still_works(stack: StackInfo, tmp_p
     (other / "secret.txt").write_text("another rollout's work")
     project_file = Path(__file__).with_name(f".sandbox-probe-{os.getpid()}")
     listener = socket.create_server(("127.0.0.1", 0))
+    admin = urlsplit(stack.admin_url)
     targets = {
+        "proxy": stack.proxy_url.rstrip("/"),
+        "admin": [admin.hostname, admin.port],
         "engine": stack.engine_url,
         "env_server": stack.env_url,
         "listener_port": listener.getsockname()[1],
