@@ -19,6 +19,7 @@ from rollwire.proxy.parsers.base import ReasoningParser, ToolParser, new_id
 from rollwire.proxy.recorder import Recorder
 from rollwire.proxy.render import Renderer
 from rollwire.proxy.session import Plan, PriorCall, encode_work, plan_prompt
+from rollwire.proxy.seeds import SampleSeeds
 from rollwire.proxy.upstream import Sampled, completion_body, exchange, takes_stream_interval
 from rollwire.proxy.upstream_http import Pool
 
@@ -120,6 +121,7 @@ class Generator:
         self.tools = tools
         self.reasoning = reasoning
         self.served = Served()
+        self.seeds = SampleSeeds(settings.sample_seed) if settings.sample_seed is not None else None
 
     async def served_name(self) -> str:
         if self.served.name is None:
@@ -194,10 +196,14 @@ class Generator:
             policy_version=version,
         )
 
-    def _sampling(self, sampling: Sampling, prompt_len: int) -> tuple[Sampling, OutputCap]:
-        """The output cap fitted to what the context leaves (``limits``: the one rule of every dialect)."""
-        cap = fit_output(sampling.max_tokens, prompt_len, self.served.max_model_len)
-        return replace(sampling, max_tokens=cap.granted), cap
+    def _sampling(self, sampling: Sampling, prompt_ids: list[int]) -> tuple[Sampling, OutputCap]:
+        """The output cap fitted to what the context leaves (``limits``: the one rule of every dialect), and the
+        seed of a request that brings none where the run has a seed (``seeds``)."""
+        cap = fit_output(sampling.max_tokens, len(prompt_ids), self.served.max_model_len)
+        seed = sampling.seed
+        if seed is None and self.seeds is not None:
+            seed = self.seeds.for_prompt(prompt_ids)
+        return replace(sampling, max_tokens=cap.granted, seed=seed), cap
 
     async def _plan(self, conv: Conversation, priors: list[PriorCall], prefill: str) -> Plan:
         policy = self.settings.splice_policy
@@ -220,7 +226,7 @@ class Generator:
         priors = await self.recorder.priors(caller.rollout_id)
         plan = await self._plan(conv, priors, prefill)
         stop_ids = sorted(self.renderer.end_ids)
-        sampling, cap = self._sampling(conv.sampling, len(plan.prompt_ids))
+        sampling, cap = self._sampling(conv.sampling, plan.prompt_ids)
         interval = WHOLE_ANSWER_STREAM_INTERVAL if not conv.stream and self.served.stream_interval else None
         body = completion_body(served, plan.prompt_ids, sampling, stop_ids, interval)
         line = call_line(conv, priors, rules_of(caller.meta))
@@ -304,7 +310,7 @@ class Generator:
             "request_tail": kept.tail,
             "prompt_ids": stored_prompt(prompt_blob, plan.spliced_from, plan.reused_prefix_len),
             "prompt_base": plan.spliced_from,
-            "sampling": sampling_record(conv.sampling),
+            "sampling": sampling_record(replace(conv.sampling, seed=prepared.body.get("seed"))),  # the seed sent
             "segment_index": plan.segment_index,
             "segment_break": plan.segment_break,
             "reused_prefix_len": plan.reused_prefix_len,

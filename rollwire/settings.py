@@ -55,6 +55,12 @@ class ProxySettings(BaseModel):
         "can list); empty means a random one, printed at start.",
     )
     splice_policy: str = Field("splice", description="'splice' reuses earlier calls' exact ids; 'render' re-renders.")
+    sample_seed: int | None = Field(
+        None,
+        description="Seed for the requests that bring none: each gets one derived from this, its prompt tokens and "
+        "how often that prompt came before (recorded with the call), so a run samples the same way again (tests, "
+        "replaying a failure). Unset: the engine's own randomness.",
+    )
     tool_parser: str = Field("hermes", description="Tool-call parser by name (hermes, llama3_json).")
     reasoning_parser: str = Field("qwen3", description="Reasoning parser by name (qwen3, none).")
     model_aliases: dict[str, str] = Field(

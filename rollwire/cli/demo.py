@@ -52,7 +52,7 @@ RECIPE_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
     "max_tokens": ((), "most tokens per model call"),
     "max_turns": ((), "most model calls per rollout"),
     "concurrency": ((), "rollouts running at once"),
-    "seed": ((), "trainer seed"),
+    "seed": ((), "seed of the trainer and of sampling (each model call's seed derives from it and its prompt)"),
 }
 """DemoConfig field -> (short flags, help); each becomes ``--field-name`` with the field's type and default."""
 

@@ -204,6 +204,7 @@ class Demo:
             state_dir=self.out_dir / "mcp_state",
             log_dir=self.out_dir / "logs",
             engine=self.config.engine,
+            proxy_env={"ROLLWIRE_PROXY__SAMPLE_SEED": str(self.config.seed)},  # the same run samples alike again
         )
         self.report("starting the stack (engine, env servers, gateway, proxy)", None)
         with stack as info:

@@ -95,7 +95,7 @@ def settings_in_words(c: DemoConfig) -> list[tuple[str, str]]:
         ("sampling", (f"temperature {c.temperature:g}, at most {c.max_tokens} tokens per model call and "
                      f"{c.max_turns} model calls per rollout")),
         ("rollouts at once", f"{c.concurrency}, each stopped after {c.deadline_s:g} s"),
-        ("seed", f"{c.seed} for the trainer (sampling is not seeded: runs differ)"),
+        ("seed", f"{c.seed} for the trainer and for sampling (each model call's seed derives from it and its prompt)"),
     ]  # fmt: skip
 
 

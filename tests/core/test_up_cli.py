@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.sampling import SAMPLE_SEED_ENV
 
 
 def _wait_for(process: subprocess.Popen[str], marker: str, timeout: float) -> list[str]:
@@ -36,7 +37,7 @@ def _after(lines: list[str], label: str) -> str:
 @pytest.mark.slow
 def test_up_serves_the_reference_agent_and_the_openai_client(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    env = {**os.environ, "ROLLWIRE_HOME": str(home), "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "ROLLWIRE_HOME": str(home), "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1", **SAMPLE_SEED_ENV}
     ports = [f"--{part}-port=0" for part in ("proxy", "admin", "engine", "env", "gateway")]
     process = subprocess.Popen(
         [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "up", *ports],

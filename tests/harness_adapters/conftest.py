@@ -34,6 +34,7 @@ from rollwire.settings import OrchestratorSettings, Settings
 from rollwire.stack import LocalStack, StackInfo
 from rollwire.store.db import open_engine
 from rollwire.store.schema import ModelCall, Rollout
+from tests.sampling import SAMPLE_SEED_ENV
 
 MAX_MODEL_LEN = 32768
 """Above the tiny model's own 8192: Codex's instructions and tools alone are about 15k tokens."""
@@ -98,6 +99,8 @@ def engine_stack(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory)
     )
     with pytest.MonkeyPatch.context() as env:  # read by the proxy process only, at its start
         env.setenv("ROLLWIRE_PROXY__DEFAULT_MAX_OUTPUT_TOKENS", str(DEFAULT_MAX_OUTPUT_TOKENS))
+        for name, value in SAMPLE_SEED_ENV.items():
+            env.setenv(name, value)
         info = stack.start()
     try:
         yield info

@@ -17,6 +17,7 @@ from rollwire.serving import ServerThread
 from rollwire.stack import StackInfo
 from rollwire.settings import EngineSettings, GatewaySettings, McpSettings, ProxySettings
 from rollwire.store.db import open_engine
+from tests.sampling import SAMPLE_SEED
 
 OPERATOR_KEY = "orchestrator-test-key"
 ENV_SECRET = "orchestrator-test-env-secret"
@@ -47,8 +48,9 @@ def live_stack(
         gateway = stack.enter_context(ServerThread(build_gateway_app(GatewaySettings(env_url=envs.url, env_secret=ENV_SECRET), open_engine(db_url))))
         model = str(httpx.get(f"{engine.url}/v1/models", timeout=30).json()["data"][0]["id"])
         settings = ProxySettings(
-            upstream=engine.url, model=str(tiny_model_dir), gateway_url=gateway.url, model_aliases={"*": model}
-        )
+            upstream=engine.url, model=str(tiny_model_dir), gateway_url=gateway.url, model_aliases={"*": model},
+            sample_seed=SAMPLE_SEED,
+        )  # fmt: skip
         proxy_app = create_proxy(settings, db_url, folder, operator_key=OPERATOR_KEY)
         if wrap_proxy:
             proxy_app.apps["main"] = wrap_proxy(proxy_app.apps["main"])

@@ -13,6 +13,7 @@ from rollwire.proxy.app import create_app
 
 from rollwire.serving import ServerThread
 from rollwire.settings import EngineSettings, ProxySettings
+from tests.sampling import SAMPLE_SEED
 
 OPERATOR_KEY = "test-operator-key"
 
@@ -73,6 +74,7 @@ def start_proxy(tiny_model_dir: Path, tmp_path: Path) -> Iterator[Callable[..., 
     clients: list[httpx.Client] = []
 
     def start(upstream: str, store_url: str | None = None, **overrides: Any) -> Proxy:
+        overrides = {"sample_seed": SAMPLE_SEED, **overrides}
         settings = ProxySettings(upstream=upstream, model=str(tiny_model_dir), **overrides)
         url = store_url or f"sqlite:///{tmp_path / f'proxy{len(servers)}.db'}"
         server = ServerThread(create_app(settings, url, tmp_path, operator_key=OPERATOR_KEY)).start()

@@ -27,6 +27,7 @@ from rollwire.trainer.batching import micro_batches, samples_from, token_weights
 from rollwire.trainer.forward import forward_logprobs
 from rollwire.trainer.stream import StreamConfig, TrajectoryStream
 from rollwire.trajectory import Trajectory
+from tests.sampling import SAMPLE_SEED
 
 KEY = "e2e-operator-key"
 LOGPROB_TOLERANCE = 1e-4
@@ -38,7 +39,7 @@ def stack(tiny_model_dir: Path, tmp_path: Path) -> Iterator[tuple[str, str]]:
     SQLite (its rollouts' links name its main listener)."""
     engine = ServerThread(create_engine(EngineSettings(model=str(tiny_model_dir), device="cpu"), tmp_path / "e"))
     with engine:
-        settings = ProxySettings(upstream=engine.url, model=str(tiny_model_dir))
+        settings = ProxySettings(upstream=engine.url, model=str(tiny_model_dir), sample_seed=SAMPLE_SEED)
         app = create_proxy(settings, f"sqlite:///{tmp_path / 'store.db'}", tmp_path, operator_key=KEY)
         with ServerThread(app) as proxy:
             yield engine.url, proxy.urls["admin"]

@@ -17,6 +17,7 @@ from rollwire.settings import EngineSettings, ProxySettings
 from tests.proxy.conftest import ENGINES, admin_client
 from tests.proxy.engine_tap import EngineTap
 from tests.proxy.http_forward import HttpForward
+from tests.sampling import SAMPLE_SEED
 
 OPERATOR = "dialects-operator"
 MAX_MODEL_LEN = 32768
@@ -81,8 +82,9 @@ def _serve_stack(engine_app: Any, tiny_model_dir: Path, home: Path) -> Iterator[
         # harnesses insist on their own model names: every name maps to the served model
         # and Codex sends no output cap: without one a random model samples up to the rest of the context
         settings = ProxySettings(
-            upstream=engine.url, model=str(tiny_model_dir), model_aliases={"*": served}, default_max_output_tokens=48
-        )
+            upstream=engine.url, model=str(tiny_model_dir), model_aliases={"*": served}, default_max_output_tokens=48,
+            sample_seed=SAMPLE_SEED,
+        )  # fmt: skip
         store_url = f"sqlite:///{home / 'store.db'}"
         app = create_app(settings, store_url, home, OPERATOR)
         statuses = app.apps["main"] = StatusTap(app.apps["main"])
