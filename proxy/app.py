@@ -26,6 +26,7 @@ from rollwire.proxy.recorder import Recorder
 from rollwire.proxy.render import Renderer
 from rollwire.proxy.session import POLICIES
 from rollwire.proxy.stream import stream_route
+from rollwire.proxy.ui.data import ViewerState
 from rollwire.proxy.ui.routes import ui_routes
 from rollwire.proxy.upstream import make_client
 from starlette.applications import Starlette
@@ -240,6 +241,7 @@ def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key
         generator = Generator(settings, client, renderer, recorder, tools, reasoning)
         auth = TokenAuth(engine, key, read_inline=recorder.writer.read_inline)
         app.state.proxy = ProxyState(settings, engine, generator, auth, proxy.ports)
+        app.state.viewer = ViewerState(key, engine, renderer)
         recorder.late_listeners.append(metrics.recorded)
         app.state.proxy.budgets.refused.append(metrics.refused)
         try:

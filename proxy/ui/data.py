@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import hmac
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import anyio.to_thread
 from rollwire.proxy.admin import rollout_view
+from rollwire.proxy.auth import request_token
+from rollwire.proxy.render import Renderer
 from sqlalchemy import func
 from sqlalchemy.engine import Engine
 from sqlmodel import select
@@ -34,16 +37,28 @@ from rollwire.store import ModelCall, Rollout, Run, ToolEvent, session_scope
 COOKIE = "rollwire_operator"
 
 
+@dataclass(frozen=True, slots=True)
+class ViewerState:
+    """What the viewer reads (``app.state.viewer``): the proxy's own store and tokenizer behind its admin
+    listener, or any store opened read-only (``rollwire traces ui``)."""
+
+    operator_key: str
+    engine: Engine
+    renderer: Renderer
+
+
+def viewer_state(request: Request) -> ViewerState:
+    state: ViewerState = request.app.state.viewer
+    return state
+
+
 def check_operator(request: Request) -> None:
-    """The admin check, or the viewer's cookie holding the same key."""
-    auth = request.app.state.proxy.auth
-    cookie = request.cookies.get(COOKIE, "")
-    if cookie and hmac.compare_digest(cookie.encode(), auth.operator_key.encode()):
-        return
-    try:
-        auth.check_operator(request)
-    except Unauthorized:
-        raise Unauthorized("the viewer needs the operator key: open /ui/?key=<operator key>") from None
+    """The operator key as ``Authorization: Bearer``/``x-api-key``, or the viewer's cookie holding it."""
+    key = viewer_state(request).operator_key.encode()
+    for given in (request.cookies.get(COOKIE), request_token(request)):
+        if given and hmac.compare_digest(given.encode(), key):
+            return
+    raise Unauthorized("the viewer needs the operator key: open /ui/?key=<operator key>")
 
 
 def _status(value: Any) -> str:
@@ -124,8 +139,7 @@ def token_view(engine: Engine, renderer: Any, rollout_id: str) -> dict[str, Any]
 
 
 def _engine(request: Request) -> Engine:
-    engine: Engine = request.app.state.proxy.engine
-    return engine
+    return viewer_state(request).engine
 
 
 async def runs_route(request: Request) -> Response:
@@ -153,7 +167,7 @@ async def trajectory_route(request: Request) -> Response:
 
 async def tokens_route(request: Request) -> Response:
     check_operator(request)
-    renderer = request.app.state.proxy.generator.renderer
+    renderer = viewer_state(request).renderer
     data = await anyio.to_thread.run_sync(token_view, _engine(request), renderer, request.path_params["id"])
     return JSONResponse(data)
 
@@ -168,4 +182,4 @@ def api_routes() -> list[Route]:
     ]
 
 
-__all__ = ["COOKIE", "api_routes", "check_operator", "list_rollouts", "list_runs", "rollout_detail", "token_view"]
+__all__ = ["COOKIE", "ViewerState", "api_routes", "check_operator", "viewer_state", "list_rollouts", "list_runs", "rollout_detail", "token_view"]

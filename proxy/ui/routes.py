@@ -12,7 +12,7 @@ from __future__ import annotations
 import hmac
 from pathlib import Path
 
-from rollwire.proxy.ui.data import COOKIE, api_routes, check_operator
+from rollwire.proxy.ui.data import COOKIE, api_routes, check_operator, viewer_state
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -29,7 +29,7 @@ _LOGIN_PAGE = """<!doctype html><meta charset="utf-8"><title>rollwire viewer: ke
 async def page(request: Request) -> Response:
     """The single page; ``?key=K`` logs in (cookie) and redirects, a missing key shows how to log in."""
     key = request.query_params.get("key")
-    operator_key: str = request.app.state.proxy.auth.operator_key
+    operator_key = viewer_state(request).operator_key
     if key is not None:
         if not hmac.compare_digest(key.encode(), operator_key.encode()):
             return HTMLResponse(_LOGIN_PAGE, status_code=401)

@@ -59,7 +59,7 @@ def _from_store(args: argparse.Namespace) -> list:  # type: ignore[type-arg]
 
     if args.db.startswith("sqlite:///") and not Path(args.db.split("///", 1)[1]).is_file():
         raise InvalidRequest(f"no trace store at {args.db}", param="db")
-    engine = open_engine(args.db)
+    engine = open_engine(args.db, read_only=True)
     with session_scope(engine) as session:
         query = select(Rollout).order_by(Rollout.created_ns)  # type: ignore[arg-type]
         if args.run:

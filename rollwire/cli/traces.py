@@ -1,11 +1,14 @@
 """Look at the proxy's trace store: ``ls`` lists rollouts, ``show`` prints one trajectory with sampled tokens
-(the ones training learns from) marked apart from prompt tokens, ``export`` is ``rollwire export`` on this store.
+(the ones training learns from) marked apart from prompt tokens, ``ui`` serves the trace viewer over it,
+``export`` is ``rollwire export`` on this store. Looking changes nothing: the store is opened read-only (no
+schema created or migrated, no run recorded), so a demo's store, or a running proxy's, stays as it was.
 
 ``--db URL`` goes before or after the action. Each ``rollwire demo`` run records into its own store
 (``<home>/demo/<time>/store.db``); ``rollwire traces ls`` without a store lists those it finds. Examples:
 
   rollwire traces ls --db sqlite:///path/to/store.db
   rollwire traces show ROLLOUT --db sqlite:///path/to/store.db
+  rollwire traces ui --db sqlite:///path/to/store.db       (then open the URL it prints)
 """
 
 from __future__ import annotations
@@ -39,12 +42,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model", default=None, metavar="PATH", help="tokenizer folder for decoding (default: the tiny model)"
     )
     show.add_argument("--ids", action="store_true", help="print token ids instead of decoded text")
+    ui = sub.add_parser("ui", help="serve the trace viewer over this store, read-only, until Ctrl-C")
+    ui.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    ui.add_argument("--port", type=int, default=8002, help="port to listen on (default 8002; 0: any free one)")
+    ui.add_argument(
+        "--model", default=None, metavar="PATH", help="tokenizer folder for the token view (default: the tiny model)"
+    )
     exporter = sub.add_parser(
         "export", help="the same as `rollwire export --db URL` (this store's trajectories)", description=export.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     export.add_arguments(exporter, with_db=False)
-    for action in (ls, show, exporter):  # `traces ls --db URL` as well as `traces --db URL ls`
+    for action in (ls, show, ui, exporter):  # `traces ls --db URL` as well as `traces --db URL ls`
         action.add_argument("--db", default=argparse.SUPPRESS, metavar="URL", help=DB_HELP)
 
 
@@ -146,7 +155,33 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise InvalidRequest(f"no trace store at {url}")
     if missing:
         return _no_store(url, settings, args.action)
-    engine = open_engine(url)
+    engine = open_engine(url, read_only=True)
     if args.action == "ls":
         return _ls(engine, args)
+    if args.action == "ui":
+        return _ui(engine, url, args, settings)
     return _show(engine, args, settings)
+
+
+def _ui(engine: Any, url: str, args: argparse.Namespace, settings: Settings) -> int:
+    import secrets
+
+    from rollwire.proxy.render import Renderer
+    from rollwire.proxy.ui.app import create_viewer_app
+    from rollwire.serving import listening_socket, serve
+    from rollwire.store.db import redact
+    from rollwire.tiny_model import ensure_tiny_model
+
+    renderer = Renderer.from_folder(Path(args.model) if args.model else ensure_tiny_model(settings.home))
+    key = settings.proxy.operator_key or secrets.token_urlsafe(24)
+    sock = listening_socket(args.host, args.port)
+    port = sock.getsockname()[1]
+    print(f"rollwire traces ui: the trace viewer over {redact(url)} (read-only), until Ctrl-C", flush=True)
+    if settings.proxy.operator_key:  # a key given in the environment is not echoed
+        print(f"  open http://{args.host}:{port}/ui/?key=<operator key>", flush=True)
+    else:
+        print(f"  open http://{args.host}:{port}/ui/?key={key}", flush=True)
+    try:
+        return serve(create_viewer_app(engine, renderer, key), sock)
+    finally:
+        engine.dispose()

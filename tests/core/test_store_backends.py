@@ -50,6 +50,22 @@ def test_a_newer_schema_is_refused_with_a_clear_message(any_store_url: str) -> N
         open_engine(any_store_url)
 
 
+def test_a_reader_reads_and_writes_nothing(any_store_url: str) -> None:
+    """``read_only``: the rows are there to read; a write is refused by the database itself, on both backends."""
+    book = RolloutBook(open_engine(any_store_url))
+    book.create_run("looked-at")
+    reader = open_engine(any_store_url, read_only=True)
+    with session_scope(reader) as session:
+        assert [row.id for row in session.exec(select(Rollout))] == []
+        assert session.exec(text("SELECT count(*) FROM run")).one()[0] == 1
+    with pytest.raises(StoreError, match="read-only|readonly"):
+        with session_scope(reader) as session:
+            session.exec(text("DELETE FROM run"))
+    reader.dispose()
+    with session_scope(open_engine(any_store_url)) as session:
+        assert session.exec(text("SELECT count(*) FROM run")).one()[0] == 1
+
+
 def test_an_unversioned_sqlite_store_is_migrated(tmp_path: Path) -> None:
     """A store written before versions (no budgets, no result size, no refusals) opens and keeps its rows."""
     path = tmp_path / "old.db"
