@@ -8,8 +8,10 @@ than silently mixed in.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy.engine import Engine
 from sqlmodel import select
@@ -18,6 +20,7 @@ from rollwire.errors import NotFound
 from rollwire.side_calls import MAIN
 from rollwire.store import ModelCall, Rollout, ToolEvent, decode_floats, decode_ids, session_scope
 from rollwire.store.prompts import whole_prompts
+from rollwire.store.requests import whole_requests
 from rollwire.store.versions import check_current
 from rollwire.timeline import build_timeline, load_tool_events
 from rollwire.trajectory import Segment, Trajectory, failure_cause
@@ -121,6 +124,30 @@ def load_calls(engine: Engine, rollout_id: str) -> list[ModelCall]:
         return list(session.exec(query).all())
 
 
+def call_rows(engine: Engine, rollout_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """Every model call of these rollouts as one flat row (``rollwire export --flavor calls``): the whole request
+    as sent (JSON text), the whole prompt and the sampled ids as lists, the rollout's ids and reward beside;
+    no nested values, so Parquet readers (DuckDB, pandas) take the columns as they are."""
+    wanted = select(Rollout).where(Rollout.id.in_(rollout_ids))  # type: ignore[attr-defined]
+    with session_scope(engine) as session:
+        rollouts = {r.id: r for r in session.exec(wanted).all()}
+    rows: list[dict[str, Any]] = []
+    for rollout_id in rollout_ids:
+        rollout, calls = rollouts[rollout_id], load_calls(engine, rollout_id)
+        for call, request, prompt in zip(calls, whole_requests(calls), whole_prompts(calls)):
+            rows.append({
+                "call_id": call.id, "rollout_id": rollout.id, "run_id": rollout.run_id, "task_id": rollout.task_id,
+                "group_id": rollout.group_id, "reward": rollout.reward, "rollout_status": str(rollout.status),
+                "dialect": call.dialect, "line": call.line, "status": call.status, "served_model": call.served_model,
+                "request_json": request, "prompt_ids": decode_ids(prompt),
+                "completion_ids": decode_ids(call.completion_ids),
+                "completion_logprobs": decode_floats(call.completion_logprobs), "finish_reason": call.finish_reason,
+                "sampling_json": json.dumps(call.sampling), "policy_version": call.policy_version,
+                "segment_index": call.segment_index, "started_ns": call.started_ns, "ended_ns": call.ended_ns,
+            })  # fmt: skip
+    return rows
+
+
 def reconstruct(engine: Engine, rollout_id: str) -> Trajectory:
     """The trajectory of one rollout (finished or not) from the store."""
     with session_scope(engine) as session:
@@ -130,4 +157,4 @@ def reconstruct(engine: Engine, rollout_id: str) -> Trajectory:
     return build_trajectory(rollout, load_calls(engine, rollout_id), load_tool_events(engine, rollout_id))
 
 
-__all__ = ["build_trajectory", "load_calls", "reconstruct", "segments_from_calls"]
+__all__ = ["build_trajectory", "call_rows", "load_calls", "reconstruct", "segments_from_calls"]

@@ -1,5 +1,6 @@
-"""Export recorded trajectories for other trainers (sft / verl / trl flavours, JSONL or Parquet), or as
-rollwire's own trajectory dicts (``--flavor trajectory``).
+"""Export recorded trajectories for other trainers (sft / verl / trl flavours, JSONL or Parquet), as
+rollwire's own trajectory dicts (``--flavor trajectory``), or a store's model calls as flat whole rows
+(``--flavor calls``: one row per call, the whole request and prompt; what DuckDB or pandas read as they are).
 
 Reads from a trace store (``--db URL``: a stopped demo's or stack's store), a running proxy's trajectory
 stream (``--admin-url URL --run RUN``: the proxy's admin listener), or a JSONL file of trajectory dicts
@@ -9,6 +10,7 @@ stream (``--admin-url URL --run RUN``: the proxy's admin listener), or a JSONL f
 
   rollwire export --db sqlite:///path/to/store.db --flavor trl --out trl.jsonl
   rollwire export --admin-url http://127.0.0.1:8001 --run RUN --format parquet --out sft.parquet
+  rollwire export --db sqlite:///path/to/store.db --flavor calls --format parquet --out calls.parquet
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from rollwire.settings import Settings
 
@@ -25,6 +28,8 @@ HELP = "export recorded trajectories as JSONL/Parquet for other trainers"
 
 TRAJECTORY = "trajectory"
 """The flavour that writes whole Trajectory dicts (what ``--input`` and the trajectory stream carry)."""
+CALLS = "calls"
+"""The flavour that writes a store's model calls, one flat row each (``reconstruct.call_rows``)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser, with_db: bool = True) -> None:
@@ -45,16 +50,19 @@ def add_arguments(parser: argparse.ArgumentParser, with_db: bool = True) -> None
     pick.add_argument("--min-reward", type=float, default=None, help="only rollouts with at least this reward")
     parser.add_argument("--operator-key", default=None, help="operator key (default: the trainer/proxy setting)")
     parser.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl", help="output format")
-    parser.add_argument("--flavor", choices=[*FLAVORS, TRAJECTORY], default="sft", help="row layout (default sft)")
+    parser.add_argument(
+        "--flavor", choices=[*FLAVORS, TRAJECTORY, CALLS], default="sft",
+        help="row layout (default sft; calls: a store's model calls, --db only)",
+    )  # fmt: skip
     parser.add_argument("--tokenizer", default=None, help="tokenizer folder (verl decodes prompts); default tiny")
     parser.add_argument("--out", type=Path, required=True, help="output file")
 
 
-def _from_store(args: argparse.Namespace) -> list:  # type: ignore[type-arg]
+def _store_rollouts(args: argparse.Namespace) -> tuple[Any, list[str]]:
+    """The store (read-only) and the ids of the rollouts to export from it, oldest first."""
     from sqlmodel import select
 
     from rollwire.errors import InvalidRequest
-    from rollwire.reconstruct import reconstruct
     from rollwire.store import Rollout, open_engine, session_scope
 
     if args.db.startswith("sqlite:///") and not Path(args.db.split("///", 1)[1]).is_file():
@@ -66,7 +74,13 @@ def _from_store(args: argparse.Namespace) -> list:  # type: ignore[type-arg]
             query = query.where(Rollout.run_id == args.run)
         if not args.all:
             query = query.where(Rollout.finished_seq != None)
-        ids = [r.id for r in session.exec(query).all()]
+        return engine, [r.id for r in session.exec(query).all()]
+
+
+def _from_store(args: argparse.Namespace) -> list:  # type: ignore[type-arg]
+    from rollwire.reconstruct import reconstruct
+
+    engine, ids = _store_rollouts(args)
     return [reconstruct(engine, rollout_id) for rollout_id in ids]
 
 
@@ -90,6 +104,20 @@ def _from_stream(args: argparse.Namespace, settings: Settings) -> list:  # type:
     return out
 
 
+def _export_calls(args: argparse.Namespace) -> int:
+    from rollwire.errors import InvalidRequest
+    from rollwire.reconstruct import call_rows
+    from rollwire.trainer.export import write_rows
+
+    if not getattr(args, "db", None):
+        raise InvalidRequest("the calls flavor reads a store's model calls: give --db URL", param="flavor")
+    engine, ids = _store_rollouts(args)
+    rows = call_rows(engine, ids)
+    write_rows(rows, args.out, args.format)
+    print(f"wrote {len(rows)} rows (calls, {args.format}) from {len(ids)} rollouts to {args.out}", file=sys.stderr)
+    return 0
+
+
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from rollwire.errors import InvalidRequest
     from rollwire.tiny_model import ensure_tiny_model
@@ -101,6 +129,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     named = [flag for flag, value in sources if value]
     if len(named) > 1:
         raise InvalidRequest(f"give one source, not {' and '.join(named)}")
+    if args.flavor == CALLS:
+        return _export_calls(args)
     if args.input is not None:
         if not args.input.is_file():
             raise InvalidRequest(f"no such file {args.input}", param="input")

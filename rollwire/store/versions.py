@@ -20,8 +20,9 @@ from sqlmodel import SQLModel
 
 from rollwire.errors import StoreError
 from rollwire.store.schema import CALLS_BY_ROLLOUT, SchemaVersion
+from rollwire.store.views import create_views
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Bump with a new entry in ``MIGRATIONS`` whenever a table or column changes."""
 TABLES = {"run", "rollout", "modelcall", "toolevent"}
 """Tables of every schema version: their presence without a version row means a store from before versions."""
@@ -92,12 +93,17 @@ def _v4_to_v5(conn: Connection) -> None:
     _add_column(conn, "modelcall", "request_tail", "INTEGER NOT NULL DEFAULT 0")
 
 
+def _v5_to_v6(_conn: Connection) -> None:
+    """The views of whole requests and prompts (``views``): made after the steps, with every store's."""
+
+
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {
     0: _v0_to_v1,
     1: _v1_to_v2,
     2: _v2_to_v3,
     3: _v3_to_v4,
     4: _v4_to_v5,
+    5: _v5_to_v6,
 }
 """version -> the function that moves a store from it to version + 1."""
 
@@ -148,6 +154,7 @@ def prepare(conn: Connection, where: str) -> None:
     version = stored_version(conn)
     if version is None:
         SQLModel.metadata.create_all(conn)
+        create_views(conn)
         conn.execute(SchemaVersion.__table__.insert().values(id=1, version=SCHEMA_VERSION))  # type: ignore[attr-defined]
         return
     if version > SCHEMA_VERSION:
@@ -162,6 +169,7 @@ def prepare(conn: Connection, where: str) -> None:
             raise StoreError(f"the store at {where} has schema version {version}, which cannot be migrated")
         MIGRATIONS[step](conn)
     SQLModel.metadata.create_all(conn)  # tables a migration introduced
+    create_views(conn)  # over the columns as they are now
     conn.execute(SchemaVersion.__table__.delete())  # type: ignore[attr-defined]
     conn.execute(SchemaVersion.__table__.insert().values(id=1, version=SCHEMA_VERSION))  # type: ignore[attr-defined]
 

@@ -29,6 +29,7 @@ from rollwire.store.prompts import whole_prompts
 from rollwire.store.requests import stored_request, whole_requests
 from rollwire.store.schema import CALLS_BY_ROLLOUT
 from rollwire.store.versions import SCHEMA_VERSION
+from rollwire.store.views import VIEWS
 
 
 def test_nanosecond_times_and_cursors_fit(any_store_url: str) -> None:
@@ -127,6 +128,8 @@ def test_a_version_3_store_keeps_its_whole_prompts_and_gains_continued_ones(any_
     first.dispose()
     raw = create_engine(any_store_url)
     with raw.begin() as conn:  # back to version 3, with a row it wrote
+        for view in VIEWS:  # version 6's, over the columns version 3 lacks
+            conn.execute(text(f"DROP VIEW {view}"))
         for column in ("prompt_base", "request_base", "request_head", "request_tail"):
             conn.execute(text(f"ALTER TABLE modelcall DROP COLUMN {column}"))
         conn.execute(text("CREATE INDEX ix_modelcall_started_ns ON modelcall (started_ns)"))
@@ -169,6 +172,8 @@ def test_a_version_4_store_keeps_its_whole_requests_and_gains_edited_ones(any_st
     old_request = '{"messages": [{"role": "user", "content": "hi"}], "tools": "' + "t" * 400 + '"}'
     raw = create_engine(any_store_url)
     with raw.begin() as conn:  # back to version 4, with a row it wrote
+        for view in VIEWS:
+            conn.execute(text(f"DROP VIEW {view}"))
         for column in ("request_base", "request_head", "request_tail"):
             conn.execute(text(f"ALTER TABLE modelcall DROP COLUMN {column}"))
         conn.execute(text("UPDATE rollwire_schema SET version = 4"))
@@ -196,6 +201,11 @@ def test_a_version_4_store_keeps_its_whole_requests_and_gains_edited_ones(any_st
         (calls[0].id, kept.head, kept.tail),
     ]
     assert len(calls[1].request_json) < 50 and whole_requests(calls) == [old_request, new_request]
+    raw = create_engine(any_store_url)
+    with raw.connect() as conn:  # the migrated store has the views over its old and new rows
+        found = conn.execute(text("SELECT request_json FROM call_requests ORDER BY call_id")).scalars().all()
+    raw.dispose()
+    assert found == [old_request, new_request]
 
 
 def test_reading_calls_after_a_newer_release_migrated_the_store_stops_with_a_clear_error(
