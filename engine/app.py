@@ -106,7 +106,7 @@ async def models(request: Request) -> Response:
         "parent": None,
         "max_model_len": engine.model.max_model_len,
         "permission": [],
-        "structured_outputs": False,  # no constrained decoding here: a proxy in front refuses such requests
+        "structured_outputs": True,  # JSON schema and JSON object outputs, enforced token by token (``grammar``)
     }
     return JSONResponse({"object": "list", "data": [card]})
 

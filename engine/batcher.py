@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 from rollwire.engine.kv import KVBatch
 from rollwire.engine.model import LanguageModel, Weights
+from rollwire.engine.grammar import Constraint
 from rollwire.engine.sampling import Sample, SamplingParams, generator_for, sample_step
 from rollwire.engine.stopping import SequenceText
 
@@ -67,6 +68,8 @@ class _Sequence:
     index: int
     text: SequenceText
     generator: torch.Generator
+    constraint: Constraint | None = None
+    """The sequence's ``structured_outputs`` grammar, advanced token by token."""
     last_token: int = -1
     length: int = 0
     """Tokens in the sequence including ``last_token``, which is not yet in the cache."""
@@ -179,11 +182,15 @@ class Batcher:
                 index=request.first_index + i,
                 text=SequenceText(self.model.tokenizer, request.prompt_ids, params, self.model.eos_token_ids),
                 generator=generator_for(None if params.seed is None else params.seed + i, self._shared_generator),
+                constraint=None if params.grammar is None else self.model.grammars.constraint(params.grammar),
                 length=len(request.prompt_ids),
             )
             for i in range(request.n)
         ]
-        samples = sample_step(logits.expand(request.n, -1), [params] * request.n, [s.generator for s in sequences])
+        samples = sample_step(
+            logits.expand(request.n, -1), [params] * request.n, [s.generator for s in sequences],
+            [s.constraint for s in sequences],
+        )  # fmt: skip
         alive = self._advance(sequences, samples)
         if not alive:
             return
@@ -204,7 +211,10 @@ class Batcher:
         logits = self.model.decode(ids, mask, positions, self._kv.cache)
         self.steps += 1
         self.rows_decoded += len(self._running)
-        samples = sample_step(logits, [s.request.params for s in self._running], [s.generator for s in self._running])
+        running = self._running
+        samples = sample_step(
+            logits, [s.request.params for s in running], [s.generator for s in running], [s.constraint for s in running]
+        )
         alive = self._advance(self._running, samples)
         if len(alive) < len(self._running):
             self._running = [self._running[i] for i in alive]
@@ -217,6 +227,8 @@ class Batcher:
         batches: dict[int, tuple[GenerationRequest, list[TokenEvent]]] = {}
         for position, (seq, sample) in enumerate(zip(sequences, samples, strict=True)):
             progress = seq.text.add(sample.token_id)
+            if seq.constraint is not None:
+                seq.constraint.advance(sample.token_id)
             seq.last_token = sample.token_id
             seq.length += 1
             event = TokenEvent(seq.index, sample, progress.text, progress.finish_reason, progress.stop_reason, version)

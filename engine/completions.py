@@ -103,7 +103,8 @@ class CompletionService:
         prompts = await self._prompts(request)
         for ids in prompts:
             check_token_ids(ids, self._model.vocab_size, "prompt")
-        params = [sampling_params(request, len(ids), self._model.max_model_len) for ids in prompts]
+        grammar = await anyio.to_thread.run_sync(self._model.grammars.compile, request.structured_outputs)
+        params = [sampling_params(request, len(ids), self._model.max_model_len, grammar) for ids in prompts]
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[list[TokenEvent] | EngineFailure] = asyncio.Queue()
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from rollwire.engine.grammar import Grammars
 
 from rollwire.errors import InvalidRequest, NotFound
 
@@ -74,6 +75,8 @@ class LanguageModel:
         limit = int(getattr(config, "max_position_embeddings", 0) or 0)
         self.max_model_len = max_model_len or limit or 2048
         self.eos_token_ids = self._eos_ids()
+        self.grammars = Grammars(self.tokenizer, sorted(self.eos_token_ids), self.vocab_size)
+        """``structured_outputs`` compiled for this tokenizer (``grammar``)."""
         params = inspect.signature(self.weights.module.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
 

@@ -93,7 +93,6 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {
     "allowed_token_ids": (None,),
     "bad_words": (None, []),
     "response_format": (None, {"type": "text"}),
-    "structured_outputs": (None,),
     "prompt_embeds": (None,),
     "logprob_token_ids": (None,),
     "echo": (None, False),
@@ -177,8 +176,11 @@ def validate_completion(request: CompletionRequest) -> None:
         raise InvalidRequest("Every prompt in the list must be non-empty.", param="prompt")
 
 
-def sampling_params(request: CompletionRequest, prompt_len: int, max_model_len: int) -> SamplingParams:
-    """The engine's SamplingParams for one prompt; a prompt + max_tokens past the context is a 400."""
+def sampling_params(
+    request: CompletionRequest, prompt_len: int, max_model_len: int, grammar: str | None = None
+) -> SamplingParams:
+    """The engine's SamplingParams for one prompt; a prompt + max_tokens past the context is a 400. ``grammar``:
+    the request's ``structured_outputs``, compiled (``grammar.Grammars``)."""
     max_tokens = request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_TOKENS  # vLLM: null -> 16
     if prompt_len + max_tokens > max_model_len:
         raise InvalidRequest(
@@ -202,6 +204,7 @@ def sampling_params(request: CompletionRequest, prompt_len: int, max_model_len: 
         logprobs=request.logprobs,
         include_stop_str_in_output=request.include_stop_str_in_output,
         skip_special_tokens=request.skip_special_tokens,
+        grammar=grammar,
     )
 
 

@@ -9,9 +9,12 @@ generator, so its samples do not depend on its batch mates.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+from rollwire.engine.grammar import Constraint
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +32,8 @@ class SamplingParams:
     logprobs: int | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    grammar: str | None = None
+    """A compiled ``structured_outputs`` grammar (``grammar.Grammars``): each sequence samples within it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +74,20 @@ def nucleus_filter(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     return _filter(logits, top_p, torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device))
 
 
-def sample_step(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]) -> list[Sample]:
-    """Sample one token per row of ``logits`` (rows x vocab, float32 on the CPU)."""
+def sample_step(
+    logits: torch.Tensor,
+    params: list[SamplingParams],
+    generators: list[torch.Generator],
+    constraints: Sequence[Constraint | None] = (),
+) -> list[Sample]:
+    """Sample one token per row of ``logits`` (rows x vocab, float32 on the CPU); a row with a constraint samples
+    only what its grammar allows (its logprobs are those of the masked distribution)."""
     logits = logits.to("cpu", torch.float32)
+    if any(c is not None for c in constraints):
+        logits = logits.clone()  # its own rows: the caller's may be a view (one prefill expanded to n)
+        for row, constraint in zip(logits, constraints):
+            if constraint is not None:
+                constraint.mask(row)
     logprobs = logits.log_softmax(dim=-1)
     tokens = logits.argmax(dim=-1)
     hot = [i for i, p in enumerate(params) if p.temperature > 0]

@@ -56,8 +56,8 @@ class Served:
     models: int = 0
     """How many models the upstream lists; with one, any requested name is answered by it."""
     structured_outputs: bool = True
-    """False when the model card says the upstream cannot enforce an output format (the bundled engine);
-    vLLM's card does not say, and vLLM enforces ``structured_outputs``."""
+    """False when the model card says the upstream cannot enforce an output format; vLLM's card does not say,
+    and vLLM enforces ``structured_outputs``, as the bundled engine does (its card says so)."""
     policy_version: int | None = None
     """Set through the admin API for engines that cannot report a version (real vLLM)."""
     stream_interval: bool = False
@@ -218,8 +218,8 @@ class Generator:
         wanted = conv.sampling.structured
         if wanted is not None and not self.served.structured_outputs:
             raise InvalidRequest(
-                f"{wanted.param}: the upstream serving `{served}` cannot enforce an output format (no structured "
-                "outputs; the bundled engine has none): serve the model with vLLM for JSON-schema output",
+                f"{wanted.param}: the upstream serving `{served}` cannot enforce an output format (its model card "
+                "says it has no structured outputs): serve the model with vLLM or rollwire's engine for JSON output",
                 param=wanted.param,
             )
         prefill = self._prefill(conv)

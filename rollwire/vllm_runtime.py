@@ -16,6 +16,7 @@ On a GPU machine the user's own vLLM is used instead: ``ROLLWIRE_VLLM_PYTHON`` n
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import subprocess
 import sys
@@ -101,6 +102,10 @@ def ensure_python(home: Path, echo: Callable[[str], None] = print) -> Path:
     return installed_python(home) or install(home, echo)
 
 
+STRUCTURED_OUTPUTS = {"backend": "guidance", "disable_any_whitespace": True}
+"""vLLM's ``--structured-outputs-config``: the bundled engine's library and its compact JSON."""
+
+
 def serve_command(
     python: Path,
     *,
@@ -117,6 +122,9 @@ def serve_command(
     # the logprobs of the distribution it sampled from (temperature, top_p applied), as the bundled engine reports
     # them and the trainer recomputes them; vLLM's default (raw) differs from both whenever T != 1
     argv += ["--logprobs-mode", "processed_logprobs"]
+    # structured outputs by llguidance as compact JSON, as the bundled engine enforces them (engine/grammar.py): a
+    # small model free to put whitespace between JSON tokens may fill its whole budget with it
+    argv += ["--structured-outputs-config", json.dumps(STRUCTURED_OUTPUTS, separators=(",", ":"))]
     if served_model_name:
         argv += ["--served-model-name", served_model_name]
     if max_model_len:

@@ -6,6 +6,7 @@ Where vLLM is not installed the tests that need it skip with the reason, except 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -62,7 +63,8 @@ def serve_vllm(model_dir: Path, log_dir: Path) -> Iterator[str]:
         yield url
     finally:
         # its own process group: the API server and its engine-core worker go together
-        os.killpg(process.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):  # gone already: it failed to start
+            os.killpg(process.pid, signal.SIGTERM)
         try:
             process.wait(30)
         except subprocess.TimeoutExpired:

@@ -60,8 +60,8 @@ FORMAT_PARAMS = {"chat": "response_format", "responses": "text.format", "message
 
 @pytest.fixture()
 def enforcing(tiny_model_dir: Path, tmp_path: Path) -> Iterator[tuple[str, UpstreamShim]]:
-    """An upstream whose model card says it enforces structured outputs (as vLLM does)."""
-    with shimmed_engine(tiny_model_dir, tmp_path / "engine", structured_outputs=True) as found:
+    """The bundled engine, which enforces structured outputs (as vLLM does), with its requests kept."""
+    with shimmed_engine(tiny_model_dir, tmp_path / "engine") as found:
         yield found
 
 
@@ -80,7 +80,7 @@ def test_structured_output_reaches_an_upstream_that_enforces_it(
 def test_structured_output_is_refused_by_name_where_the_upstream_cannot_enforce_it(
     start_proxy: Callable[..., Proxy], tiny_model_dir: Path, tmp_path: Path, served_model: str, dialect: str
 ) -> None:
-    with shimmed_engine(tiny_model_dir, tmp_path / "engine") as (upstream, shim):
+    with shimmed_engine(tiny_model_dir, tmp_path / "engine", structured_outputs=False) as (upstream, shim):
         proxy = start_proxy(upstream)
         error = anthropic.BadRequestError if dialect == "messages" else openai.BadRequestError
         with pytest.raises(error) as caught:

@@ -1,8 +1,8 @@
 """UpstreamShim: an ASGI wrapper around the bundled engine for tests of what the proxy sends upstream.
 
-It can play an upstream that enforces structured outputs (vLLM): its model card then says so, and the
-``structured_outputs`` field of each completion is kept here and taken out before the engine (which has no
-constrained decoding) sees it. Each completion's ``stream_interval`` is kept too; the shim can play an engine
+It can play an upstream whose model card says it cannot enforce structured outputs (an engine without
+constrained decoding); the ``structured_outputs`` field of each completion is kept here, and the engine behind
+enforces it. Each completion's ``stream_interval`` is kept too; the shim can play an engine
 whose ``/openapi.json`` lists it or one that has no such schema (older vLLM ignores the field), where the engine
 would answer itself. It also signals when a completion has started streaming tokens back.
 """
@@ -35,9 +35,10 @@ async def _json(send: Any, data: Any, status: int = 200) -> None:
 
 
 class UpstreamShim:
-    def __init__(self, app: Any, structured_outputs: bool = False, stream_interval: bool | None = None) -> None:
+    def __init__(self, app: Any, structured_outputs: bool | None = None, stream_interval: bool | None = None) -> None:
         self.app = app
         self.structured_outputs = structured_outputs
+        """What the model card says of structured outputs; None: the engine's own card (it enforces them)."""
         self.stream_interval = stream_interval
         """True: ``/openapi.json`` lists ``stream_interval``; False: there is none (404); None: the engine's own."""
         self.formats: list[Any] = []
@@ -49,7 +50,7 @@ class UpstreamShim:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         path = scope.get("path")
-        if scope["type"] == "http" and path == "/v1/models" and self.structured_outputs:
+        if scope["type"] == "http" and path == "/v1/models" and self.structured_outputs is not None:
             await self._models(scope, receive, send)
         elif scope["type"] == "http" and path == "/openapi.json" and self.stream_interval is not None:
             await _json(
@@ -72,7 +73,7 @@ class UpstreamShim:
             if not message.get("more_body"):
                 data = json.loads(body)
                 for card in data["data"]:
-                    card["structured_outputs"] = True
+                    card["structured_outputs"] = self.structured_outputs
                 out = json.dumps(data).encode()
                 await send({**start, "headers": _with_length(list(start["headers"]), len(out))})
                 await send({"type": "http.response.body", "body": out})
@@ -87,7 +88,7 @@ class UpstreamShim:
             if not message.get("more_body"):
                 break
         request = json.loads(raw)
-        self.formats.append(request.pop("structured_outputs", None))
+        self.formats.append(request.get("structured_outputs"))
         self.intervals.append(request.get("stream_interval"))
         out = json.dumps(request).encode()
         sent = False
@@ -110,7 +111,7 @@ class UpstreamShim:
 
 @contextlib.contextmanager
 def shimmed_engine(
-    model_dir: Path, home: Path, structured_outputs: bool = False, stream_interval: bool | None = None
+    model_dir: Path, home: Path, structured_outputs: bool | None = None, stream_interval: bool | None = None
 ) -> Iterator[tuple[str, UpstreamShim]]:
     """A bundled engine behind an UpstreamShim, served on a loopback port: (its URL, the shim)."""
     from rollwire.engine import create_app as create_engine
