@@ -1,14 +1,17 @@
 """Must-show 2: what Claude Code sends at its defaults, each piece on its own through the official client:
 ``system`` messages inside ``messages`` (rendered where they stand), ``thinking`` as the template's reasoning
 switch, the fields the proxy accepts without acting on them, ``top_k`` reaching the engine, the ``HEAD /``
-probe, and ``count_tokens`` matching what a call is billed."""
+probe, ``count_tokens`` matching what a call is billed, and its structured side calls (``output_config.format``)
+answered with JSON by the engine."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anthropic
 import httpx
+import jsonschema
 import pytest
 from tests.proxy.dialects.conftest import Stack
 
@@ -114,3 +117,41 @@ def test_top_k_acts_in_the_engine(dialect_stack: Stack) -> None:
         client.messages.create(model="claude-opus-4-8", messages=HISTORY[:1], max_tokens=12, extra_body=extra)
         sampled.append(dialect_stack.tap.calls[-1][1]["choices"][0]["token_ids"])
     assert sampled[0] == sampled[1] == sampled[2]
+
+
+CLAUDE_CODE_FORMATS: dict[str, dict[str, Any]] = {
+    "generate_session_title": {"properties": {"title": {"type": "string"}}, "required": ["title"]},
+    "rename_generate_name": {"properties": {"name": {"type": "string"}}, "required": ["name"]},
+    "teleport_generate_title": {
+        "properties": {"title": {"type": "string"}, "branch": {"type": "string"}}, "required": ["title", "branch"]
+    },
+    "hook_verdict": {
+        "properties": {"ok": {"type": "boolean"}, "reason": {"type": "string"}, "impossible": {"type": "boolean"}},
+        "required": ["ok", "reason"],
+    },
+}
+"""The ``output_config.format`` schemas Claude Code 2.1.197 sends on its side calls (session title, rename,
+teleport title and branch, a hook's verdict), as its binary holds them: objects, no other properties."""
+
+
+@pytest.mark.parametrize("source", list(CLAUDE_CODE_FORMATS))
+def test_claude_codes_structured_side_calls_get_json_from_the_engine(
+    conformance_stack: Stack, source: str
+) -> None:
+    """Each answered 200 (not refused), the text JSON of the schema: whole where the model ended it, else an
+    opening of it cut at the output cap (a free string may run that long); on the bundled engine and vLLM."""
+    schema = {"type": "object", **CLAUDE_CODE_FORMATS[source], "additionalProperties": False}
+    client, rollout = _client(conformance_stack)
+    out = client.messages.create(
+        model="claude-haiku-4-5", max_tokens=48, messages=[{"role": "user", "content": "Fix the flaky retry test."}],
+        system=[{"type": "text", "text": "Generate a concise title for this coding session."}],
+        extra_body={"output_config": {"format": {"type": "json_schema", "schema": schema}}},
+    )  # fmt: skip
+    text = "".join(block.text for block in out.content if block.type == "text")
+    first = schema["required"][0]
+    assert text.startswith(f'{{"{first}":'), text
+    if out.stop_reason == "end_turn":
+        jsonschema.validate(json.loads(text), schema)
+    else:
+        assert out.stop_reason == "max_tokens", out.stop_reason
+    conformance_stack.check_exact(rollout["id"], len(conformance_stack.tap.calls) - 1)
