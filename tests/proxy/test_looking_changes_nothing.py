@@ -90,7 +90,8 @@ def test_the_viewer_and_the_traces_commands_leave_the_store_as_it_was(
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(30)
-    assert process.returncode == 130, process.stdout.read() if process.stdout else ""  # the CLI's Ctrl-C status
+    # Ctrl-C: uvicorn's own shutdown (0), or the CLI's interrupt status (130) when it lands outside the server loop
+    assert process.returncode in (0, 130), process.stdout.read() if process.stdout else ""
     url_arg = f"sqlite:///{store}"
     assert main(["traces", "ls", "--db", url_arg]) == 0
     assert main(["traces", "show", rollout_id, "--db", url_arg, "--model", str(tiny_model_dir)]) == 0

@@ -36,7 +36,8 @@ RESPONSES_CASES: list[tuple[dict[str, Any], str]] = [  # hosted tools (web_searc
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0].content[0].type"),
     ({"input": [{"type": "local_shell_call", "call_id": "c"}]}, "input[0].type"),
     ({"input": "hi", "previous_response_id": "resp_1"}, "previous_response_id"),
-    ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}}, "text.format"),
+    ({"input": "hi", "text": {"format": {"type": "xml"}}}, "text.format"),
+    ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": "y"}}}, "text.format.schema"),
     ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
 ]
 
@@ -60,7 +61,8 @@ MESSAGES_CASES: list[tuple[dict[str, Any], str]] = [
     ({"tools": [TOOL], "tool_choice": {"type": "tool", "name": "absent"}}, "tool_choice.name"),
     ({"top_k": 0}, "top_k"),
     ({"thinking": {"type": "sometimes"}}, "thinking.type"),
-    ({"output_config": {"format": {"type": "json_schema", "schema": {}}}}, "output_config.format"),
+    ({"output_config": {"format": {"type": "xml"}}}, "output_config.format"),
+    ({"output_config": {"format": {"type": "json_schema", "schema": []}}}, "output_config.format.schema"),
 ]
 
 
