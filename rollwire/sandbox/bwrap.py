@@ -309,6 +309,9 @@ def bwrap_command(
     for path in dict.fromkeys(Path(p).resolve() for p in hidden):
         if path.exists() and any(path != s and path.is_relative_to(s) for s in shown) and not path.is_symlink():
             command += _cover(path, covers)
+    for link, target in _links_on_the_way(needed):
+        if not _under(link, [*system, *shown]):  # a link inside a shown folder is there already
+            command += ["--symlink", target, str(link)]
     command += ["--bind", str(workspace), str(workspace), "--dir", SOCKET_DIR]
     for path in writable:
         command += ["--bind", str(path), str(path)]
@@ -337,6 +340,21 @@ def bwrap_command(
     if exact_env:
         spec["keep"] = sorted(env)
     return [*command, "--", sys.executable, "-I", "-S", str(INIT_SCRIPT), json.dumps(spec)]
+
+
+def _links_on_the_way(paths: Iterable[Path]) -> list[tuple[Path, str]]:
+    """The symlinks on the way to each path as the launch names it (a venv reached through a linked folder): the
+    sandbox shows the real folders, and these links make the named paths lead there too."""
+    links: dict[Path, str] = {}
+    for path in paths:
+        current = Path(path.anchor)
+        for part in path.parts[1:]:
+            current = current / part
+            if current.is_symlink() and current not in links:
+                links[current] = os.readlink(current)
+            if current in links:
+                current = current.resolve()  # the rest of the path lies under the link's target
+    return sorted(links.items(), key=lambda item: len(item[0].parts))
 
 
 def mount_points(command: Sequence[str], under: Path) -> list[Path]:

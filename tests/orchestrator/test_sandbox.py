@@ -290,3 +290,33 @@ def test_rollouts_cli_refuses_in_one_line_without_a_sandbox(tmp_path: Path) -> N
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("rollwire rollouts: cannot sandbox rollouts: bubblewrap") and "--no-sandbox" in last
+
+
+class LinkedCommand:
+    """A harness named by a path that goes through a symlinked folder (a venv under a linked folder)."""
+
+    name = "linked"
+
+    def __init__(self, command: Path) -> None:
+        self.command = command
+
+    def launch(self, ctx: RolloutContext) -> Launch:
+        return Launch(argv=(str(self.command),), env={}, files={})
+
+
+@needs_sandbox
+@pytest.mark.asyncio
+async def test_a_command_named_through_a_symlinked_folder_starts_in_the_sandbox(book, tmp_path: Path) -> None:
+    """The sandbox shows the real folder and recreates the link, so the path the launch names leads there."""
+    real = tmp_path / "real" / "bin"
+    real.mkdir(parents=True)
+    tool = real / "tool"
+    tool.write_text("#!/bin/sh\necho ran-through-link > final_answer.txt\n")
+    tool.chmod(0o755)
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    settings = orchestrator_settings(workspace_root=str(tmp_path / "ws"), warm_pool=False)
+    async with LocalRuntime(settings, host_env=dict(os.environ)) as runtime:
+        adapter = LinkedCommand(tmp_path / "linked" / "bin" / "tool")
+        await run_with(runtime, book, plan("linked", 1, 1), settings, adapter)
+    (row,) = book.rollouts("linked")
+    assert row.status == "finished" and row.final_answer == "ran-through-link\n", (row.error, row.log_tail)
