@@ -29,16 +29,27 @@ rollwire serves vLLM (``disable_any_whitespace``): a model free to add blanks ma
 class Constraint:
     """One sequence's matcher: ``mask`` a logits row in place, then ``advance`` with the sampled token."""
 
-    def __init__(self, matcher: Any, vocab_size: int) -> None:
+    def __init__(self, matcher: Any, vocab_size: int, eos_token_ids: Sequence[int]) -> None:
         from llguidance.torch import allocate_token_bitmask, fill_next_token_bitmask
 
         self._matcher = matcher
         self._fill = fill_next_token_bitmask
         self._bitmask = allocate_token_bitmask(1, vocab_size)
+        self._eos = list(eos_token_ids)
 
     def mask(self, logits: torch.Tensor) -> None:
-        """Set to -inf every logit (one row) whose token would break the grammar."""
-        self._fill(self._matcher, self._bitmask, 0)
+        """Set to -inf every logit (one row) whose token would break the grammar. A matcher that failed (a grammar
+        past the library's limits mid-answer) leaves only the end tokens: that sequence ends, its batch goes on."""
+        try:
+            if not self._matcher.is_error():
+                self._fill(self._matcher, self._bitmask, 0)
+        except Exception:  # noqa: BLE001 - whatever the library raises, only this sequence may pay for it
+            pass
+        if self._matcher.is_error():
+            ends = logits.new_full(logits.shape, float("-inf"))
+            ends[self._eos] = logits[self._eos]
+            logits.copy_(ends)
+            return
         words = self._bitmask[0]
         bits = (words.unsqueeze(-1) >> torch.arange(32, dtype=torch.int32)) & 1  # bit i of word w: token 32w + i
         allowed = bits.flatten()[: logits.shape[-1]].bool()
@@ -88,7 +99,8 @@ class Grammars:
             try:
                 schema = json.loads(schema)
             except ValueError as exc:
-                raise InvalidRequest(f"structured_outputs.json is not JSON: {exc}", param="structured_outputs") from None
+                message = f"structured_outputs.json is not JSON: {exc}"
+                raise InvalidRequest(message, param="structured_outputs") from None
         if not isinstance(schema, dict):
             raise InvalidRequest("structured_outputs.json must be a JSON schema object", param="structured_outputs")
         grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=COMPACT)
@@ -103,7 +115,7 @@ class Grammars:
         matcher = llguidance.LLMatcher(self._tokenizer(), grammar)
         if matcher.is_error():
             raise InvalidRequest(f"structured_outputs: {matcher.get_error()}", param="structured_outputs")
-        return Constraint(matcher, self._vocab)
+        return Constraint(matcher, self._vocab, self._eos)
 
 
 __all__ = ["Constraint", "Grammars", "SPEC_KINDS"]
