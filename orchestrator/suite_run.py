@@ -83,10 +83,15 @@ def select_tasks(suite: str, split: str | None = None, task_ids: Sequence[str] |
     return [TaskSpec(task.id, task.instruction, {"suite": ref}) for task in tasks]
 
 
-def build_adapter(harness: str, options: Mapping[str, object] | None = None) -> Adapter:
-    """The registry's adapter; options it does not take are an InvalidRequest naming them."""
+def build_adapter(harness: str | Adapter, options: Mapping[str, object] | None = None) -> Adapter:
+    """The registry's adapter by name (an adapter object is used as it is); options it does not take are an
+    InvalidRequest naming them."""
     from rollwire.harness_adapters.registry import get_adapter
 
+    if not isinstance(harness, str):
+        if options:
+            raise InvalidRequest("harness options go to a harness named from the registry", param="harness_options")
+        return harness
     try:
         return get_adapter(harness, **dict(options or {}))
     except (TypeError, ValueError) as exc:  # an option of the wrong name, or a bad value
@@ -141,7 +146,7 @@ async def run_suite(
     stack: StackAddresses,
     *,
     suite: str,
-    harness: str,
+    harness: str | Adapter,
     group_size: int = 1,
     split: str | None = None,
     task_ids: Sequence[str] | None = None,
@@ -157,7 +162,8 @@ async def run_suite(
     settings: Settings | None = None,
     host_env: Mapping[str, str] | None = None,
 ) -> SuiteRunResult:
-    """Run ``group_size`` rollouts of each picked task with ``harness`` until every one is final.
+    """Run ``group_size`` rollouts of each picked task with ``harness`` (a registry name, or an adapter object of
+    the caller's own) until every one is final.
 
     ``host_env`` is the environment local harnesses inherit PATH and locale from (default: this process's).
     Rollouts reach the proxy and gateway at ``settings.orchestrator.proxy_url``/``gateway_url`` when set
@@ -176,17 +182,18 @@ async def run_suite(
     )
     picked = select_tasks(suite, split, task_ids)
     adapter = build_adapter(harness, harness_options)
+    name = harness if isinstance(harness, str) else adapter.name  # what the run's rows and config call it
     orch = sandbox_needed(orch, adapter)
     from rollwire.orchestrator.suite_scorer import SuiteScorer
 
     scorer = SuiteScorer(suite, Path(stack.state_root), orch.checker_timeout_s, orch.checker_max_memory_mb)
     book = RolloutBook(await anyio.to_thread.run_sync(open_engine, stack.db_url))
     run_id = run_id or f"run-{secrets.token_hex(6)}"
-    tasks = await anyio.to_thread.run_sync(_resume_tasks, book, run_id, suite, harness, picked)
+    tasks = await anyio.to_thread.run_sync(_resume_tasks, book, run_id, suite, name, picked)
     config: dict[str, object] = {**(run_meta or {}), "suite": suite_ref(suite), "split": split, "runtime": runtime}
     if scorer.suite.budgets:  # every rollout of the run gets the suite's budgets (stored on its row)
         config["budgets"] = dict(scorer.suite.budgets)
-    plan = RunPlan(run_id, tasks, group_size, harness, run_name, policy_version, config)
+    plan = RunPlan(run_id, tasks, group_size, name, run_name, policy_version, config)
     endpoints = Endpoints(orch.proxy_url or stack.proxy_url, orch.gateway_url or stack.gateway_url)
     env = dict(os.environ if host_env is None else host_env)
     hidden = state_folders([stack.state_root, sqlite_path(stack.db_url), settings.home])

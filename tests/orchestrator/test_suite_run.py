@@ -13,7 +13,8 @@ from sqlmodel import func, select
 
 from rollwire.errors import InvalidRequest, NotFound
 from rollwire.mcp_servers.tasks.loader import load_suite
-from rollwire.orchestrator.suite_run import run_suite, select_tasks
+from rollwire.harness_adapters.reference import ReferenceAgentAdapter
+from rollwire.orchestrator.suite_run import build_adapter, run_suite, select_tasks
 from rollwire.sandbox import SandboxUnavailable
 from rollwire.settings import OrchestratorSettings, Settings
 from rollwire.store import ModelCall, session_scope
@@ -62,6 +63,17 @@ def test_task_selection_and_its_errors() -> None:
         select_tasks("tiny", task_ids=["nope"])
     with pytest.raises(NotFound, match="no suite 'missing'"):
         select_tasks("missing")
+
+
+def test_a_harness_is_a_registry_name_with_options_or_an_adapter_object_as_it_is() -> None:
+    named = build_adapter("reference", {"max_turns": 2})
+    assert isinstance(named, ReferenceAgentAdapter) and named.max_turns == 2
+    own = ReferenceAgentAdapter(max_turns=3)
+    assert build_adapter(own) is own
+    with pytest.raises(InvalidRequest, match="harness options go to a harness named from the registry"):
+        build_adapter(own, {"max_turns": 2})
+    with pytest.raises(InvalidRequest, match="does not take these options"):
+        build_adapter("reference", {"turns": 2})
 
 
 @pytest.mark.slow
