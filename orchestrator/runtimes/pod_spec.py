@@ -31,14 +31,11 @@ RUN_AS = 10001
 """The uid/gid every rollwire image runs as (``containers/``): non-root, above the host's system range."""
 IN_IMAGE_PYTHON = "python"
 """What a host interpreter path in a launch becomes in the pod: each rollout image puts its harness's Python first."""
-IMAGE_SUITES = (
-    "/opt/rollwire/lib/python3.11/site-packages/rollwire/mcp_servers/tasks/suites",
-    "/opt/rollwire/site/rollwire/mcp_servers/tasks/suites",
-)
-"""Where the stack image keeps the shipped task suites (``containers/rollwire.Containerfile``'s venv, and
-``containers/assemble-stack.sh``'s site folder). A suite's checker arguments are the task's answers; the rollout
-images hold none, and every rollout pod covers these folders with an empty read-only volume as well, for an image
-built on the stack image (in an image without them the cover is an empty folder)."""
+IMAGE_SUITES = ("/opt/rollwire/lib/python3.11/site-packages/rollwire/mcp_servers/tasks/suites",)
+"""Where the stack image keeps the shipped task suites (``containers/rollwire.Containerfile``'s venv). A suite's
+checker arguments are the task's answers; the rollout images hold none, and every rollout pod covers this folder
+with an empty read-only volume as well, for an image built on the stack image (in an image without it the cover
+is an empty folder)."""
 
 EVICTED_EXIT_CODE = 137
 """The exit status recorded for a rollout the kubelet evicted for storage the pod itself used past its limits:

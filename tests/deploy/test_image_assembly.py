@@ -1,5 +1,6 @@
-"""CI assembles the stack image and the reference agent's rollout image without a daemon
-(``containers/assemble-stack.sh``: mmdebstrap + buildah) and checks the config (entrypoint ``rollwire``, uid 10001),
+"""CI builds the stack image and the reference agent's rollout image from ``containers/rollwire.Containerfile``, the
+file users build, without a daemon (``containers/assemble-stack.sh``: buildah, on a Debian base from mmdebstrap and
+a wheelhouse from this machine's pip) and checks the config (entrypoint ``rollwire``, uid 10001),
 that every command the stack manifests run in it is a working CLI command, by running each in the image's root
 filesystem (chroot as uid 10001; containers cannot run here), and that the rollout image holds no task suite.
 """
@@ -91,6 +92,9 @@ def test_image_config_is_the_cli_as_non_root(image: Path) -> None:
     assert config["config"]["Entrypoint"] == ["rollwire"]
     assert config["config"]["Cmd"] == ["--help"]
     assert config["config"]["User"] == "10001:10001"
+    steps = [step.get("created_by", "") for step in config["history"]]  # built from the file users build:
+    user = "useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp/home"  # its final stage's own step
+    assert user in (SCRIPT.parent / "rollwire.Containerfile").read_text() and any(user in s for s in steps), steps
     result = _run_in(image / "rootfs", config, [*config["config"]["Entrypoint"], *config["config"]["Cmd"]])
     assert result.returncode == 0, result.stderr[-2000:]
     assert all(command in result.stdout for command in ("proxy", "mcp", "train", "agent"))
@@ -105,8 +109,8 @@ def test_the_suites_sit_where_rollout_pods_cover_them(image: Path) -> None:
 
 def test_the_rollout_image_holds_no_task_suite(image: Path) -> None:
     """The reference agent's (and the Agents SDK's) rollout image is the stack's installation less the suites."""
-    suites = "opt/rollwire/site/rollwire/mcp_servers/tasks/suites/"
-    agent = "opt/rollwire/site/rollwire/harness_adapters/reference.py"
+    site = "opt/rollwire/lib/python3.11/site-packages/rollwire"
+    suites, agent = f"{site}/mcp_servers/tasks/suites/", f"{site}/harness_adapters/reference.py"
     stack, rollout = _files(image / "oci", TAG), _files(image / "oci", ROLLOUT_TAG)
     assert f"{suites}tiny.json" in stack and agent in stack
     assert agent in rollout
