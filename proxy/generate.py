@@ -40,9 +40,9 @@ first prompt, a re-render) run off the loop so they do not stall other requests.
 WHOLE_ANSWER_STREAM_INTERVAL = 32
 """Tokens a chunk of a whole (non-streamed) answer may hold, where the engine takes ``stream_interval``. Whole
 answers are streamed from the engine too (``live.py``: a client that hangs up stops the generation and what was
-sampled is recorded), and one token a chunk woke the proxy once a token. At one token a millisecond
-(``bench/proxy.py --pace-ms 1``, ~30 tokens a call) json calls went 3.9-5.1 -> 2.2-2.7 CPU ms at c=1 and
-1.5-1.6 -> 1.0-1.1 at c=16. The first chunk still comes at once; a partial record may miss the last few tokens
+sampled is recorded), and one token a chunk would wake the proxy once a token for an answer no one reads until
+it ends; chunks of up to 32 take a third to a half less CPU a json call (``bench/proxy.py --pace-ms 1``; the figures are
+in ``docs/bench-log.md``). The first chunk still comes at once; a partial record may miss the last few tokens
 sampled (fewer than this many)."""
 
 

@@ -4,7 +4,7 @@ kept exact when several proxy processes (``--workers``, replicas) write one stor
 A rollout's calls may land on any process. Before a splice, a process asks the store which complete calls the
 rollout has (one indexed query for ids); ids it has not seen were written by another process, and only those
 rows are read and parsed. So every process plans from the same history a single process would, at the cost
-of that one query (``bench/proxy.py --replicas`` measures it). Without a shared store (``shared_store``
+of that one query (``bench/proxy.py --workers 2`` measures it). Without a shared store (``shared_store``
 off) the query is skipped: the process's own writes are all there is.
 
 Memory is bounded twice: by the number of rollouts kept and by the prompt + sampled token ids they hold
