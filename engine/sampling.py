@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from rollwire.engine.grammar import Constraint
+from rollwire.logit_filter import top_k_top_p
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,26 +55,6 @@ def generator_for(seed: int | None, fallback: torch.Generator) -> torch.Generato
     return gen
 
 
-def _filter(logits: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
-    """Mask logits outside top-k and the top-p nucleus (vLLM's rule: keep at least the best token)."""
-    sorted_logits, order = logits.sort(dim=-1, descending=False)
-    vocab = logits.shape[-1]
-    k = torch.where(top_k > 0, top_k.clamp(max=vocab), torch.full_like(top_k, vocab))
-    kth = sorted_logits.gather(1, (vocab - k).unsqueeze(1))
-    sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, float("-inf"))
-    probs = sorted_logits.softmax(dim=-1)
-    cumulative = probs.cumsum(dim=-1)
-    drop = cumulative <= (1 - top_p).unsqueeze(1)
-    drop[:, -1] = False
-    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-    return torch.empty_like(logits).scatter_(1, order, sorted_logits)
-
-
-def nucleus_filter(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Top-p only (rows x vocab): the trainer applies the same rule to recompute processed logprobs."""
-    return _filter(logits, top_p, torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device))
-
-
 def sample_step(
     logits: torch.Tensor,
     params: list[SamplingParams],
@@ -98,7 +79,7 @@ def sample_step(
         top_p = torch.tensor([params[i].top_p for i in hot], dtype=torch.float32)
         top_k = torch.tensor([params[i].top_k for i in hot], dtype=torch.long)
         if bool((top_p < 1).any() or (top_k > 0).any()):
-            scaled = _filter(scaled, top_p, top_k)
+            scaled = top_k_top_p(scaled, top_p, top_k)
         processed = scaled.log_softmax(dim=-1)
         probs = processed.exp()
         for j, i in enumerate(hot):
@@ -115,4 +96,4 @@ def sample_step(
     return samples
 
 
-__all__ = ["Sample", "SamplingParams", "generator_for", "nucleus_filter", "sample_step"]
+__all__ = ["Sample", "SamplingParams", "generator_for", "sample_step"]

@@ -24,17 +24,18 @@ def forward_logits(model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
 
 def processed_logits(logits: torch.Tensor, temperature: torch.Tensor | None, top_p: torch.Tensor | None) -> torch.Tensor:
     """The logits of the distribution each target was sampled from: divided by its temperature, then the
-    top-p nucleus kept (the engine's rule, shared), so the logprobs match the engine's processed ones."""
+    top-p nucleus kept (the rule the engine samples with, ``rollwire.logit_filter``), so the logprobs match the
+    engine's processed ones."""
     out = logits.float()
     if temperature is not None:
         out = out / temperature.unsqueeze(-1)
     if top_p is not None and bool((top_p < 1).any()):
-        from rollwire.engine.sampling import nucleus_filter
+        from rollwire.logit_filter import nucleus
 
         vocab = out.shape[-1]
         flat = out.reshape(-1, vocab)
         rows = (top_p.reshape(-1) < 1).nonzero().squeeze(1)
-        kept = nucleus_filter(flat.index_select(0, rows), top_p.reshape(-1).index_select(0, rows))
+        kept = nucleus(flat.index_select(0, rows), top_p.reshape(-1).index_select(0, rows))
         out = flat.index_copy(0, rows, kept).reshape(out.shape)
     return out
 

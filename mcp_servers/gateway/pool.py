@@ -21,7 +21,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from rollwire.mcp_servers.gateway.messages import MessageLog
 from rollwire.mcp_servers.gateway.relay import Relay
 from rollwire.mcp_servers.gateway.stdio_sandbox import StdioSandbox
-from rollwire.mcp_servers.gateway.upstreams import RolloutVars, UpstreamSpec, rollout_folder
+from rollwire.mcp_servers.server_config import RolloutVars, UpstreamSpec, rollout_folder
 from sqlalchemy.engine import Engine
 from sqlmodel import col, select
 

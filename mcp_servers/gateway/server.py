@@ -35,7 +35,7 @@ from rollwire.mcp_servers.gateway.relay import declared
 from rollwire.mcp_servers.gateway.rounds import RoundBook, Rounds, needs_rounds
 from rollwire.mcp_servers.gateway.stdio_sandbox import StdioSandbox
 from rollwire.mcp_servers.gateway.stdio_sandbox import require as require_sandbox
-from rollwire.mcp_servers.gateway.upstreams import UpstreamSpec, parse_servers
+from rollwire.mcp_servers.server_config import UpstreamSpec, parse_servers
 from rollwire.mcp_servers.tasks.loader import load_suite
 from sqlalchemy.engine import Engine
 from starlette.applications import Starlette

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mcp.client.stdio import StdioServerParameters
-from rollwire.mcp_servers.gateway.upstreams import UpstreamSpec
+from rollwire.mcp_servers.server_config import UpstreamSpec
 from rollwire.mcp_servers.tasks.loader import SUITES_DIR
 
 from rollwire import sandbox

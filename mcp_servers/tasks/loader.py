@@ -57,7 +57,7 @@ def _check_servers(suite: Suite, where: str) -> None:
     """Every server a task names is an env server or one the suite declares (a typo fails here, not as an empty
     tool list in some rollout later)."""
     from rollwire.mcp_servers.envs.app import SERVERS
-    from rollwire.mcp_servers.gateway.upstreams import parse_servers
+    from rollwire.mcp_servers.server_config import parse_servers
 
     declared = parse_servers(suite.mcp_servers, f"suite file {where}")
     clash = sorted(set(declared) & set(SERVERS))

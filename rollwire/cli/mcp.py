@@ -84,7 +84,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
 
 def _gateway(args: argparse.Namespace, settings: Settings) -> int:
     from rollwire.mcp_servers.gateway.server import build_gateway_app
-    from rollwire.mcp_servers.gateway.upstreams import load_upstreams
+    from rollwire.mcp_servers.server_config import load_upstreams
     from rollwire.serving import listening_socket, serve
     from rollwire.store.db import open_engine
 

@@ -123,7 +123,7 @@ def examples(info, rollout: dict, prompt: str) -> list[tuple[str, str]]:  # type
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from rollwire.errors import InvalidRequest
     from rollwire.orchestrator.suite_run import select_tasks
-    from rollwire.mcp_servers.gateway.upstreams import load_upstreams
+    from rollwire.mcp_servers.server_config import load_upstreams
     from rollwire.stack import LocalStack, stack_file
 
     if args.admin_port is None:

@@ -27,7 +27,7 @@ import pytest
 from mcp import Client
 from rollwire.mcp_servers.gateway.server import build_gateway_app
 from rollwire.mcp_servers.gateway.stdio_sandbox import BASIC_ENV
-from rollwire.mcp_servers.gateway.upstreams import UpstreamSpec
+from rollwire.mcp_servers.server_config import UpstreamSpec
 from rollwire.mcp_servers.tasks.loader import SUITES_DIR
 
 from rollwire import sandbox

@@ -12,7 +12,7 @@ import pytest
 from rollwire.mcp_servers.envs.app import SERVERS, build_app, runtime
 from rollwire.mcp_servers.envs.rollout import EnvRuntime
 from rollwire.mcp_servers.gateway.server import build_gateway_app
-from rollwire.mcp_servers.gateway.upstreams import UpstreamSpec
+from rollwire.mcp_servers.server_config import UpstreamSpec
 from rollwire.mcp_servers.tasks.loader import task_initial
 from sqlalchemy.engine import Engine
 from sqlmodel import select

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import anyio
 from mcp import Client
-from rollwire.mcp_servers.gateway.upstreams import UpstreamSpec
+from rollwire.mcp_servers.server_config import UpstreamSpec
 
 from tests.mcp_servers.conftest import EnvServers, gateway_stack
 

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp import Client
-from rollwire.mcp_servers.gateway.upstreams import UpstreamSpec
+from rollwire.mcp_servers.server_config import UpstreamSpec
 from sqlmodel import select
 
 from rollwire.store import McpMessage, ToolEvent, session_scope

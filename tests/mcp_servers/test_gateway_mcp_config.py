@@ -13,7 +13,7 @@ import pytest
 from mcp import Client
 from mcp.server.mcpserver import Context, MCPServer
 from rollwire.mcp_servers.envs.app import security
-from rollwire.mcp_servers.gateway.upstreams import load_upstreams
+from rollwire.mcp_servers.server_config import load_upstreams
 from rollwire.mcp_servers.state import ROLLOUT_HEADER
 
 from rollwire.cli.__main__ import main
@@ -101,7 +101,7 @@ def test_http_upstream_gets_the_rollout_identity(env_servers: EnvServers, store_
     app = upstream.streamable_http_app(transport_security=security(["127.0.0.1:*"]))
     with ServerThread(app) as keyed:
         raw = {"mcpServers": {"keyed": {"url": f"{keyed.url}/mcp", "headers": {"x-team": "team-{rollout_id}"}}}}
-        from rollwire.mcp_servers.gateway.upstreams import parse_servers
+        from rollwire.mcp_servers.server_config import parse_servers
 
         server, stack = gateway_stack(env_servers, store_url, parse_servers(raw, "test"))
         with server:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import anyio
 from mcp import Client
-from rollwire.mcp_servers.gateway.upstreams import UpstreamSpec
+from rollwire.mcp_servers.server_config import UpstreamSpec
 
 from rollwire.rollouts import RolloutBook
 from rollwire.store import RolloutStatus

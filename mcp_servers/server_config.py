@@ -1,8 +1,9 @@
-"""The upstream MCP servers behind the gateway: how each is reached (ours over HTTP with the rollout's identity,
-third-party ones over stdio or HTTP), read from the common ``{"mcpServers": {NAME: ...}}`` format, and made
-per rollout: a stdio server runs in the rollout's own folder with ``{rollout_id}`` / ``{rollout_dir}`` filled in
-its args and env (sandboxed there: ``stdio_sandbox``; ``"network": true`` keeps the host's network for it), an
-HTTP one gets the rollout's identity in a header."""
+"""The MCP servers a deployment names, in the common ``{"mcpServers": {NAME: ...}}`` format (what Claude Code,
+Cursor and others write): the gateway's third-party upstreams (``rollwire up --mcp-config``) and a suite's own
+servers are read here. How each is reached: ours over HTTP with the rollout's identity, third-party ones over
+stdio or HTTP; and made per rollout: a stdio server runs in the rollout's own folder with ``{rollout_id}`` /
+``{rollout_dir}`` filled in its args and env (sandboxed there: the gateway's ``stdio_sandbox``; ``"network":
+true`` keeps the host's network for it), an HTTP one gets the rollout's identity in a header."""
 
 from __future__ import annotations
 
