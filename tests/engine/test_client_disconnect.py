@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-import time
 
 import httpx
 import pytest
+
+from tests.polling import wait_until
 
 LONG = {"prompt": [5, 6, 7], "max_tokens": 8000, "ignore_eos": True}
 
@@ -18,13 +19,9 @@ def _running(url: str) -> int:
     return int(match.group(1))
 
 
-def _wait_for_running(url: str, want: int, within: float = 20.0) -> None:
-    """Poll the gauge (the engine has no event to wait on from outside) until it reads ``want``."""
-    deadline = time.monotonic() + within
-    while _running(url) != want:
-        if time.monotonic() > deadline:
-            pytest.fail(f"running gauge stayed at {_running(url)}, expected {want}")
-        time.sleep(0.02)
+def _wait_for_running(url: str, want: int) -> None:
+    """Read the gauge (the engine has no event to wait on from outside) until it reads ``want``."""
+    wait_until(lambda: _running(url), f"the running gauge to read {want}", ok=lambda n: n == want, timeout_s=20)
 
 
 def test_non_streaming_client_timeout_cancels_generation(engine_url: str) -> None:

@@ -7,6 +7,7 @@ import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rollwire.mcp_servers.envs.app import SERVERS, build_app, runtime
@@ -106,3 +107,8 @@ def gateway_stack(
     app = build_gateway_app(settings, engine, extra)
     server = ServerThread(app)
     return server, GatewayStack(server.url, engine, env, app)
+
+
+def result_text(result: Any) -> str:
+    """The text blocks of an MCP tool result (``CallToolResult.content``), joined."""
+    return "".join(getattr(block, "text", "") for block in result.content)

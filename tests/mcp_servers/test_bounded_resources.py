@@ -18,11 +18,7 @@ from rollwire.mcp_servers.tasks.solve import play
 
 from rollwire.serving import ServerThread
 from rollwire.settings import GatewaySettings, McpSettings
-from tests.mcp_servers.conftest import ENV_SECRET, EnvServers, gateway_stack
-
-
-def _text(result: object) -> str:
-    return "".join(getattr(b, "text", "") for b in result.content)  # type: ignore[attr-defined]
+from tests.mcp_servers.conftest import ENV_SECRET, EnvServers, gateway_stack, result_text
 
 
 def test_tool_call_budget_survives_a_gateway_restart(env_servers: EnvServers, store_url: str) -> None:
@@ -52,7 +48,7 @@ def test_big_tool_results_are_cut_and_marked(env_servers: EnvServers, store_url:
     async def scenario() -> str:
         async with Client(stack.mcp_url(token)) as client:
             await client.call_tool("write_file", {"path": "big.txt", "content": "z" * 15_000})
-            return _text(await client.call_tool("read_file", {"path": "big.txt"}))
+            return result_text(await client.call_tool("read_file", {"path": "big.txt"}))
 
     with server:
         text = anyio.run(scenario)

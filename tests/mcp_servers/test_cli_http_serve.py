@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +17,8 @@ from mcp import Client
 from rollwire.serving import listening_socket
 from rollwire.store import Rollout, RolloutStatus, Run, session_scope
 from rollwire.store.db import open_engine
+
+from tests.polling import wait_until
 
 
 @contextmanager
@@ -35,15 +36,15 @@ def _serving(args: list[str], home: Path) -> Iterator[str]:
         proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, pass_fds=(fd,))
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:  # readiness poll of a separate process (no event to wait on)
+
+        def ready() -> bool:  # a separate process: no event to wait on
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
             try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
+                return httpx.get(url + "/health", timeout=1).status_code == 200
             except httpx.TransportError:
-                assert time.monotonic() < deadline, "server did not start"
-                time.sleep(0.1)
+                return False
+
+        wait_until(ready, "the server's /health", timeout_s=60, every_s=0.1)
         yield url
     finally:
         proc.terminate()

@@ -11,13 +11,9 @@ import anyio
 from mcp import Client
 from rollwire.mcp_servers.server_config import UpstreamSpec
 
-from tests.mcp_servers.conftest import EnvServers, gateway_stack
+from tests.mcp_servers.conftest import EnvServers, gateway_stack, result_text
 
 CRASHY = UpstreamSpec("crashy", command=sys.executable, args=(str(Path(__file__).with_name("crash_server.py")),))
-
-
-def _text(result: object) -> str:
-    return "".join(getattr(b, "text", "") for b in result.content)  # type: ignore[attr-defined]
 
 
 def test_failures_are_tool_errors_and_others_keep_working(env_servers: EnvServers, store_url: str) -> None:
@@ -37,22 +33,22 @@ def test_failures_are_tool_errors_and_others_keep_working(env_servers: EnvServer
             async with Client(stack.mcp_url(victim)) as v, Client(stack.mcp_url(other)) as o:
                 names = {t.name for t in (await v.list_tools()).tools}
                 assert names == {"echo", "crash", "hang", "write_file", "read_file"}  # list_files/delete_file filtered
-                assert _text(await v.call_tool("echo", {"text": "hi"})) == "hi"
+                assert result_text(await v.call_tool("echo", {"text": "hi"})) == "hi"
                 crashed = await v.call_tool("crash", {})
-                assert crashed.is_error and "crashy" in _text(crashed) and "failed" in _text(crashed)
+                assert crashed.is_error and "crashy" in result_text(crashed) and "failed" in result_text(crashed)
                 assert (await o.call_tool("write_file", {"path": "answer.txt", "content": "sun"})).is_error is False
-                assert _text(await v.call_tool("echo", {"text": "back"})) == "back"  # reconnected after the crash
+                assert result_text(await v.call_tool("echo", {"text": "back"})) == "back"  # reconnected after the crash
                 with anyio.fail_after(20):
                     hung = await v.call_tool("hang", {})
-                assert hung.is_error and "timed out after 3s" in _text(hung)
+                assert hung.is_error and "timed out after 3s" in result_text(hung)
                 bad = await v.call_tool("write_file", {"path": "x.txt"})
-                assert bad.is_error and "content" in _text(bad)
+                assert bad.is_error and "content" in result_text(bad)
                 denied = await v.call_tool("list_files", {})
-                assert denied.is_error and "not allowed" in _text(denied)
+                assert denied.is_error and "not allowed" in result_text(denied)
                 await v.call_tool("echo", {"text": "sixth"})
                 limited = await v.call_tool("echo", {"text": "seventh"})
-                assert limited.is_error and "limit reached" in _text(limited)
-                assert _text(await o.call_tool("read_file", {"path": "answer.txt"})) == "sun"
+                assert limited.is_error and "limit reached" in result_text(limited)
+                assert result_text(await o.call_tool("read_file", {"path": "answer.txt"})) == "sun"
 
         anyio.run(scenario)
         events = stack.events("victim")
@@ -73,10 +69,10 @@ def test_idle_connections_are_closed(env_servers: EnvServers, store_url: str) ->
 
         async def scenario() -> list[str]:
             async with Client(stack.mcp_url(token)) as client:
-                first = _text(await client.call_tool("echo", {"text": "one"}))
+                first = result_text(await client.call_tool("echo", {"text": "one"}))
                 pool = stack.app.state.gateway.pool
                 closed = pool.close_idle(now=10**9)
-                again = _text(await client.call_tool("echo", {"text": "two"}))  # reopened on demand
+                again = result_text(await client.call_tool("echo", {"text": "two"}))  # reopened on demand
                 return [first, str(closed), again]
 
         assert anyio.run(scenario) == ["one", "1", "two"]

@@ -10,7 +10,6 @@ requests reach the harness as input-required rounds, and logging is opted into p
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +20,9 @@ from rollwire.mcp_servers.server_config import UpstreamSpec
 from sqlmodel import select
 
 from rollwire.store import McpMessage, ToolEvent, session_scope
-from tests.mcp_servers.conftest import EnvServers, GatewayStack, gateway_stack
+from tests.polling import wait_until
+from tests.mcp_servers.conftest import EnvServers, GatewayStack, gateway_stack, result_text
 from tests.mcp_servers.npm_servers import npm_server
-
-
-def _text(result: Any) -> str:
-    return "".join(getattr(b, "text", "") for b in result.content)
 
 
 def _messages(stack: GatewayStack, rollout_id: str) -> list[McpMessage]:
@@ -35,13 +31,8 @@ def _messages(stack: GatewayStack, rollout_id: str) -> list[McpMessage]:
         return list(session.exec(query))
 
 
-def _poll(read: Any, ok: Any, deadline_s: float = 10.0) -> Any:
-    deadline = time.monotonic() + deadline_s
-    while True:
-        found = read()
-        if ok(found) or time.monotonic() > deadline:
-            return found
-        time.sleep(0.05)
+def _cancelled(events: list[ToolEvent]) -> bool:
+    return any(event.error == "cancelled by the harness" for event in events)
 
 
 async def _cancel_recorded(stack: GatewayStack, rollout_id: str, deadline_s: float = 20.0) -> None:
@@ -119,10 +110,10 @@ def test_everything_server_through_the_gateway(env_servers: EnvServers, store_ur
                     progress.append(value)
 
                 done = await client.call_tool("trigger-long-running-operation", {"duration": 1, "steps": 4}, progress_callback=on_progress)
-                seen["progress"], seen["long"] = progress, _text(done)
-                seen["sampled"] = _text(await client.call_tool("trigger-sampling-request", {"prompt": "hi", "maxTokens": 5}))
-                seen["elicited"] = _text(await client.call_tool("trigger-elicitation-request", {}))
-                seen["roots"] = _text(await client.call_tool("get-roots-list", {}))
+                seen["progress"], seen["long"] = progress, result_text(done)
+                seen["sampled"] = result_text(await client.call_tool("trigger-sampling-request", {"prompt": "hi", "maxTokens": 5}))
+                seen["elicited"] = result_text(await client.call_tool("trigger-elicitation-request", {}))
+                seen["roots"] = result_text(await client.call_tool("get-roots-list", {}))
 
                 await client.session.send_request(types.SetLevelRequest(params=types.SetLevelRequestParams(level="debug")), types.EmptyResult)
                 await client.call_tool("toggle-simulated-logging", {})
@@ -160,11 +151,10 @@ def test_everything_server_through_the_gateway(env_servers: EnvServers, store_ur
         assert harness.logs and harness.updated == ["demo://resource/dynamic/text/1"] * len(harness.updated)
         assert seen["cancelled"]
 
-        events = _poll(lambda: stack.events("full"), lambda e: any(x.error == "cancelled by the harness" for x in e))
+        events = wait_until(lambda: stack.events("full"), "the cancelled call's event", ok=_cancelled)
         assert events[-1].tool == "trigger-long-running-operation" and events[-1].error == "cancelled by the harness"
-        messages = _poll(
-            lambda: _messages(stack, "full"), lambda m: any(x.method == "notifications/cancelled" for x in m)
-        )
+        messages = wait_until(lambda: _messages(stack, "full"), "the cancellation's message",
+                              ok=lambda found: any(m.method == "notifications/cancelled" for m in found))
         _check_order(messages, events)
 
 
@@ -209,9 +199,9 @@ def test_a_2026_harness_answers_server_requests_in_rounds(env_servers: EnvServer
             seen: dict[str, Any] = {}
             async with harness.client(stack.mcp_url(token), mode="auto") as client:
                 seen["version"] = client.protocol_version
-                seen["sampled"] = _text(await client.call_tool("trigger-sampling-request", {"prompt": "hi", "maxTokens": 5}))
-                seen["elicited"] = _text(await client.call_tool("trigger-elicitation-request", {}))
-                seen["roots"] = _text(await client.call_tool("get-roots-list", {}))
+                seen["sampled"] = result_text(await client.call_tool("trigger-sampling-request", {"prompt": "hi", "maxTokens": 5}))
+                seen["elicited"] = result_text(await client.call_tool("trigger-elicitation-request", {}))
+                seen["roots"] = result_text(await client.call_tool("get-roots-list", {}))
                 progress: list[float] = []
 
                 async def on_progress(value: float, _total: float | None, _message: str | None) -> None:
@@ -233,7 +223,7 @@ def test_a_2026_harness_answers_server_requests_in_rounds(env_servers: EnvServer
         assert seen["version"] == "2026-07-28"
         assert "harness-sampled" in seen["sampled"] and "teal" in seen["elicited"] and "harness-root" in seen["roots"]
         assert seen["progress"] == [1.0, 2.0] and seen["cancelled"]
-        events = _poll(lambda: stack.events("modern"), lambda e: any(x.error == "cancelled by the harness" for x in e))
+        events = wait_until(lambda: stack.events("modern"), "the cancelled call's event", ok=_cancelled)
         assert [(e.tool, e.is_error) for e in events[:4]] == [
             ("trigger-sampling-request", False), ("trigger-elicitation-request", False), ("get-roots-list", False),
             ("trigger-long-running-operation", False),

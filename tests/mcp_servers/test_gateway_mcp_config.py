@@ -18,12 +18,8 @@ from rollwire.mcp_servers.state import ROLLOUT_HEADER
 
 from rollwire.cli.__main__ import main
 from rollwire.serving import ServerThread
-from tests.mcp_servers.conftest import EnvServers, gateway_stack
+from tests.mcp_servers.conftest import EnvServers, gateway_stack, result_text
 from tests.mcp_servers.npm_servers import npm_server
-
-
-def _text(result: object) -> str:
-    return "".join(getattr(b, "text", "") for b in result.content)  # type: ignore[attr-defined]
 
 
 def _suite(tmp_path: Path, servers: list[str], mcp_servers: dict[str, object]) -> Path:
@@ -111,7 +107,7 @@ def test_http_upstream_gets_the_rollout_identity(env_servers: EnvServers, store_
                 seen = {}
                 for rollout_id, token in tokens.items():
                     async with Client(stack.mcp_url(token)) as client:
-                        seen[rollout_id] = _text(await client.call_tool("whoami", {}))
+                        seen[rollout_id] = result_text(await client.call_tool("whoami", {}))
                 return seen
 
             assert anyio.run(scenario) == {"http-a": "http-a|team-http-a", "http-b": "http-b|team-http-b"}

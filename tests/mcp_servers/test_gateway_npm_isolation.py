@@ -6,7 +6,6 @@ never sees what rollout A wrote, and a rollout's processes close when it ends an
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import anyio
@@ -15,24 +14,14 @@ from rollwire.mcp_servers.server_config import UpstreamSpec
 
 from rollwire.rollouts import RolloutBook
 from rollwire.store import RolloutStatus
-from tests.mcp_servers.conftest import EnvServers, gateway_stack
+from tests.polling import wait_until
+from tests.mcp_servers.conftest import EnvServers, gateway_stack, result_text
 from tests.mcp_servers.npm_servers import npm_server, processes_mentioning, rollouts_running
 
 
 def _memory(tmp_path: Path) -> UpstreamSpec:
     raw = {"command": npm_server("mcp-server-memory"), "env": {"MEMORY_FILE_PATH": "{rollout_dir}/graph.jsonl"}}
     return UpstreamSpec.from_dict("memory", raw)
-
-
-def _text(result: object) -> str:
-    return "".join(getattr(b, "text", "") for b in result.content)  # type: ignore[attr-defined]
-
-
-def _wait_until(condition, deadline_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + deadline_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting: {what}"
-        time.sleep(0.05)
 
 
 def test_state_is_per_rollout_and_processes_close_when_it_ends(env_servers: EnvServers, store_url: str, tmp_path: Path) -> None:
@@ -48,10 +37,10 @@ def test_state_is_per_rollout_and_processes_close_when_it_ends(env_servers: EnvS
             async with Client(stack.mcp_url(token_a)) as a, Client(stack.mcp_url(token_b)) as b:
                 entity = {"name": "secret-of-a", "entityType": "note", "observations": ["only A knows"]}
                 assert not (await a.call_tool("create_entities", {"entities": [entity]})).is_error
-                seen_by_b = _text(await b.call_tool("read_graph", {}))
+                seen_by_b = result_text(await b.call_tool("read_graph", {}))
                 await b.call_tool("create_entities", {"entities": [{**entity, "name": "b-own", "observations": []}]})
-                seen_by_a = _text(await a.call_tool("read_graph", {}))
-                return seen_by_a, seen_by_b, _text(await b.call_tool("search_nodes", {"query": "secret"}))
+                seen_by_a = result_text(await a.call_tool("read_graph", {}))
+                return seen_by_a, seen_by_b, result_text(await b.call_tool("search_nodes", {"query": "secret"}))
 
         seen_by_a, seen_by_b, b_search = anyio.run(scenario)
         assert "secret-of-a" in seen_by_a and "b-own" not in seen_by_a
@@ -62,7 +51,7 @@ def test_state_is_per_rollout_and_processes_close_when_it_ends(env_servers: EnvS
         assert len(processes_mentioning(str(root / "iso-a"))) >= 1 and len(processes_mentioning(str(root / "iso-b"))) >= 1
 
         RolloutBook(stack.engine).set_status("iso-a", RolloutStatus.FINISHED)
-        _wait_until(lambda: not processes_mentioning(str(root / "iso-a")), 15, "rollout A's server to close")
+        wait_until(lambda: not processes_mentioning(str(root / "iso-a")), "rollout A's server to close", timeout_s=15)
         assert processes_mentioning(str(root / "iso-b")), "rollout B is still running: its server stays"
     assert not processes_mentioning(str(root)), "the gateway stopped: no server of any rollout is left"
 
@@ -81,7 +70,7 @@ def test_fifty_rollouts_leave_nothing_running(env_servers: EnvServers, store_url
             async with Client(stack.mcp_url(token)) as client:
                 entity = {"name": rollout_id, "entityType": "run", "observations": []}
                 assert not (await client.call_tool("create_entities", {"entities": [entity]})).is_error
-                assert json.loads(_text(await client.call_tool("read_graph", {})))["entities"][0]["name"] == rollout_id
+                assert json.loads(result_text(await client.call_tool("read_graph", {})))["entities"][0]["name"] == rollout_id
 
         async def scenario() -> None:
             limiter = anyio.Semaphore(5)
@@ -98,6 +87,6 @@ def test_fifty_rollouts_leave_nothing_running(env_servers: EnvServers, store_url
 
         anyio.run(scenario)
         still = {rollout_id for rollout_id in tokens if rollout_id >= "many-45"}
-        _wait_until(lambda: rollouts_running(root) <= still, 60, "the ended rollouts' servers to close")
+        wait_until(lambda: rollouts_running(root) <= still, "the ended rollouts' servers to close", timeout_s=60)
         assert {p.name for p in root.iterdir()} == set(tokens)
     assert not processes_mentioning(str(root)), "the gateway stopped: no server of any rollout is left"

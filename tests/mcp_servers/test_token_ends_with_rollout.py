@@ -26,6 +26,7 @@ from rollwire.settings import EngineSettings, ProxySettings
 from rollwire.store import ModelCall, RolloutStatus, ToolEvent, open_engine, session_scope
 from rollwire.store.direct import DirectInsert
 from rollwire.store.writer import RowWriter
+from tests.polling import wait_until
 from tests.mcp_servers.conftest import EnvServers, gateway_stack
 from trainer.stream import StreamConfig, TrajectoryStream
 
@@ -148,15 +149,17 @@ def test_the_store_refuses_records_for_an_ended_rollout(any_store_url: str, only
 
 def _wait_for_a_lock_wait(engine: Engine) -> None:
     """Until another session of this database waits for a lock (Postgres says so in ``pg_stat_activity``)."""
-    deadline = time.monotonic() + 30
     query = text(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
     )
     with engine.connect() as conn:
-        while conn.execute(query).scalar_one() == 0:
-            assert time.monotonic() < deadline, "the move never waited for the insert's lock"
+
+        def waiting() -> int:
+            found = conn.execute(query).scalar_one()
             conn.rollback()  # a fresh snapshot of the activity view next time
-            time.sleep(0.01)
+            return int(found)
+
+        wait_until(waiting, "the move to wait for the insert's lock", every_s=0.01)
 
 
 @pytest.mark.parametrize("target", [RolloutStatus.SCORING, RolloutStatus.FINISHED])

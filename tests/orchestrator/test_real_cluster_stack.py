@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import os
 import secrets
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cluster_stack import orchestrator_job, probe_pod, secrets_for, stack
+
+from tests.polling import wait_until
 
 KUBECONFIG = os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config"))
 pytestmark = [
@@ -31,15 +32,6 @@ pytestmark = [
 REGISTRY = os.environ.get("ROLLWIRE_TEST_IMAGE_REGISTRY", "")
 INTERNET = os.environ.get("ROLLWIRE_TEST_INTERNET_URL", "http://1.1.1.1")
 SUITE, GROUP = "tiny", 2
-
-
-def _until(what: str, check: Callable[[], bool], timeout_s: float) -> None:
-    """Poll the API for a real condition, with a deadline (a cluster pushes nothing to a test)."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(2)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +48,8 @@ def cluster() -> Iterator[tuple[Any, str]]:
         for kind, name in (("deployment", "proxy"), ("deployment", "gateway"), ("deployment", "mcp-envs"),
                            ("deployment", "vllm"), ("statefulset", "postgres")):  # fmt: skip
             read = apps.read_namespaced_deployment_status if kind == "deployment" else apps.read_namespaced_stateful_set_status
-            _until(f"{kind} {name} ready", lambda: (read(name, namespace).status.ready_replicas or 0) >= 1, 600)
+            wait_until(lambda: (read(name, namespace).status.ready_replicas or 0) >= 1, f"{kind} {name} ready",
+                       timeout_s=600, every_s=2)  # a cluster pushes nothing to a test
         yield api, namespace
     finally:
         core.delete_namespace(namespace, propagation_policy="Foreground")
@@ -67,7 +60,7 @@ def _finished_pod_log(core: Any, namespace: str, selector: str, timeout_s: float
         pods = core.list_namespaced_pod(namespace, label_selector=selector).items
         return bool(pods) and pods[0].status.phase in ("Succeeded", "Failed")
 
-    _until(f"pod {selector} to finish", done, timeout_s)
+    wait_until(done, f"pod {selector} to finish", timeout_s=timeout_s, every_s=2)
     pod = core.list_namespaced_pod(namespace, label_selector=selector).items[0]
     return pod.status.phase, core.read_namespaced_pod_log(pod.metadata.name, namespace)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from rollwire.proxy.app import create_app
 
@@ -88,6 +89,21 @@ def start_proxy(tiny_model_dir: Path, tmp_path: Path) -> Iterator[Callable[..., 
         client.close()
     for server in servers:
         server.stop()
+
+
+OpenAIRollout = Callable[[str], tuple[Proxy, openai.OpenAI, dict[str, Any]]]
+"""``openai_rollout(upstream)``: a proxy in front of ``upstream``, one new rollout on it, and the official OpenAI
+client pointed at that rollout."""
+
+
+@pytest.fixture()
+def openai_rollout(start_proxy: Callable[..., Proxy]) -> OpenAIRollout:
+    def start(upstream: str) -> tuple[Proxy, openai.OpenAI, dict[str, Any]]:
+        proxy = start_proxy(upstream)
+        rollout = proxy.new_rollout()
+        return proxy, openai.OpenAI(base_url=rollout["base_url"], api_key="x", max_retries=0), rollout
+
+    return start
 
 
 @pytest.fixture()

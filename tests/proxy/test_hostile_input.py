@@ -9,7 +9,6 @@ import json
 import logging
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from starlette.routing import Route
 from rollwire.request_body import read_json_text
 from rollwire.serving import ServerThread
 from rollwire.store import ModelCall, decode_ids, open_engine
+from tests.polling import wait_until
 from tests.proxy.conftest import Proxy
 from tests.proxy.upstream_shim import UpstreamShim, shimmed_engine
 
@@ -156,15 +156,6 @@ def shimmed(tiny_model_dir: Path, tmp_path: Path) -> Iterator[tuple[str, Upstrea
         yield found
 
 
-def _wait_for(condition: Callable[[], Any], timeout: float = 60.0) -> Any:
-    """Re-check a store condition until it holds (the proxy records after the client is gone)."""
-    deadline = time.monotonic() + timeout
-    while (found := condition()) is None:
-        assert time.monotonic() < deadline, "timed out waiting for the store"
-        time.sleep(0.05)
-    return found
-
-
 @pytest.mark.parametrize("dialect", list(DIALECTS))
 def test_a_non_streaming_client_that_hangs_up_stops_its_generation(
     start_proxy: Callable[..., Proxy], shimmed: tuple[str, UpstreamShim], served_model: str, dialect: str
@@ -181,7 +172,8 @@ def test_a_non_streaming_client_that_hangs_up_stops_its_generation(
     with socket.create_connection((url.hostname, url.port), timeout=60) as sock:
         sock.sendall(f"{head}Content-Length: {len(data)}\r\n\r\n".encode() + data)
         assert shim.streaming.wait(60), "the engine never started"
-    row = _wait_for(lambda: next(iter(_calls(proxy.store_url)), None))
+    row = wait_until(lambda: next(iter(_calls(proxy.store_url)), None), "the call's row (recorded after the hang-up)",
+                     timeout_s=60)
     assert row.status == "partial" and row.finish_reason == "abort", (row.status, row.error)
     assert "client left" in (row.error or "")
     assert 0 < len(decode_ids(row.completion_ids)) < 4000

@@ -19,7 +19,7 @@ from rollwire.settings import ProxySettings
 from rollwire.store import encode_ids, open_engine
 from tests.proxy.asgi_log import SentLog
 from tests.proxy.conftest import OPERATOR_KEY, Proxy, admin_client
-from tests.proxy.test_store_writer import _full_row
+from tests.core.test_store_writer import _full_row
 
 
 def test_an_answer_leaves_before_its_call_settles(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from rollwire.store import ModelCall, decode_ids, open_engine, session_scope
 from rollwire.store.schema import ENGINE_FAILED
 from rollwire.tokenizers import load_tokenizer
 from tests.proxy.asgi_log import SentLog
-from tests.proxy.conftest import OPERATOR_KEY, Proxy, admin_client
+from tests.proxy.conftest import OPERATOR_KEY, OpenAIRollout, Proxy, admin_client
 
 TWO_CALLS = (
     "<think>\nplan it\n</think>\n\n"
@@ -101,18 +101,12 @@ def scripted(tiny_model_dir: Path) -> Iterator[tuple[str, Script]]:
         yield server.url, script
 
 
-def _client(start_proxy: Callable[..., Proxy], url: str) -> tuple[Proxy, openai.OpenAI, dict[str, Any]]:
-    proxy = start_proxy(url)
-    rollout = proxy.new_rollout()
-    return proxy, openai.OpenAI(base_url=rollout["base_url"], api_key="x", max_retries=0), rollout
-
-
 def test_parallel_calls_and_reasoning_non_streamed(
-    start_proxy: Callable[..., Proxy], scripted: tuple[str, Script]
+    openai_rollout: OpenAIRollout, scripted: tuple[str, Script]
 ) -> None:
     url, script = scripted
     script.text = TWO_CALLS
-    proxy, client, rollout = _client(start_proxy, url)
+    proxy, client, rollout = openai_rollout(url)
     out = client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS)
     message = out.choices[0].message
     assert out.choices[0].finish_reason == "tool_calls"
@@ -128,12 +122,12 @@ def test_parallel_calls_and_reasoning_non_streamed(
 
 @pytest.mark.parametrize("upstream_streams", [True, False])
 def test_tool_call_deltas_assemble(
-    start_proxy: Callable[..., Proxy], scripted: tuple[str, Script], upstream_streams: bool
+    openai_rollout: OpenAIRollout, scripted: tuple[str, Script], upstream_streams: bool
 ) -> None:
     url, script = scripted
     script.text = TWO_CALLS
     script.streams = upstream_streams
-    _, client, _ = _client(start_proxy, url)
+    _, client, _ = openai_rollout(url)
     stream = client.chat.completions.create(
         model="m", messages=MESSAGES, tools=TOOLS, stream=True, stream_options={"include_usage": True}
     )
@@ -161,10 +155,10 @@ def test_tool_call_deltas_assemble(
     assert calls_before_reasoning_ended is False
 
 
-def test_tool_choice_none_and_parallel_off(start_proxy: Callable[..., Proxy], scripted: tuple[str, Script]) -> None:
+def test_tool_choice_none_and_parallel_off(openai_rollout: OpenAIRollout, scripted: tuple[str, Script]) -> None:
     url, script = scripted
     script.text = TWO_CALLS
-    _, client, _ = _client(start_proxy, url)
+    _, client, _ = openai_rollout(url)
     none = client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS, tool_choice="none")
     assert none.choices[0].message.tool_calls is None and "<tool_call>" in (none.choices[0].message.content or "")
     assert none.choices[0].finish_reason == "stop"
@@ -173,10 +167,10 @@ def test_tool_choice_none_and_parallel_off(start_proxy: Callable[..., Proxy], sc
 
 
 def test_required_prefills_the_prompt_and_unparseable_is_text(
-    start_proxy: Callable[..., Proxy], scripted: tuple[str, Script]
+    openai_rollout: OpenAIRollout, scripted: tuple[str, Script]
 ) -> None:
     url, script = scripted
-    _, client, _ = _client(start_proxy, url)
+    _, client, _ = openai_rollout(url)
     script.text = 'get_time", "arguments": {}}\n</tool_call>'
     out = client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS, tool_choice="required")
     assert [c.function.name for c in out.choices[0].message.tool_calls or []] == ["get_time"]
@@ -189,23 +183,23 @@ def test_required_prefills_the_prompt_and_unparseable_is_text(
 
 
 def test_unset_max_tokens_is_the_rest_of_the_context(
-    start_proxy: Callable[..., Proxy], scripted: tuple[str, Script]
+    openai_rollout: OpenAIRollout, scripted: tuple[str, Script]
 ) -> None:
     """As OpenAI and vLLM's chat route: no max_tokens means up to the context's end, not the engine's 16."""
     url, script = scripted
     script.text = "ok"
-    _, client, _ = _client(start_proxy, url)
+    _, client, _ = openai_rollout(url)
     client.chat.completions.create(model="m", messages=MESSAGES)
     client.chat.completions.create(model="m", messages=MESSAGES, max_completion_tokens=9)
     assert script.max_tokens == [4096 - len(script.prompts[0]), 9]
 
 
 def test_stop_string_is_cut_from_the_answer_but_kept_in_the_ids(
-    start_proxy: Callable[..., Proxy], scripted: tuple[str, Script]
+    openai_rollout: OpenAIRollout, scripted: tuple[str, Script]
 ) -> None:
     url, script = scripted
     script.text = "alpha STOP beta"
-    proxy, client, rollout = _client(start_proxy, url)
+    proxy, client, rollout = openai_rollout(url)
     out = client.chat.completions.create(model="m", messages=MESSAGES, stop=["STOP"])
     assert out.choices[0].message.content == "alpha "
     segment = proxy.admin.get(f"/admin/v1/rollouts/{rollout['id']}/trajectory").json()["segments"][0]
@@ -213,12 +207,12 @@ def test_stop_string_is_cut_from_the_answer_but_kept_in_the_ids(
 
 
 def test_an_upstream_failing_mid_stream_is_an_error_event_and_an_error_row(
-    start_proxy: Callable[..., Proxy], scripted: tuple[str, Script]
+    openai_rollout: OpenAIRollout, scripted: tuple[str, Script]
 ) -> None:
     url, script = scripted
     script.text = "one two three four five six seven eight"
     script.fail_after = 4
-    proxy, client, rollout = _client(start_proxy, url)
+    proxy, client, rollout = openai_rollout(url)
     with pytest.raises(openai.APIError, match="engine fell over"):
         for _ in client.chat.completions.create(model="m", messages=MESSAGES, stream=True):
             pass
@@ -226,17 +220,18 @@ def test_an_upstream_failing_mid_stream_is_an_error_event_and_an_error_row(
     with session_scope(engine) as session:
         rows = list(session.exec(select(ModelCall).where(ModelCall.rollout_id == rollout["id"])).all())
     engine.dispose()
-    assert [(r.status, r.finish_reason, len(decode_ids(r.completion_ids))) for r in rows] == [(ENGINE_FAILED, "abort", 4)]
+    recorded = [(r.status, r.finish_reason, len(decode_ids(r.completion_ids))) for r in rows]
+    assert recorded == [(ENGINE_FAILED, "abort", 4)]
     assert "engine fell over" in (rows[0].error or "")
 
 
 def test_the_engine_reported_version_beats_the_published_one(
-    start_proxy: Callable[..., Proxy], scripted: tuple[str, Script]
+    openai_rollout: OpenAIRollout, scripted: tuple[str, Script]
 ) -> None:
     # the engine knows which weights sampled an answer; a published version can lag or lead its reload
     url, script = scripted
     script.text = "hi"
-    proxy, client, rollout = _client(start_proxy, url)
+    proxy, client, rollout = openai_rollout(url)
     assert proxy.admin.post("/admin/v1/policy_version", json={"version": 3}).status_code == 200
     client.chat.completions.create(model="m", messages=MESSAGES)
     trajectory = proxy.admin.get(f"/admin/v1/rollouts/{rollout['id']}/trajectory").json()
@@ -278,7 +273,7 @@ def test_a_streamed_answers_tail_leaves_in_one_write(
 
 
 def test_text_streams_as_it_arrives_and_a_packet_of_tokens_is_one_delta(
-    start_proxy: Callable[..., Proxy], tiny_model_dir: Path
+    openai_rollout: OpenAIRollout, tiny_model_dir: Path
 ) -> None:
     """The engine's chunks that arrive together (one packet) are read as one: their text is one delta. A later
     packet is another: the first delta reaches the client while the engine still holds the rest (the engine
@@ -306,7 +301,7 @@ def test_text_streams_as_it_arrives_and_a_packet_of_tokens_is_one_delta(
 
     app = Starlette(routes=[Route("/v1/models", models), Route("/v1/completions", completions, methods=["POST"])])
     with ServerThread(app) as upstream:
-        _, client, _ = _client(start_proxy, upstream.url)
+        _, client, _ = openai_rollout(upstream.url)
         deltas = []
         for chunk in client.chat.completions.create(model="m", messages=MESSAGES, stream=True):
             text = chunk.choices[0].delta.content if chunk.choices else None

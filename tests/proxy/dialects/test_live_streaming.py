@@ -5,7 +5,6 @@ and a client that leaves mid-stream stops the engine and leaves one partial row 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from sqlmodel import select
 from transformers import AutoTokenizer
 
 from rollwire.store import ModelCall, decode_ids, open_engine, session_scope
+from tests.polling import wait_until
 from tests.proxy.dialects.conftest import Stack
 
 LONG = 256
@@ -156,11 +156,8 @@ def test_a_client_leaving_mid_stream_stops_the_engine_and_leaves_a_partial_row(d
         for line in response.iter_lines():
             if line.startswith("data: ") and json.loads(line[6:])["choices"][0]["delta"].get("content"):
                 break  # leave after the first text
-    rows: list[ModelCall] = []
-    deadline = time.monotonic() + 30
-    while not rows and time.monotonic() < deadline:
-        time.sleep(0.1)  # the proxy notices the disconnect on its own schedule; nothing to wait on but the store
-        rows = _rows(dialect_stack, rollout["id"])
+    # the proxy notices the disconnect on its own schedule; nothing to wait on but the store
+    rows = wait_until(lambda: _rows(dialect_stack, rollout["id"]), "the partial call's row", every_s=0.1)
     assert [(r.status, r.finish_reason) for r in rows] == [("partial", "abort")]
     sampled = decode_ids(rows[0].completion_ids)
     assert 0 < len(sampled) < 4000 and "client left" in (rows[0].error or "")

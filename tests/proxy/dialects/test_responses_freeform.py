@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from sqlmodel import select
 from rollwire.store import ModelCall, open_engine, session_scope
 from rollwire.tokenizers import load_tokenizer
 from tests.proxy import test_tool_call_stream as upstream
-from tests.proxy.conftest import Proxy
+from tests.proxy.conftest import OpenAIRollout
 from tests.proxy.dialects.conftest import Stack
 from tests.proxy.test_tool_call_stream import Script
 
@@ -87,12 +86,6 @@ def test_hosted_tools_are_left_out_and_recorded(dialect_stack: Stack) -> None:
     assert left_out == [[], [{"type": t["type"], "at": f"tools[{i + 1}]"} for i, t in enumerate(HOSTED)]]
 
 
-def _client(start_proxy: Callable[..., Proxy], url: str) -> tuple[Proxy, openai.OpenAI, dict[str, Any]]:
-    proxy = start_proxy(url)
-    rollout = proxy.new_rollout()
-    return proxy, openai.OpenAI(base_url=rollout["base_url"], api_key="x", max_retries=0), rollout
-
-
 def _ask(client: openai.OpenAI, items: list[Any], stream: bool) -> tuple[Any, list[Any]]:
     """The final response, and (streamed) every event the SDK parsed."""
     body: Any = {"model": "m", "input": [ADDITIONAL, *items], "parallel_tool_calls": False}
@@ -105,11 +98,11 @@ def _ask(client: openai.OpenAI, items: list[Any], stream: bool) -> tuple[Any, li
 
 @pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
 def test_a_sampled_freeform_call_goes_back_as_custom_tool_call(
-    start_proxy: Callable[..., Proxy], scripted: tuple[str, Script], stream: bool
+    openai_rollout: OpenAIRollout, scripted: tuple[str, Script], stream: bool
 ) -> None:
     url, script = scripted
     script.text = CALL
-    _, client, _ = _client(start_proxy, url)
+    _, client, _ = openai_rollout(url)
     out, events = _ask(client, INPUT, stream)
     calls = [item for item in out.output if item.type == "custom_tool_call"]
     assert [(c.name, c.namespace, c.input) for c in calls] == [("exec", None, SOURCE)]
@@ -131,11 +124,11 @@ def test_a_sampled_freeform_call_goes_back_as_custom_tool_call(
 )
 @pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
 def test_the_freeform_call_carried_back_splices_onto_the_exact_ids(
-    start_proxy: Callable[..., Proxy], scripted: tuple[str, Script], stream: bool, output: Any
+    openai_rollout: OpenAIRollout, scripted: tuple[str, Script], stream: bool, output: Any
 ) -> None:
     url, script = scripted
     script.text = CALL
-    proxy, client, rollout = _client(start_proxy, url)
+    proxy, client, rollout = openai_rollout(url)
     out, _ = _ask(client, INPUT, stream)
     sampled = script.ids()
     carried = [item.model_dump(exclude_none=True) for item in out.output]  # as Codex carries them back

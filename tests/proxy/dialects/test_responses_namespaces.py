@@ -6,7 +6,6 @@ history renders as what was sampled, so the next call splices onto the exact ids
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 
 from rollwire.tokenizers import load_tokenizer
 from tests.proxy import test_tool_call_stream as upstream
-from tests.proxy.conftest import Proxy
+from tests.proxy.conftest import OpenAIRollout
 from tests.proxy.dialects.conftest import Stack
 from tests.proxy.test_tool_call_stream import Script
 
@@ -74,12 +73,6 @@ def test_the_template_sees_each_namespaced_function_as_one_flat_tool(
     assert '"namespace"' not in prompt
 
 
-def _client(start_proxy: Callable[..., Proxy], url: str) -> tuple[Proxy, openai.OpenAI, dict[str, Any]]:
-    proxy = start_proxy(url)
-    rollout = proxy.new_rollout()
-    return proxy, openai.OpenAI(base_url=rollout["base_url"], api_key="x", max_retries=0), rollout
-
-
 def _ask(client: openai.OpenAI, items: list[Any], stream: bool) -> tuple[Any, list[Any]]:
     """The final response, and (streamed) every event the SDK parsed."""
     if not stream:
@@ -91,13 +84,13 @@ def _ask(client: openai.OpenAI, items: list[Any], stream: bool) -> tuple[Any, li
 
 @pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
 def test_a_sampled_call_goes_back_with_namespace_and_name(
-    start_proxy: Callable[..., Proxy],
+    openai_rollout: OpenAIRollout,
     scripted: tuple[str, Script],
     stream: bool,
 ) -> None:
     url, script = scripted
     script.text = CALL
-    _, client, _ = _client(start_proxy, url)
+    _, client, _ = openai_rollout(url)
     out, events = _ask(client, INPUT, stream)
     calls = [item for item in out.output if item.type == "function_call"]
     assert [(c.namespace, c.name, json.loads(c.arguments)) for c in calls] == [
@@ -115,13 +108,13 @@ def test_a_sampled_call_goes_back_with_namespace_and_name(
 
 @pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
 def test_the_call_carried_back_splices_onto_the_exact_ids(
-    start_proxy: Callable[..., Proxy],
+    openai_rollout: OpenAIRollout,
     scripted: tuple[str, Script],
     stream: bool,
 ) -> None:
     url, script = scripted
     script.text = CALL
-    proxy, client, rollout = _client(start_proxy, url)
+    proxy, client, rollout = openai_rollout(url)
     out, _ = _ask(client, INPUT, stream)
     sampled = script.ids()
     # as Codex sends it: the call with its namespace, then the tool's output
@@ -140,13 +133,13 @@ def test_the_call_carried_back_splices_onto_the_exact_ids(
 
 
 def test_a_call_without_its_namespace_does_not_splice(
-    start_proxy: Callable[..., Proxy],
+    openai_rollout: OpenAIRollout,
     scripted: tuple[str, Script],
 ) -> None:
     """The carried-back call must name the tool the model sampled: ``write_file`` alone is another tool."""
     url, script = scripted
     script.text = CALL
-    proxy, client, rollout = _client(start_proxy, url)
+    proxy, client, rollout = openai_rollout(url)
     out, _ = _ask(client, INPUT, stream=False)
     carried = [item.model_dump(exclude_none=True) for item in out.output]
     for item in carried:

@@ -1,0 +1,27 @@
+"""Waiting on state another process or thread changes where there is no event to wait on from outside (a store
+row, a gauge, the process list, a cluster's API): read it again until it holds, with a deadline that fails the
+test and says what it waited for. One helper, so every such wait is bounded and names what it waited on."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def wait_until(
+    read: Callable[[], T], what: str, *, ok: Callable[[T], Any] = bool, timeout_s: float = 30.0, every_s: float = 0.05
+) -> T:
+    """What ``read()`` returns once ``ok`` holds for it (by default: once it is truthy); an AssertionError naming
+    ``what`` and the last value read once ``timeout_s`` has passed."""
+    deadline = time.monotonic() + timeout_s
+    while not ok(found := read()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what} (last read: {found!r:.200})")
+        time.sleep(every_s)
+    return found
+
+
+__all__ = ["wait_until"]
