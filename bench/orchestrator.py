@@ -42,10 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "orchestr
 from fake_cluster import NAMESPACE, STATS_PATH  # noqa: E402
 
 from rollwire.harness_adapters.base import Launch, RolloutContext  # noqa: E402
-from rollwire.orchestrator.lifecycle import RolloutBook  # noqa: E402
-from rollwire.orchestrator.runtimes.kube_api import api_client_from_settings  # noqa: E402
-from rollwire.orchestrator.runtimes.kubernetes import KubernetesRuntime  # noqa: E402
-from rollwire.orchestrator.runtimes.local import LocalRuntime  # noqa: E402
+from rollwire.rollouts import RolloutBook  # noqa: E402
+from rollwire.orchestrator.runtimes.kubernetes.api import api_client_from_settings  # noqa: E402
+from rollwire.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime  # noqa: E402
+from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime  # noqa: E402
 from rollwire.sandbox import probe  # noqa: E402
 from rollwire.orchestrator.scheduler import Endpoints, RunPlan, Scheduler, TaskSpec  # noqa: E402
 from rollwire.orchestrator.scoring import ExitCodeScorer  # noqa: E402

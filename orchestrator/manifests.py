@@ -13,7 +13,7 @@ from rollwire.harness_adapters.base import RolloutContext
 from rollwire.harness_adapters.images import STACK_IMAGE, in_registry
 from rollwire.harness_adapters.registry import get_adapter
 from rollwire.orchestrator.runtimes.base import RolloutJob
-from rollwire.orchestrator.runtimes.pod_spec import build_pod, build_secret, run_configmap
+from rollwire.orchestrator.runtimes.kubernetes.pod_spec import build_pod, build_secret, run_configmap
 from rollwire.settings import KubernetesSettings
 
 DEFAULT_IMAGE = STACK_IMAGE

@@ -19,7 +19,7 @@ import anyio
 from rollwire.errors import RollwireError, UpstreamError, UpstreamTimeout
 from rollwire.harness_adapters.base import Adapter, RolloutContext
 from rollwire.orchestrator.checker_process import CheckerLimit
-from rollwire.orchestrator.lifecycle import PlannedRollout, RolloutBook
+from rollwire.rollouts import PlannedRollout, RolloutBook
 from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob, Runtime
 from rollwire.orchestrator.scoring import Scorer, ScoringInput
 from rollwire.settings import OrchestratorSettings

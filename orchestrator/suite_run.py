@@ -23,7 +23,7 @@ import anyio.to_thread
 from rollwire import sandbox
 from rollwire.errors import InvalidRequest, NotFound
 from rollwire.harness_adapters.base import Adapter, runs_model_code
-from rollwire.orchestrator.lifecycle import RolloutBook
+from rollwire.rollouts import RolloutBook
 from rollwire.orchestrator.runtimes.base import Runtime
 from rollwire.sandbox import state_folders
 from rollwire.orchestrator.scheduler import Endpoints, Progress, RunPlan, Scheduler, TaskSpec, live_rows
@@ -104,12 +104,12 @@ def build_runtime(
     """The runtime named ``kind``; its clients open when the caller enters it (``async with``). ``hidden``: the
     stack's state folders (store, env state), which a sandboxed local rollout must not see."""
     if kind == "local":
-        from rollwire.orchestrator.runtimes.local import LocalRuntime
+        from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
 
         return LocalRuntime(settings, host_env=dict(host_env), hidden=hidden)
     if kind == "kubernetes":
-        from rollwire.orchestrator.runtimes.kube_api import api_client_from_settings
-        from rollwire.orchestrator.runtimes.kubernetes import KubernetesRuntime
+        from rollwire.orchestrator.runtimes.kubernetes.api import api_client_from_settings
+        from rollwire.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
 
         return KubernetesRuntime(settings.kubernetes, api_client_from_settings(settings.kubernetes))
     raise InvalidRequest(f"unknown runtime {kind!r}; use {' or '.join(RUNTIMES)}", param="runtime")

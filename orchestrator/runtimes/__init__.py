@@ -1,4 +1,4 @@
-"""Where rollouts run: one Runtime protocol (``base``), one module per variant (``local``, ``kubernetes``)."""
+"""Where rollouts run: one Runtime protocol (``base``), one subpackage per variant (``local``, ``kubernetes``)."""
 
 from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob, Runtime
 

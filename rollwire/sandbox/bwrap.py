@@ -13,7 +13,7 @@ wrote, which a rollout's tool calls reach. Inside the sandbox:
   installed project, the command's binary) is shown again read-only;
 - an empty network namespace (unless the caller keeps the host's, ``network=True``): only loopback, on which
   ``sandbox_init`` listens at each relayed ``host:port`` (a harness's proxy and gateway) and relays to unix
-  sockets the caller bound into the sandbox (``orchestrator/runtimes/relay.py``); nothing else (engine, env
+  sockets the caller bound into the sandbox (``orchestrator/runtimes/local/relay.py``); nothing else (engine, env
   servers, other ports, the internet) is reachable;
 - its own user, pid, ipc and uts namespaces, no capabilities (even when the caller is root), the sandbox
   killed with its caller (``--die-with-parent``), rlimits on processes, memory and CPU, and a seccomp filter

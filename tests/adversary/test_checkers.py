@@ -23,7 +23,7 @@ from rollwire.mcp_servers.tasks.loader import load_suite
 from rollwire.mcp_servers.tasks.schema import Criterion, Task, ToolCall
 from rollwire.mcp_servers.tasks.solve import play
 from rollwire.orchestrator.checker_process import CheckerLimit
-from rollwire.orchestrator.lifecycle import RolloutBook
+from rollwire.rollouts import RolloutBook
 from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob
 from rollwire.orchestrator.scheduler import Endpoints, RunPlan, Scheduler, TaskSpec
 from rollwire.orchestrator.scoring import ScoringInput

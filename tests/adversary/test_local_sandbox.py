@@ -22,8 +22,8 @@ import pytest
 
 from rollwire import sandbox
 from rollwire.harness_adapters.base import Launch, RolloutContext
-from rollwire.orchestrator.lifecycle import RolloutBook
-from rollwire.orchestrator.runtimes.local import LocalRuntime
+from rollwire.rollouts import RolloutBook
+from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
 from rollwire.orchestrator.scheduler import Endpoints, RunPlan, Scheduler, TaskSpec, live_rows
 from rollwire.orchestrator.scoring import ExitCodeScorer
 from rollwire.settings import OrchestratorSettings

@@ -21,7 +21,7 @@ import pytest
 
 from rollwire.harness_adapters.images import STACK_IMAGE
 from rollwire.orchestrator.manifests import render
-from rollwire.orchestrator.runtimes.pod_spec import IMAGE_SUITES
+from rollwire.orchestrator.runtimes.kubernetes.pod_spec import IMAGE_SUITES
 from rollwire.settings import KubernetesSettings
 from tests.deploy.tools import ROOT
 

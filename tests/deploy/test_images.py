@@ -106,7 +106,7 @@ def test_rollout_pods_run_the_images_python_and_registry() -> None:
     """A host interpreter path becomes the image's ``python``; image_registry moves our images and no others."""
     import sys
 
-    from rollwire.orchestrator.runtimes.pod_spec import pod_argv, pod_image
+    from rollwire.orchestrator.runtimes.kubernetes.pod_spec import pod_argv, pod_image
 
     assert pod_argv((sys.executable, "-m", "rollwire.cli", "agent")) == ["python", "-m", "rollwire.cli", "agent"]
     assert pod_argv(("/opt/venvs/mini/bin/python3.11", "runner.py")) == ["python", "runner.py"]

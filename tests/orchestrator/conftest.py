@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rollwire.harness_adapters.base import Launch, RolloutContext
-from rollwire.orchestrator.lifecycle import RolloutBook
+from rollwire.rollouts import RolloutBook
 from rollwire.orchestrator.runtimes.base import Runtime
 from rollwire.orchestrator.scheduler import Endpoints, Progress, RunPlan, Scheduler, TaskSpec
 from rollwire.orchestrator.scoring import ExitCodeScorer, Scorer

@@ -19,8 +19,8 @@ from live_stack import live_stack
 from starlette.responses import JSONResponse
 
 from rollwire import sandbox
-from rollwire.orchestrator.lifecycle import RolloutBook
-from rollwire.orchestrator.runtimes.local import LocalRuntime
+from rollwire.rollouts import RolloutBook
+from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
 from rollwire.orchestrator.scheduler import Endpoints, Scheduler, live_rows
 from rollwire.orchestrator.scoring import ExitCodeScorer
 from rollwire.stack import StackInfo

@@ -12,7 +12,7 @@ import pytest
 from conftest import ScriptAdapter, orchestrator_settings, plan, run_with
 
 from rollwire.logging import JsonFormatter
-from rollwire.orchestrator.runtimes.local import LocalRuntime
+from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
 
 
 @pytest.mark.asyncio

@@ -7,9 +7,9 @@ import pytest
 from conftest import ImageAdapter, k8s_settings, orchestrator_settings, plan, run_with, statuses
 from fake_cluster import creates, fake_cluster, live_objects
 
-from rollwire.orchestrator.runtimes.kube_api import api_client_from_settings
-from rollwire.orchestrator.runtimes.kubernetes import KubernetesRuntime
-from rollwire.orchestrator.runtimes.pod_spec import run_configmap_name
+from rollwire.orchestrator.runtimes.kubernetes.api import api_client_from_settings
+from rollwire.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
+from rollwire.orchestrator.runtimes.kubernetes.pod_spec import run_configmap_name
 
 
 @pytest.mark.asyncio

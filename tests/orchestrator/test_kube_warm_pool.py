@@ -16,10 +16,10 @@ from fake_cluster import fake_cluster, live_objects
 from rollwire.errors import UpstreamError
 from rollwire.harness_adapters.base import Launch
 from rollwire.orchestrator.runtimes.base import RolloutJob
-from rollwire.orchestrator.runtimes.kube_api import api_client_from_settings
-from rollwire.orchestrator.runtimes.kubernetes import KubernetesRuntime
-from rollwire.orchestrator.runtimes.pod_spec import WORKSPACE
-from rollwire.orchestrator.runtimes.warm_pod import ANSWER, CLAIM_MOUNT, build_claim, launch_script
+from rollwire.orchestrator.runtimes.kubernetes.api import api_client_from_settings
+from rollwire.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
+from rollwire.orchestrator.runtimes.kubernetes.pod_spec import WORKSPACE
+from rollwire.orchestrator.runtimes.kubernetes.warm_pod import ANSWER, CLAIM_MOUNT, build_claim, launch_script
 
 
 async def _run(book, run_id: str, image: str, rollouts: int, pool: int, prewarm: bool = True):

@@ -12,7 +12,7 @@ import pytest
 from conftest import LAUNCH_MODES, ScriptAdapter, orchestrator_settings, plan, run_with
 
 from rollwire.orchestrator.runtimes.base import Ended, Handle
-from rollwire.orchestrator.runtimes.local import LocalRuntime
+from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
 from rollwire.orchestrator.scoring import ExpectedAnswerScorer
 
 HARNESS = """

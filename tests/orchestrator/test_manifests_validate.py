@@ -12,7 +12,7 @@ from kubernetes import client
 from rollwire.harness_adapters.base import Launch
 from rollwire.orchestrator.manifests import render
 from rollwire.orchestrator.runtimes.base import RolloutJob
-from rollwire.orchestrator.runtimes.pod_spec import build_pod, build_secret, run_configmap
+from rollwire.orchestrator.runtimes.kubernetes.pod_spec import build_pod, build_secret, run_configmap
 from rollwire.settings import KubernetesSettings
 
 MODELS = {

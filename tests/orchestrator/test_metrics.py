@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rollwire.metrics import MetricsServer
 from rollwire.orchestrator.metrics import OrchestratorMetrics
-from rollwire.orchestrator.runtimes.local import LocalRuntime
+from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
 from rollwire.orchestrator.scheduler import Progress, Scheduler
 from rollwire.orchestrator.scoring import ExpectedAnswerScorer
 

@@ -11,8 +11,8 @@ import pytest
 from conftest import orchestrator_settings, plan, run_with
 
 from rollwire.harness_adapters.base import Launch, RolloutContext
-from rollwire.orchestrator.runtimes.kube_api import api_client_from_settings
-from rollwire.orchestrator.runtimes.kubernetes import KubernetesRuntime
+from rollwire.orchestrator.runtimes.kubernetes.api import api_client_from_settings
+from rollwire.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
 from rollwire.settings import KubernetesSettings
 
 KUBECONFIG = os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config"))

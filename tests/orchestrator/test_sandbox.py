@@ -18,7 +18,7 @@ from conftest import ScriptAdapter, orchestrator_settings, plan, run_with
 
 from rollwire import sandbox
 from rollwire.harness_adapters.base import Launch, RolloutContext
-from rollwire.orchestrator.runtimes.local import LocalRuntime
+from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
 
 needs_sandbox = pytest.mark.skipif(
     sandbox.probe("bwrap") is not None, reason=f"no sandbox here: {sandbox.probe('bwrap')} (.ci/run installs it)"

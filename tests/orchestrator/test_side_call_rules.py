@@ -10,7 +10,7 @@ import anyio
 import pytest
 from conftest import ScriptAdapter, orchestrator_settings, plan, run_with
 
-from rollwire.orchestrator.runtimes.local import LocalRuntime
+from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
 from rollwire.side_calls import SideCallRule, rules_from
 
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import ScriptAdapter, orchestrator_settings, plan, run_with
 
 from rollwire.harness_adapters.base import Launch, RolloutContext
-from rollwire.orchestrator.runtimes.local import LocalRuntime
+from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
 from rollwire.orchestrator.scheduler import RunPlan, TaskSpec, live_rows
 
 WARM = ["openai"]

@@ -29,8 +29,8 @@ import anyio.abc
 
 from rollwire import sandbox
 from rollwire.sandbox import seccomp
-from rollwire.orchestrator.runtimes.relay import EndpointRelay
-from rollwire.orchestrator.runtimes.warm_pool import Enclosure, PoolUnavailable, WarmPool
+from rollwire.orchestrator.runtimes.local.relay import EndpointRelay
+from rollwire.orchestrator.runtimes.local.warm_pool import Enclosure, PoolUnavailable, WarmPool
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 logger = logging.getLogger(__name__)
 
-SERVER_MODULE = "rollwire.orchestrator.runtimes.fork_server"
+SERVER_MODULE = "rollwire.orchestrator.runtimes.local.fork_server"
 START_TIMEOUT_S = 120.0  # the preloads import on a possibly busy machine
 REPLY_TIMEOUT_S = 30.0
 MAX_LINE = 1 << 20

@@ -19,9 +19,9 @@ import anyio
 import anyio.abc
 
 from rollwire.errors import NotFound, RollwireError, UpstreamError
-from rollwire.orchestrator.runtimes.kube_api import KubeApi
-from rollwire.orchestrator.runtimes.pod_spec import pod_is_running, pod_verdict
-from rollwire.orchestrator.runtimes.warm_pod import WARM_LABEL, build_warm_pod, warm_pod_name
+from rollwire.orchestrator.runtimes.kubernetes.api import KubeApi
+from rollwire.orchestrator.runtimes.kubernetes.pod_spec import pod_is_running, pod_verdict
+from rollwire.orchestrator.runtimes.kubernetes.warm_pod import WARM_LABEL, build_warm_pod, warm_pod_name
 from rollwire.settings import KubernetesSettings
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ claim Secret (the rollout's env, files and command as a ``launch.sh``), then pat
 annotations (the rollout's, which also makes the kubelet sync the pod and so project the Secret at once rather
 than at its next resync) and shorten its ``activeDeadlineSeconds`` to the rollout's deadline. The waiter then
 copies the files into the workspace, runs the command there, and leaves the final answer where the termination
-message is read. No I/O here; ``kube_pool`` does the calls.
+message is read. No I/O here; ``pool`` does the calls.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rollwire.orchestrator.runtimes.base import RolloutJob
-from rollwire.orchestrator.runtimes.pod_spec import (
+from rollwire.orchestrator.runtimes.kubernetes.pod_spec import (
     DEADLINE_BACKSTOP_S,
     MANAGED,
     ROLLOUT_LABEL,

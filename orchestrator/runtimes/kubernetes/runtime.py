@@ -1,6 +1,6 @@
 """The Kubernetes runtime: one Pod per rollout, followed by one pod watch (never polled), deleted once it has ended.
 
-With ``warm_pool`` > 0 a rollout claims a ready pod of its image instead (``kube_pool``), skipping the
+With ``warm_pool`` > 0 a rollout claims a ready pod of its image instead (``pool``), skipping the
 cluster's pod start; the claimed pod is then followed and deleted like any other.
 
 A rollout's Pod and Secret are named after the rollout id, so a second ``start`` (an orchestrator that
@@ -21,9 +21,9 @@ from kubernetes import client
 
 from rollwire.errors import Conflict, NotFound, RollwireError, UpstreamError
 from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob
-from rollwire.orchestrator.runtimes.kube_api import KubeApi, PodWatch
-from rollwire.orchestrator.runtimes.kube_pool import KubePodPool
-from rollwire.orchestrator.runtimes.pod_spec import (
+from rollwire.orchestrator.runtimes.kubernetes.api import KubeApi, PodWatch
+from rollwire.orchestrator.runtimes.kubernetes.pool import KubePodPool
+from rollwire.orchestrator.runtimes.kubernetes.pod_spec import (
     HARNESS,
     build_pod,
     build_secret,
@@ -34,7 +34,7 @@ from rollwire.orchestrator.runtimes.pod_spec import (
     secret_name,
     selector,
 )
-from rollwire.orchestrator.runtimes.warm_pod import build_claim, claim_patch, claim_secret_name
+from rollwire.orchestrator.runtimes.kubernetes.warm_pod import build_claim, claim_patch, claim_secret_name
 from rollwire.settings import KubernetesSettings
 
 logger = logging.getLogger(__name__)

@@ -243,7 +243,7 @@ class Server:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rollwire.orchestrator.runtimes.fork_server [--sandboxed] [--control PATH] [PRELOAD ...]``."""
+    """``python -m rollwire.orchestrator.runtimes.local.fork_server [--sandboxed] [--control PATH] [PRELOAD ...]``."""
     entries = list(sys.argv[1:] if argv is None else argv)
     sandboxed = SANDBOXED_FLAG in entries
     entries = [entry for entry in entries if entry != SANDBOXED_FLAG]
