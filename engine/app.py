@@ -23,17 +23,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from rollwire.errors import InvalidRequest, RollwireError
+from rollwire.errors import InvalidRequest, RollwireError, openai_error_body
 from rollwire.request_body import read_json_body
 from rollwire.settings import EngineSettings
 
 logger = logging.getLogger(__name__)
 
 WireT = TypeVar("WireT", bound=WireModel)
-
-
-def error_body(message: str, kind: str, status: int, param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
 
 class _Engine:
@@ -156,19 +152,20 @@ async def _rollwire_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RollwireError)
     if exc.status_code >= 500:
         logger.error("engine error: %s", exc.message)
-    return JSONResponse(error_body(exc.message, exc.code, exc.status_code, exc.param), status_code=exc.status_code)
+    body = openai_error_body(exc.message, exc.code, param=exc.param, code=exc.status_code)
+    return JSONResponse(body, status_code=exc.status_code)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-    return JSONResponse(error_body(str(exc.detail), kind, exc.status_code), status_code=exc.status_code)
+    return JSONResponse(openai_error_body(str(exc.detail), kind, code=exc.status_code), status_code=exc.status_code)
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
     logger.exception("unhandled engine error")
     message = f"internal error: {exc}".splitlines()[0]
-    return JSONResponse(error_body(message, "internal_error", 500), status_code=500)
+    return JSONResponse(openai_error_body(message, "internal_error", code=500), status_code=500)
 
 
 def resolve_model_path(settings: EngineSettings, home: Path) -> Path:

@@ -12,19 +12,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from rollwire.proxy.dialects.chat import ChatDialect
-from rollwire.proxy.dialects.messages import MessagesDialect
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rollwire.errors import InvalidRequest, NotFound, RollwireError, Unauthorized
+from rollwire.errors import InvalidRequest, NotFound, RollwireError, Unauthorized, anthropic_error, openai_error
 
 logger = logging.getLogger(__name__)
-
-_OPENAI = ChatDialect()
-_ANTHROPIC = MessagesDialect()
 
 
 def speaks_messages(path: str) -> bool:
@@ -34,7 +29,7 @@ def speaks_messages(path: str) -> bool:
 
 def error_body(path: str, exc: RollwireError) -> dict[str, Any]:
     """``exc`` in the shape the client of ``path`` parses."""
-    return (_ANTHROPIC if speaks_messages(path) else _OPENAI).error_body(exc)
+    return anthropic_error(exc) if speaks_messages(path) else openai_error(exc)
 
 
 def error_response(path: str, exc: RollwireError) -> Response:

@@ -12,10 +12,13 @@
     ├── UpstreamError             502  upstream_error
     └── UpstreamTimeout           504  upstream_timeout
 
-Only the edge (an HTTP error handler, the CLI) renders one, in the shape its client expects.
+Only the edge (an HTTP error handler, the CLI) renders one, in the shape its client expects: one of the two
+bodies below, for every server in the project (proxy, engine, gateway, env servers, the demo's teacher).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class RollwireError(Exception):
@@ -80,7 +83,39 @@ class UpstreamTimeout(RollwireError):
     code = "upstream_timeout"
 
 
+ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+"""Anthropic's error type for each status it names (any other: ``api_error``)."""
+
+
+def openai_error_body(
+    message: str, kind: str, *, param: str | None = None, code: str | int | None = None
+) -> dict[str, Any]:
+    """OpenAI's error body, ``{"error": {"message", "type", "param", "code"}}``. vLLM puts the HTTP status in
+    ``code`` (the bundled engine, which speaks vLLM's wire format, does too); the others the error's code."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def openai_error(exc: RollwireError) -> dict[str, Any]:
+    """``exc`` as OpenAI's error body."""
+    return openai_error_body(exc.message, exc.code, param=exc.param, code=exc.code)
+
+
+def anthropic_error(exc: RollwireError) -> dict[str, Any]:
+    """``exc`` as Anthropic's error body, ``{"type": "error", "error": {"type", "message"}}``."""
+    kind = ANTHROPIC_ERROR_TYPES.get(exc.status_code, "api_error")
+    return {"type": "error", "error": {"type": kind, "message": exc.message}}
+
+
 __all__ = [
+    "ANTHROPIC_ERROR_TYPES",
     "Conflict",
     "Forbidden",
     "InvalidRequest",
@@ -92,4 +127,7 @@ __all__ = [
     "Unauthorized",
     "UpstreamError",
     "UpstreamTimeout",
+    "anthropic_error",
+    "openai_error",
+    "openai_error_body",
 ]

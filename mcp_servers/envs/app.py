@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from rollwire.errors import InvalidRequest
+from rollwire.errors import InvalidRequest, Unauthorized, openai_error
 from rollwire.metrics import HttpMetricsMiddleware, metrics_endpoint
 from rollwire.settings import McpSettings
 
@@ -72,8 +72,8 @@ class _GatewayOnly:
         if scope["type"] == "http" and scope.get("path") not in ("/health", "/metrics"):
             given = dict(scope.get("headers") or []).get(SECRET_HEADER.encode(), b"")
             if not hmac.compare_digest(given, self.secret):
-                body = {"error": {"type": "authentication_error", "message": "env servers accept calls only from the gateway"}}
-                await JSONResponse(body, status_code=401)(scope, receive, send)
+                refused = Unauthorized("env servers accept calls only from the gateway")
+                await JSONResponse(openai_error(refused), status_code=401)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 

@@ -45,7 +45,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from rollwire.errors import InvalidRequest, RollwireError, Unauthorized
+from rollwire.errors import InvalidRequest, RollwireError, Unauthorized, openai_error
 from rollwire.metrics import HttpMetricsMiddleware, metrics_endpoint
 from rollwire.rollouts import Identity, TokenIndex
 from rollwire.rollouts.budgets import Budgets
@@ -363,8 +363,7 @@ class _Endpoint:
         try:
             info = await self.gateway.rollout_for(str(scope.get("path_params", {}).get("token", "")))
         except RollwireError as exc:
-            body = {"error": {"type": exc.code, "message": exc.message}}
-            await JSONResponse(body, status_code=exc.status_code)(scope, receive, send)
+            await JSONResponse(openai_error(exc), status_code=exc.status_code)(scope, receive, send)
             return
         scope[SCOPE_KEY] = info
         await self.manager.handle_request(scope, receive, send)

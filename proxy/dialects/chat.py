@@ -33,7 +33,7 @@ from rollwire.proxy.dialects.fields import (
 from rollwire.proxy.dialects.streaming import render, rendered, replay
 from rollwire.proxy.sse import DONE, data_event
 
-from rollwire.errors import InvalidRequest, RollwireError
+from rollwire.errors import InvalidRequest, RollwireError, openai_error
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 MAX_N = 16
@@ -233,7 +233,7 @@ class ChatDialect:
         return rendered(_ChatStream(self, conv), replay(generation))
 
     def error_body(self, exc: RollwireError) -> dict[str, Any]:
-        return {"error": {"message": exc.message, "type": exc.code, "param": exc.param, "code": exc.code}}
+        return openai_error(exc)
 
 
 class _ChatStream:

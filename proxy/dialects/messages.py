@@ -32,18 +32,9 @@ from rollwire.proxy.dialects.fields import (
 from rollwire.proxy.dialects.streaming import render, rendered, replay
 from rollwire.proxy.sse import named_event
 
-from rollwire.errors import InvalidRequest, RollwireError
+from rollwire.errors import InvalidRequest, RollwireError, anthropic_error
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
-ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    529: "overloaded_error",
-}
 IGNORED_BLOCKS = ("redacted_thinking",)
 """Opaque to an open model: dropped (the history match ignores reasoning anyway)."""
 
@@ -325,8 +316,7 @@ class MessagesDialect:
         return rendered(_MessagesStream(self), replay(generation))
 
     def error_body(self, exc: RollwireError) -> dict[str, Any]:
-        kind = ERROR_TYPES.get(exc.status_code, "api_error")
-        return {"type": "error", "error": {"type": kind, "message": exc.message}}
+        return anthropic_error(exc)
 
 
 _OPENED = {"text": {"type": "text", "text": ""}, "thinking": {"type": "thinking", "thinking": "", "signature": ""}}

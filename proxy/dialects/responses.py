@@ -21,7 +21,7 @@ from rollwire.proxy.dialects.responses_stream import ResponsesStream, message_it
 from rollwire.proxy.dialects.responses_tools import CUSTOM_INPUT, ResponsesTools, parse_tools
 from rollwire.proxy.dialects.streaming import render, rendered, replay
 
-from rollwire.errors import InvalidRequest, RollwireError
+from rollwire.errors import InvalidRequest, RollwireError, openai_error
 
 
 def _tool_choice(raw: Any, tools: tuple[dict[str, Any], ...]) -> str:
@@ -198,7 +198,7 @@ class ResponsesDialect:
         return rendered(ResponsesStream(self), replay(generation))
 
     def error_body(self, exc: RollwireError) -> dict[str, Any]:
-        return {"error": {"message": exc.message, "type": exc.code, "param": exc.param, "code": exc.code}}
+        return openai_error(exc)
 
 
 __all__ = ["ResponsesDialect"]

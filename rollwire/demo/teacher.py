@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from rollwire.errors import RollwireError
+from rollwire.errors import RollwireError, openai_error_body
 from rollwire.mcp_servers.tasks.schema import Suite, Task
 from rollwire.request_body import read_json_body
 
@@ -128,9 +128,7 @@ def build_teacher_app(
 
 
 def _error(message: str, status: int) -> JSONResponse:
-    return JSONResponse(
-        {"error": {"message": message, "type": "invalid_request_error", "code": status}}, status_code=status
-    )
+    return JSONResponse(openai_error_body(message, "invalid_request_error", code=status), status_code=status)
 
 
 __all__ = ["END_OF_TURN", "ScriptedExpert", "build_teacher_app"]
