@@ -31,14 +31,16 @@ buildah "${storage[@]}" config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sb
 buildah "${storage[@]}" commit --quiet --rm "$ctr" "$base" >/dev/null
 
 echo "assemble-stack: the wheelhouse (torch and rollwire's dependencies, from this machine's pip)"
-"$python" -m pip wheel --quiet --wheel-dir "$out/wheels" "torch==${TORCH_VERSION:-2.13.0}" "$repo[postgres]" \
+torch_version=${TORCH_VERSION:-2.13.0}  # the Containerfile's TORCH_VERSION: the wheelhouse and the build agree
+"$python" -m pip wheel --quiet --wheel-dir "$out/wheels" "torch==$torch_version" "$repo[postgres]" \
   "setuptools>=69" wheel
 
 for target in stack rollout; do
   name=$tag && [ "$target" = rollout ] && name=$rollout_tag
   echo "assemble-stack: containers/rollwire.Containerfile, target $target, as $name"
   buildah "${storage[@]}" build --quiet --isolation chroot --layers --target "$target" \
-    --build-arg PYTHON_IMAGE="$base" --build-arg WHEELS=/wheels --volume "$out/wheels:/wheels:ro" \
+    --build-arg PYTHON_IMAGE="$base" --build-arg TORCH_VERSION="$torch_version" \
+    --build-arg WHEELS=/wheels --volume "$out/wheels:/wheels:ro" \
     -f "$repo/containers/rollwire.Containerfile" -t "$name" "$repo" >/dev/null
   buildah "${storage[@]}" push --quiet --disable-compression "$name" "oci:$out/oci:$name"
 done

@@ -207,4 +207,4 @@ def create_app(settings: EngineSettings, home: Path) -> Starlette:
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
 
 
-__all__ = ["create_app", "error_body", "resolve_model_path"]
+__all__ = ["create_app", "resolve_model_path"]

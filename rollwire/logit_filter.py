@@ -1,6 +1,7 @@
 """The top-k / top-p rule that shapes the distribution a token is drawn from, in one place: the bundled engine
-samples with it, and the trainer applies it again to recompute the processed logprobs the engine recorded (a
-rule that differed by one token at the nucleus edge would bias every importance ratio)."""
+samples with it (``top_k_top_p``), and the trainer applies its top-p part again (``nucleus``) to recompute the
+processed logprobs the engine recorded (a rule that differed by one token at the nucleus edge would bias every
+importance ratio)."""
 
 from __future__ import annotations
 

@@ -114,8 +114,9 @@ def build_teacher_app(
         return JSONResponse({"status": "ok"})
 
     async def rollwire_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, RollwireError)
-        return _error(exc.message, exc.status_code)
+        assert isinstance(exc, RollwireError)  # vLLM's shape, like the engine it stands in for: the status as code
+        body = openai_error_body(exc.message, exc.code, param=exc.param, code=exc.status_code)
+        return JSONResponse(body, status_code=exc.status_code)
 
     return Starlette(
         exception_handlers={RollwireError: rollwire_error},

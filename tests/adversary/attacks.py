@@ -11,6 +11,7 @@ the same slot left is reported under ``seen``; what a rollout must still be able
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import sysconfig
@@ -260,18 +261,34 @@ FRESH_FILE_SYSTEMS = {"devtmpfs", "proc", "devpts", "mqueue", "sysfs"}
 """Kernel file systems whose mount roots are names the kernel gives (``/null``, ``/irq``), not a host's layout."""
 
 
-def foreign_mount_sources(mounts: Iterable[Sequence[str]], own: Iterable[str]) -> list[list[str]]:
+def host_mounts() -> list[tuple[str, str]]:
+    """(source, mount point) of every mount this process sees: the host's own layout, which the sandbox inherits
+    where it shows a tree that has mounts inside (a container's ``/etc/hosts``, a project bound in from elsewhere)."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        found.append((_unescaped(fields[3]), _unescaped(fields[4])))
+    return found
+
+
+def foreign_mount_sources(
+    mounts: Iterable[Sequence[str]], own: Iterable[str], host: Iterable[tuple[str, str]] = ()
+) -> list[list[str]]:
     """The mounts whose source (mountinfo's root field) tells the rollout a host path it is not shown anyway.
 
-    A source is told already when it is the path the mount is shown at (or its tail: the same path on a file
-    system of its own), the root of a file system made for the sandbox (``/``, bubblewrap's own root, a kernel
-    file system), or within one of ``own``: the rollout's own folders (its workspace's folder, which it sees as
-    its working folder, holds its ``/tmp`` and its sockets)."""
+    A source is told already when it is what the host itself shows at the path the mount is shown at (``host``:
+    the same path, or its tail on a file system of its own, or the host's own mount there), the root of a file
+    system made for the sandbox (``/``, bubblewrap's own root, a kernel file system), or within one of ``own``:
+    the rollout's own folders (its workspace's folder, which it sees as its working folder, holds its ``/tmp``
+    and its sockets)."""
     own_paths = [PurePosixPath(path) for path in own]
+    host_sources = {(PurePosixPath(point), PurePosixPath(root)) for root, point in host}
     found = []
     for root, point, fstype in mounts:
         source = PurePosixPath(root)
         if root == "/" or point == "/" or fstype in FRESH_FILE_SYSTEMS or point.endswith(root):
+            continue
+        if _as_the_host_shows(source, PurePosixPath(point), host_sources):
             continue
         if any(source == path or source.is_relative_to(path) or _tail_of(source, path) for path in own_paths):
             continue
@@ -279,9 +296,28 @@ def foreign_mount_sources(mounts: Iterable[Sequence[str]], own: Iterable[str]) -
     return found
 
 
+def _as_the_host_shows(
+    source: PurePosixPath, point: PurePosixPath, host: set[tuple[PurePosixPath, PurePosixPath]]
+) -> bool:
+    """``source`` is what the host's own mounts give at ``point``: the deepest host mount at or above ``point``,
+    followed down to it."""
+    above = [(h_point, h_root) for h_point, h_root in host if point == h_point or point.is_relative_to(h_point)]
+    if not above:
+        return False
+    deepest = max(len(h_point.parts) for h_point, _ in above)
+    return any(
+        source == h_root / point.relative_to(h_point) for h_point, h_root in above if len(h_point.parts) == deepest
+    )
+
+
+def _unescaped(field: str) -> str:
+    """mountinfo writes a space, tab, newline or backslash as ``\\ooo``."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
 def _tail_of(source: PurePosixPath, folder: PurePosixPath) -> bool:
     """``source`` lies within a tail of ``folder`` (the folder seen from the root of the file system it is on)."""
     return any(source.is_relative_to(PurePosixPath("/", *folder.parts[i:])) for i in range(2, len(folder.parts)))
 
 
-__all__ = ["ANSWERS", "DISK_MB", "foreign_mount_sources", "hostile_script", "planted_secrets"]
+__all__ = ["ANSWERS", "DISK_MB", "foreign_mount_sources", "host_mounts", "hostile_script", "planted_secrets"]

@@ -30,7 +30,14 @@ from rollwire.settings import OrchestratorSettings
 from rollwire.store.db import open_engine
 from rollwire.trajectory import failure_cause
 
-from tests.adversary.attacks import ANSWERS, DISK_MB, foreign_mount_sources, hostile_script, planted_secrets
+from tests.adversary.attacks import (
+    ANSWERS,
+    DISK_MB,
+    foreign_mount_sources,
+    host_mounts,
+    hostile_script,
+    planted_secrets,
+)
 
 needs_sandbox = pytest.mark.skipif(
     sandbox.probe("bwrap") is not None, reason=f"no sandbox here: {sandbox.probe('bwrap')} (.ci/run installs it)"
@@ -105,8 +112,8 @@ def test_hostile_rollouts_reach_nothing_and_leave_nothing(
     assert [report["seen"] for report in reports] == [{}] * 4, reports
     for row, report in zip(rows, reports, strict=True):  # /proc names no host path the sandbox does not show
         own = [str(Path(report["where"]).parent), str(tmp_path / "ws" / f"rollwire-{row.id}")]
-        assert foreign_mount_sources(report["mounts"], own) == [], report["mounts"]
-        assert foreign_mount_sources(report["mounts"], []), "the probe read no mount from elsewhere (its /tmp)"
+        assert foreign_mount_sources(report["mounts"], own, host_mounts()) == [], report["mounts"]
+        assert foreign_mount_sources(report["mounts"], [], host_mounts()), "the probe read no mount of its own (/tmp)"
     attempts = [report["attempts"] for report in reports]
     assert min(attempts) >= 40, attempts  # the probe ran its attacks (cold: 44 a rollout; pooled, 58 with the server)
     print(f"hostile {'warm-pool' if pooled else 'cold'}: {sum(attempts)} attempts in 4 rollouts, 0 succeeded")

@@ -29,7 +29,14 @@ from rollwire.settings import OrchestratorSettings, Settings
 from rollwire.stack import LocalStack, StackInfo
 from rollwire.trajectory import failure_cause
 
-from tests.adversary.attacks import ANSWERS, DISK_MB, foreign_mount_sources, hostile_script, planted_secrets
+from tests.adversary.attacks import (
+    ANSWERS,
+    DISK_MB,
+    foreign_mount_sources,
+    host_mounts,
+    hostile_script,
+    planted_secrets,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -132,7 +139,9 @@ def test_hostile_rollouts_in_a_real_stack_fail_every_attack_and_the_honest_one_s
     rows = {roles[row.task_id or ""]: [] for row in result.rollouts}
     for row in result.rollouts:
         rows[roles[row.task_id or ""]].append(row)
-    assert sum(len(found) for found in rows.values()) == len(ROLES), "a rollout was retried or lost"
+    assert sum(len(found) for found in rows.values()) == len(ROLES), "a rollout was lost"
+    retried = [(roles[row.task_id or ""], row.attempt) for row in result.rollouts if row.attempt != 0]
+    assert retried == [], retried  # every ending here is the rollout's own: none is retried as infrastructure
 
     (honest,) = rows.pop("honest")
     assert honest.status == "finished" and honest.reward == 1.0, (honest.error, honest.log_tail)
@@ -145,7 +154,7 @@ def test_hostile_rollouts_in_a_real_stack_fail_every_attack_and_the_honest_one_s
         assert report["worked"] == {"proxy_chat": 200, "gateway_initialize": 200}, report["worked"]
         assert report["limits"] == [300, 4096 << 20] and report["processes_seen"] < 10, report
         own = [str(Path(report["where"]).parent), str(workspaces / f"rollwire-{row.id}")]
-        assert foreign_mount_sources(report["mounts"], own) == [], report["mounts"]
+        assert foreign_mount_sources(report["mounts"], own, host_mounts()) == [], report["mounts"]
     slots = [report["where"] for report in reports]
     assert not pooled or len(set(slots)) < len(slots), slots  # a slot served two hostile rollouts: recycled
     attempts = sum(report["attempts"] for report in reports)
