@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
+from rollwire import sandbox
+
 REAL_PARTS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("mini-swe-agent", ("mini-swe-agent",), ".ci/run"),
     ("vLLM's CPU build", ("vllm",), ".ci/run"),
@@ -24,6 +28,12 @@ REAL_PARTS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("a Kubernetes cluster", ("kubeconfig", "cluster"), "a machine with a kubeconfig"),
 )
 """(real part, words of its skip reasons, what runs it); the first part whose words a reason holds is the one."""
+
+
+needs_sandbox = pytest.mark.skipif(
+    sandbox.probe("bwrap") is not None, reason=f"no sandbox here: {sandbox.probe('bwrap')} (.ci/run installs it)"
+)
+"""For a test that runs rollouts in real bubblewrap sandboxes: skipped, naming the part, where none can be made."""
 
 
 def part_of(reason: str) -> str | None:
@@ -46,4 +56,4 @@ def closing_line(reasons: list[str]) -> str:
     return f"real parts not exercised: {named}; run by: {' and '.join(runners)}"
 
 
-__all__ = ["REAL_PARTS", "closing_line", "part_of"]
+__all__ = ["REAL_PARTS", "closing_line", "needs_sandbox", "part_of"]

@@ -20,7 +20,6 @@ from typing import Any
 import anyio
 import pytest
 
-from rollwire import sandbox
 from rollwire.harness_adapters.base import Launch, RolloutContext
 from rollwire.rollouts import RolloutBook
 from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
@@ -30,6 +29,7 @@ from rollwire.settings import OrchestratorSettings
 from rollwire.store.db import open_engine
 from rollwire.trajectory import failure_cause
 
+from tests.real_parts import needs_sandbox
 from tests.adversary.attacks import (
     ANSWERS,
     DISK_MB,
@@ -39,9 +39,6 @@ from tests.adversary.attacks import (
     planted_secrets,
 )
 
-needs_sandbox = pytest.mark.skipif(
-    sandbox.probe("bwrap") is not None, reason=f"no sandbox here: {sandbox.probe('bwrap')} (.ci/run installs it)"
-)
 ENDPOINTS = Endpoints(proxy_url="http://127.0.0.1:48111", gateway_url="http://127.0.0.1:48112")  # relayed, never called
 
 class HostileAdapter:

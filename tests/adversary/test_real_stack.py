@@ -21,7 +21,6 @@ from urllib.parse import urlsplit
 import anyio
 import pytest
 
-from rollwire import sandbox
 from rollwire.harness_adapters.base import Launch, RolloutContext
 from rollwire.mcp_servers.tasks.loader import load_suite
 from rollwire.orchestrator.suite_run import run_suite, sqlite_path
@@ -29,6 +28,7 @@ from rollwire.settings import OrchestratorSettings, Settings
 from rollwire.stack import LocalStack, StackInfo
 from rollwire.trajectory import failure_cause
 
+from tests.real_parts import needs_sandbox
 from tests.adversary.attacks import (
     ANSWERS,
     DISK_MB,
@@ -38,12 +38,7 @@ from tests.adversary.attacks import (
     planted_secrets,
 )
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        sandbox.probe("bwrap") is not None, reason=f"no sandbox here: {sandbox.probe('bwrap')} (.ci/run installs it)"
-    ),
-]
+pytestmark = [pytest.mark.slow, needs_sandbox]
 
 HONEST = r"""
 import asyncio, os, re

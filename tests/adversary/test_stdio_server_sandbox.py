@@ -30,15 +30,12 @@ from rollwire.mcp_servers.gateway.stdio_sandbox import BASIC_ENV
 from rollwire.mcp_servers.server_config import UpstreamSpec
 from rollwire.mcp_servers.tasks.loader import SUITES_DIR
 
-from rollwire import sandbox
 from rollwire.sandbox import SandboxUnavailable
 from rollwire.settings import GatewaySettings
 from rollwire.store.db import open_engine
+from tests.real_parts import needs_sandbox
 from tests.mcp_servers.conftest import EnvServers, env_servers, gateway_stack  # noqa: F401 (env_servers: a fixture)
 
-needs_sandbox = pytest.mark.skipif(
-    sandbox.probe("bwrap") is not None, reason=f"no sandbox here: {sandbox.probe('bwrap')} (.ci/run installs it)"
-)
 
 HOSTILE = r'''
 import json, os, pathlib, socket

@@ -18,7 +18,6 @@ from conftest import ScriptAdapter, orchestrator_settings, plan
 from live_stack import live_stack
 from starlette.responses import JSONResponse
 
-from rollwire import sandbox
 from rollwire.rollouts import RolloutBook
 from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
 from rollwire.orchestrator.scheduler import Endpoints, Scheduler, live_rows
@@ -26,6 +25,8 @@ from rollwire.orchestrator.scoring import ExitCodeScorer
 from rollwire.stack import StackInfo
 from rollwire.store.db import open_engine
 from rollwire.trajectory import failure_cause
+
+from tests.real_parts import needs_sandbox
 
 TWO_CALLS = r"""
 import json, os, sys, urllib.error, urllib.request
@@ -64,9 +65,7 @@ def stack(tmp_path: Path, tiny_model_dir: Path) -> Iterator[StackInfo]:
         yield info
 
 
-@pytest.mark.skipif(
-    sandbox.probe("bwrap") is not None, reason=f"no sandbox here: {sandbox.probe('bwrap')} (.ci/run installs it)"
-)
+@needs_sandbox
 def test_a_rollout_the_engine_failed_is_infrastructure_and_its_retry_scores(stack: StackInfo, tmp_path: Path) -> None:
     book = RolloutBook(open_engine(stack.db_url))
     settings = orchestrator_settings(workspace_root=str(tmp_path / "ws"), deadline_s=120)  # the runtime at its defaults

@@ -20,9 +20,8 @@ from rollwire import sandbox
 from rollwire.harness_adapters.base import Launch, RolloutContext
 from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
 
-needs_sandbox = pytest.mark.skipif(
-    sandbox.probe("bwrap") is not None, reason=f"no sandbox here: {sandbox.probe('bwrap')} (.ci/run installs it)"
-)
+from tests.real_parts import needs_sandbox
+
 
 FAKE_BWRAP = "#!/bin/sh\necho 'bwrap: No permissions to create new namespace, likely because the kernel does not allow' >&2\nexit 1\n"
 
