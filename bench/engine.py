@@ -39,10 +39,10 @@ def _free_port() -> int:
 
 
 def _vllm_argv(model: str | None, port: int) -> tuple[list[str], dict[str, str]]:
+    from rollwire.app.stack import TINY_SERVED_NAME
+    from rollwire.app.vllm_runtime import ensure_python, serve_command, serve_env
     from rollwire.settings import default_home
-    from rollwire.stack import TINY_SERVED_NAME
     from rollwire.tiny_model import ensure_tiny_model
-    from rollwire.vllm_runtime import ensure_python, serve_command, serve_env
 
     python = ensure_python(default_home(), echo=lambda line: print(line, flush=True))
     folder = model or str(ensure_tiny_model(default_home()))
@@ -58,7 +58,7 @@ def engine(kind: str, model: str | None, max_batch_size: int, threads: int | Non
     argv = [
         sys.executable,
         "-m",
-        "rollwire.cli",
+        "rollwire.app.cli",
         "--log-level",
         "WARNING",
         "engine",

@@ -33,7 +33,7 @@ def _free_port() -> int:
 def engine(model: str | None, max_model_len: int) -> Iterator[tuple[str, int]]:
     """A `rollwire engine` subprocess; yields (base URL, pid) once /health answers."""
     port = _free_port()
-    argv = [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "engine", "--port", str(port)]
+    argv = [sys.executable, "-m", "rollwire.app.cli", "--log-level", "WARNING", "engine", "--port", str(port)]
     argv += ["--max-model-len", str(max_model_len)] + (["--model", model] if model else [])
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"

@@ -42,13 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "orchestr
 from fake_cluster import NAMESPACE, STATS_PATH  # noqa: E402
 
 from rollwire.harness_adapters.base import Launch, RolloutContext  # noqa: E402
-from rollwire.rollouts import RolloutBook  # noqa: E402
 from rollwire.orchestrator.runtimes.kubernetes.api import api_client_from_settings  # noqa: E402
 from rollwire.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime  # noqa: E402
 from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime  # noqa: E402
-from rollwire.sandbox import probe  # noqa: E402
 from rollwire.orchestrator.scheduler import Endpoints, RunPlan, Scheduler, TaskSpec  # noqa: E402
 from rollwire.orchestrator.scoring import ExitCodeScorer  # noqa: E402
+from rollwire.rollouts import RolloutBook  # noqa: E402
+from rollwire.sandbox import probe  # noqa: E402
 from rollwire.settings import KubernetesSettings, OrchestratorSettings  # noqa: E402
 from rollwire.store.db import open_engine  # noqa: E402
 
@@ -136,7 +136,7 @@ async def one(
 
 
 REFERENCE_LIKE = """
-from rollwire.cli.__main__ import build_parser
+from rollwire.app.cli.__main__ import build_parser
 args = build_parser().parse_args(["agent", "--max-turns", "1", "Write cat to answer.txt."])
 import openai, mcp  # what the reference agent's loop imports
 from rollwire.harness_adapters.reference_agent import AgentConfig

@@ -154,7 +154,6 @@ def tool_call_ids() -> list[int]:
     """The tiny model's tokens for one hermes tool call and its end of turn: what the stub "samples"."""
     from rollwire.proxy.app import model_folder
     from rollwire.proxy.render import Renderer
-
     from rollwire.settings import Settings
 
     settings = Settings()
@@ -209,11 +208,13 @@ def stub_argv(port: int, ids: list[int], pace_ms: float = 0.0) -> list[str]:
     return [sys.executable, str(HERE / "proxy_stub.py"), str(port), ",".join(map(str, ids)), str(pace_ms)]
 
 
-def rollwire_argv(port: int, up_port: int, db: Path, workers: int = 1, admin_port: int | None = None) -> list[str]:
+def rollwire_argv(
+    port: int, up_port: int, db: Path, workers: int = 1, admin_port: int | None = None, cli: str = "rollwire.app.cli"
+) -> list[str]:
     """`rollwire proxy` as the bench runs it: on ``port``, in front of the stub, recording to ``db``, its admin API
     on ``admin_port`` (``Server.admin``; without one, the proxy's default) with the operator key ``bench`` (a
-    throwaway key, so on the command line)."""
-    argv = [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "proxy", "--port", str(port)]
+    throwaway key, so on the command line); ``cli`` is the module that runs the CLI."""
+    argv = [sys.executable, "-m", cli, "--log-level", "WARNING", "proxy", "--port", str(port)]
     argv += ["--upstream", f"http://127.0.0.1:{up_port}", "--db", f"sqlite:///{db}"]
     argv += ["--admin-port", str(admin_port)] if admin_port is not None else []
     return argv + ["--operator-key", "bench", "--workers", str(workers)]

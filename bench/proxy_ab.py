@@ -19,8 +19,8 @@ is also the way to see this machine's noise.
 The two proxies share one core's caches, so a call here costs more CPU than in ``bench/proxy.py``'s rows
 (~1.1-1.3 against ~1.05 ms a json call at concurrency 1): read the ratio, not the absolute figures.
 
-Each build runs from a copy laid out as the installed package is (``setup.py``'s folders as subpackages), so
-the base revision must still run with the flags ``bench/proxy.py`` starts the proxy with.
+Each build runs from a copy laid out as the installed package is (each component's folder inside ``rollwire/``),
+so the base revision must still run with the flags ``bench/proxy.py`` starts the proxy with.
 """
 
 from __future__ import annotations
@@ -54,13 +54,16 @@ WARM_CALLS = 60
 
 
 def package_folders(root: Path) -> dict[str, str]:
-    """``setup.py``'s ``FOLDERS`` (subpackage -> folder), read without running setup()."""
-    tree = ast.parse((root / "setup.py").read_text())
-    for node in tree.body:
+    """Subpackage -> folder: ``rollwire/`` alone where it links to the component folders (the copy follows the
+    links), or the mapping a revision's ``setup.py`` made before the links (``FOLDERS``, read without running it)."""
+    setup = root / "setup.py"
+    if not setup.is_file():
+        return {"rollwire": "rollwire"}
+    for node in ast.parse(setup.read_text()).body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "FOLDERS" for t in node.targets):
             folders: dict[str, str] = ast.literal_eval(node.value)
             return folders
-    raise SystemExit(f"{root / 'setup.py'} has no FOLDERS mapping")
+    raise SystemExit(f"{setup} has no FOLDERS mapping")
 
 
 def lay_out(source: Path, dest: Path) -> Path:
@@ -70,6 +73,11 @@ def lay_out(source: Path, dest: Path) -> Path:
     for package, folder in sorted(package_folders(source).items()):  # "rollwire" first: the others go inside it
         shutil.copytree(source / folder, dest / package.replace(".", "/"), ignore=skip, dirs_exist_ok=True)
     return dest
+
+
+def cli_module(folder: Path) -> str:
+    """The module that runs the build's CLI (``python -m``): the application layer's, or the core's before it."""
+    return "rollwire.app.cli" if (folder / "rollwire" / "app" / "cli").is_dir() else "rollwire.cli"
 
 
 def export(revision: str, dest: Path) -> Path:
@@ -88,7 +96,7 @@ def export(revision: str, dest: Path) -> Path:
 def has_admin_listener(folder: Path) -> bool:
     """Whether the build in ``folder`` (``lay_out``'s) serves its admin API on a port of its own (``--admin-port``);
     a build that does not serves it on its main port, and is started without the flag."""
-    return "--admin-port" in (folder / "rollwire" / "cli" / "proxy.py").read_text()
+    return "--admin-port" in (folder / cli_module(folder).replace(".", "/") / "proxy.py").read_text()
 
 
 def build_env(folder: Path) -> dict[str, str]:
@@ -153,7 +161,7 @@ def proxies(builds: dict[str, Path], up: int, tmp: Path, round_no: int) -> Itera
         servers = {}
         for name, folder in builds.items():
             port, admin = _port(), _port() if has_admin_listener(folder) else None
-            argv = rollwire_argv(port, up, tmp / f"{name}-{round_no}.db", admin_port=admin)
+            argv = rollwire_argv(port, up, tmp / f"{name}-{round_no}.db", admin_port=admin, cli=cli_module(folder))
             server = Server(name, argv, port, "", "/health", _cores()[0], build_env(folder), admin_port=admin)
             stack.callback(server.admin.close)
             stack.callback(server.stop)

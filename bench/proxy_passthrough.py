@@ -2,7 +2,7 @@
 
     python bench/proxy_passthrough.py PORT UPSTREAM
 
-uvicorn and Starlette configured as the proxy serves them (``rollwire.serving.serve``), and the proxy's own
+uvicorn and Starlette configured as the proxy serves them (``rollwire.app.serving.serve``), and the proxy's own
 upstream client (``rollwire.proxy.upstream_http``). Each chat call's body is read and parsed, sent as it came to
 the upstream's ``/v1/chat/completions`` (the stub answers there too), and the answer goes back as it arrives:
 whole, or as the upstream's event stream. No rendering, splicing, tokenizing, parsing of the answer, recording,
@@ -17,15 +17,15 @@ import json
 import sys
 from collections.abc import AsyncIterator
 
-from rollwire.proxy.upstream import make_client
-from rollwire.proxy.upstream_http import Response
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.responses import Response as HTTPResponse
 from starlette.routing import Route
 
-from rollwire.serving import listening_socket, serve
+from rollwire.app.serving import listening_socket, serve
+from rollwire.proxy.upstream import make_client
+from rollwire.proxy.upstream_http import Response
 from rollwire.settings import ProxySettings
 
 

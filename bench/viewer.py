@@ -209,9 +209,8 @@ def write_rollout(store_url: str, tokens: int, vocab: int, seed: int = 0) -> str
 
 @contextmanager
 def serve(store_url: str, home: Path, model: Path) -> Iterator[str]:
+    from rollwire.app.serving import ServerThread
     from rollwire.proxy.app import create_app
-
-    from rollwire.serving import ServerThread
     from rollwire.settings import ProxySettings
 
     settings = ProxySettings(upstream="http://127.0.0.1:9", model=str(model))

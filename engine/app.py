@@ -15,14 +15,14 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 from pydantic import ValidationError
-from rollwire.engine.protocol import CompletionRequest, DetokenizeRequest, ReloadRequest, TokenizeRequest, WireModel
-from rollwire.engine.tokenize import detokenize, tokenize
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from rollwire.engine.protocol import CompletionRequest, DetokenizeRequest, ReloadRequest, TokenizeRequest, WireModel
+from rollwire.engine.tokenize import detokenize, tokenize
 from rollwire.errors import InvalidRequest, RollwireError, openai_error_body
 from rollwire.request_body import read_json_body
 from rollwire.settings import EngineSettings

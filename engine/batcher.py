@@ -18,9 +18,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import torch
+
+from rollwire.engine.grammar import Constraint
 from rollwire.engine.kv import KVBatch
 from rollwire.engine.model import LanguageModel, Weights
-from rollwire.engine.grammar import Constraint
 from rollwire.engine.sampling import Sample, SamplingParams, generator_for, sample_step
 from rollwire.engine.stopping import SequenceText
 

@@ -17,6 +17,9 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive
+
 from rollwire.engine.batcher import Batcher, EngineFailure, GenerationRequest, TokenEvent
 from rollwire.engine.model import LanguageModel
 from rollwire.engine.protocol import (
@@ -26,9 +29,6 @@ from rollwire.engine.protocol import (
     sampling_params,
     validate_completion,
 )
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.types import Receive
-
 from rollwire.errors import RollwireError, UpstreamError
 
 VERSION_HEADER = "X-Weight-Version"

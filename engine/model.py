@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from rollwire.engine.grammar import Grammars
 
+from rollwire.engine.grammar import Grammars
 from rollwire.errors import InvalidRequest, NotFound
 
 logger = logging.getLogger(__name__)

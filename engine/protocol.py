@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from rollwire.engine.sampling import SamplingParams
 
+from rollwire.engine.sampling import SamplingParams
 from rollwire.errors import InvalidRequest, NotFound
 
 MAX_LOGPROBS = 20

@@ -6,9 +6,9 @@ from typing import Any
 
 import anyio.to_thread
 from jinja2 import TemplateError
+
 from rollwire.engine.model import LanguageModel
 from rollwire.engine.protocol import DetokenizeRequest, TokenizeRequest, check_model, check_token_ids
-
 from rollwire.errors import InvalidRequest
 
 

@@ -11,9 +11,9 @@ import logging
 from pathlib import Path
 
 import anyio.to_thread
+
 from rollwire.engine.batcher import Batcher
 from rollwire.engine.model import LanguageModel, load_weights
-
 from rollwire.errors import InvalidRequest
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from rollwire.harness_adapters.images import default_image
 
 
 class ReferenceAgentAdapter:
-    """Runs ``python -m rollwire.cli agent`` with the rollout's URLs in the environment."""
+    """Runs ``python -m rollwire.app.cli agent`` with the rollout's URLs in the environment."""
 
     name = "reference"
     runs_model_code = False
@@ -31,7 +31,7 @@ class ReferenceAgentAdapter:
 
     def launch(self, ctx: RolloutContext) -> Launch:
         argv = (
-            sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "agent",
+            sys.executable, "-m", "rollwire.app.cli", "--log-level", "WARNING", "agent",
             "--max-turns", str(self.max_turns),
             "--max-tokens", str(self.max_tokens),
             "--temperature", str(self.temperature),

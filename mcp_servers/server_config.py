@@ -13,9 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rollwire.mcp_servers.state import ROLLOUT_HEADER, SECRET_HEADER, TASK_HEADER
-
 from rollwire.errors import InvalidRequest
+from rollwire.mcp_servers.state import ROLLOUT_HEADER, SECRET_HEADER, TASK_HEADER
 
 PLACEHOLDERS = ("rollout_id", "rollout_dir", "task")
 """What ``{...}`` may name in a server's args, env, url and headers; each is filled per rollout."""

@@ -19,9 +19,9 @@ import anyio
 from rollwire.errors import RollwireError, UpstreamError, UpstreamTimeout
 from rollwire.harness_adapters.base import Adapter, RolloutContext
 from rollwire.orchestrator.checker_process import CheckerLimit
-from rollwire.rollouts import PlannedRollout, RolloutBook
 from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob, Runtime
 from rollwire.orchestrator.scoring import Scorer, ScoringInput
+from rollwire.rollouts import PlannedRollout, RolloutBook
 from rollwire.settings import OrchestratorSettings
 from rollwire.store.schema import Rollout, RolloutStatus
 from rollwire.trajectory import INFRASTRUCTURE, POLICY, SETUP

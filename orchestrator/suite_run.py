@@ -23,10 +23,10 @@ import anyio.to_thread
 from rollwire import sandbox
 from rollwire.errors import InvalidRequest, NotFound
 from rollwire.harness_adapters.base import Adapter, runs_model_code
-from rollwire.rollouts import RolloutBook
 from rollwire.orchestrator.runtimes.base import Runtime
-from rollwire.sandbox import state_folders
 from rollwire.orchestrator.scheduler import Endpoints, Progress, RunPlan, Scheduler, TaskSpec, live_rows
+from rollwire.rollouts import RolloutBook
+from rollwire.sandbox import state_folders
 from rollwire.settings import OrchestratorSettings, Settings
 from rollwire.store.db import open_engine
 from rollwire.store.schema import Rollout
@@ -39,7 +39,7 @@ SPLITS = {"train": "train", "held_out": "held_out", "heldout": "held_out", "held
 
 
 class StackAddresses(Protocol):
-    """What a run needs of a running stack (``rollwire.stack.StackInfo`` has these and more)."""
+    """What a run needs of a running stack (``rollwire.app.stack.StackInfo`` has these and more)."""
 
     proxy_url: str
     gateway_url: str

@@ -13,6 +13,17 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+
+from rollwire.errors import InvalidRequest, NotFound, RollwireError
+from rollwire.listeners import Listeners
+from rollwire.metrics import HttpMetricsMiddleware, metrics_endpoint
 from rollwire.proxy import admin
 from rollwire.proxy.auth import TokenAuth
 from rollwire.proxy.dialects.chat import ChatDialect
@@ -29,19 +40,8 @@ from rollwire.proxy.stream import stream_route
 from rollwire.proxy.ui.data import ViewerState
 from rollwire.proxy.ui.routes import ui_routes
 from rollwire.proxy.upstream import make_client
-from starlette.applications import Starlette
-from starlette.background import BackgroundTask
-from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
-
-from rollwire.errors import InvalidRequest, NotFound, RollwireError
-from rollwire.metrics import HttpMetricsMiddleware, metrics_endpoint
 from rollwire.request_body import read_json_body, read_json_text
 from rollwire.rollouts.budgets import Budgets
-from rollwire.serving import Listeners
 from rollwire.settings import ProxySettings
 from rollwire.store import open_engine
 
@@ -217,7 +217,7 @@ def model_folder(settings: ProxySettings, home: Path) -> Path:
 
 
 def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key: str | None = None) -> ProxyApp:
-    """The proxy app (serve it with ``rollwire.serving``: a socket per listener). Parsers and the splice policy are
+    """The proxy app (serve it with ``rollwire.app.serving``: a socket per listener). Parsers and the splice policy are
     checked here, so a bad name fails at start-up."""
     if settings.splice_policy not in POLICIES:
         raise InvalidRequest(f"unknown splice policy {settings.splice_policy!r}; known: {', '.join(POLICIES)}")

@@ -9,6 +9,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio.to_thread
+
+from rollwire.compact_json import json_ids_extended
+from rollwire.errors import InvalidRequest, NotFound, UpstreamError
 from rollwire.proxy.answer import AnswerStream, Delta
 from rollwire.proxy.auth import Caller
 from rollwire.proxy.conversation import Choice, Conversation, Generation, Sampling
@@ -18,19 +21,16 @@ from rollwire.proxy.lines import call_line
 from rollwire.proxy.parsers.base import ReasoningParser, ToolParser, new_id
 from rollwire.proxy.recorder import Recorder
 from rollwire.proxy.render import Renderer
-from rollwire.proxy.session import Plan, PriorCall, encode_work, plan_prompt
 from rollwire.proxy.seeds import SampleSeeds
+from rollwire.proxy.session import Plan, PriorCall, encode_work, plan_prompt
 from rollwire.proxy.upstream import Sampled, completion_body, exchange, takes_stream_interval
 from rollwire.proxy.upstream_http import Pool
-
-from rollwire.compact_json import json_ids_extended
-from rollwire.errors import InvalidRequest, NotFound, UpstreamError
 from rollwire.settings import ProxySettings
 from rollwire.side_calls import MAIN, rules_of
 from rollwire.store import encode_floats, encode_ids, now_ns
 from rollwire.store.prompts import stored_prompt
-from rollwire.store.schema import ENGINE_FAILED
 from rollwire.store.requests import stored_request
+from rollwire.store.schema import ENGINE_FAILED
 
 INLINE_PLAN_CHARS = 2048
 """Plans that render and encode at most this many characters run on the event loop: that costs well under

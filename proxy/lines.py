@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 from rollwire.proxy.conversation import Conversation
 from rollwire.proxy.session import PriorCall
-
 from rollwire.side_calls import CallFeatures, SideCallRule, classify
 
 NO_TOOLS = "[]"

@@ -18,6 +18,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
+
+from rollwire.compact_json import json_text
+from rollwire.errors import RollwireError, UpstreamError, UpstreamTimeout
+from rollwire.metrics import add_upstream_time
 from rollwire.proxy.answer import AnswerStream
 from rollwire.proxy.auth import Caller
 from rollwire.proxy.conversation import (
@@ -34,11 +38,7 @@ from rollwire.proxy.conversation import (
 from rollwire.proxy.dialects.base import Dialect
 from rollwire.proxy.generate import Generator, Prepared, RequestBody
 from rollwire.proxy.upstream import ChoiceChunk, Opened, Sampled, chunks, open_stream
-
-from rollwire.compact_json import json_text
-from rollwire.errors import RollwireError, UpstreamError, UpstreamTimeout
 from rollwire.store.schema import ENGINE_FAILED
-from rollwire.metrics import add_upstream_time
 
 ABORTED = "abort"
 

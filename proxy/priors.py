@@ -23,13 +23,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio.to_thread
-from rollwire.proxy.conversation import Conversation, Message
-from rollwire.proxy.session import PriorCall
 from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Engine
 from sqlmodel import col
 
 from rollwire.errors import InvalidRequest, StoreError
+from rollwire.proxy.conversation import Conversation, Message
+from rollwire.proxy.session import PriorCall
 from rollwire.store import ModelCall, decode_ids, session_scope
 from rollwire.store.direct import DirectQuery
 from rollwire.store.prompts import whole_prompts

@@ -9,10 +9,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from rollwire.proxy.priors import Dialects, PriorCache, load_priors
-from rollwire.proxy.session import PriorCall
 from sqlalchemy.engine import Engine
 
+from rollwire.proxy.priors import Dialects, PriorCache, load_priors
+from rollwire.proxy.session import PriorCall
 from rollwire.rollouts import TAKES_RECORDS, guard_active
 from rollwire.store import ModelCall
 from rollwire.store.writer import RowWriter

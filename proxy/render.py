@@ -13,9 +13,9 @@ from typing import Any
 
 import anyio.to_thread
 from jinja2 import TemplateError
-from rollwire.proxy.chat_template import ChatTemplate
 
 from rollwire.errors import InvalidRequest
+from rollwire.proxy.chat_template import ChatTemplate
 from rollwire.store.codec import ID_BYTES, decode_ids, encode_ids
 
 END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>")

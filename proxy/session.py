@@ -14,9 +14,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rollwire.proxy.conversation import Conversation
-
 from rollwire.compact_json import json_bytes, json_ids_extended, json_text
+from rollwire.proxy.conversation import Conversation
 from rollwire.store.codec import encode_ids
 
 POLICIES = ("splice", "render")

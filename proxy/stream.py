@@ -8,16 +8,16 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-from sqlalchemy.engine import Engine
 from sqlalchemy import or_
+from sqlalchemy.engine import Engine
 from sqlmodel import col, select
 from starlette.requests import Request
 from starlette.responses import Response
 
 from rollwire.errors import InvalidRequest, NotFound
 from rollwire.reconstruct import build_trajectory, load_calls
-from rollwire.timeline import load_tool_events
 from rollwire.store import Rollout, Run, session_scope
+from rollwire.timeline import load_tool_events
 from rollwire.trajectory import INFRASTRUCTURE
 
 MAX_WAIT_S = 60.0
@@ -44,7 +44,7 @@ def finished_after(engine: Engine, run: str, after: int) -> list[str]:
             raise NotFound(f"no run {run!r}")
         query = (
             select(Rollout)
-            .where(Rollout.run_id == run, Rollout.finished_seq != None, Rollout.finished_seq > after)
+            .where(Rollout.run_id == run, col(Rollout.finished_seq).is_not(None), Rollout.finished_seq > after)
             # an infrastructure failure being retried: its retry, a fresh row of the same group, is streamed instead
             .where(or_(col(Rollout.error).is_(None), col(Rollout.error).not_like(f"{INFRASTRUCTURE}:%")))
             .order_by(Rollout.finished_seq)  # type: ignore[arg-type]

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from rollwire.proxy.conversation import Sampling
-from rollwire.proxy.upstream_http import TRANSPORT_ERRORS, Pool, Response, Timeouts
 
 from rollwire.compact_json import json_bytes
 from rollwire.errors import InvalidRequest, NotFound, RollwireError, UpstreamError, UpstreamTimeout
+from rollwire.proxy.conversation import Sampling
+from rollwire.proxy.upstream_http import TRANSPORT_ERRORS, Pool, Response, Timeouts
 
 
 def make_client(upstream: str, timeout_s: float) -> Pool:

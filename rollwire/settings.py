@@ -165,7 +165,7 @@ class OrchestratorSettings(BaseModel):
             "openai",
             "mcp",
             "rollwire.harness_adapters.reference_agent",
-            "rollwire.cli.__main__:build_parser",
+            "rollwire.app.cli.__main__:build_parser",
         ],
         description="Modules the warm pool imports once ('module', or 'module:function' to also call it); a value "
         "they compute from the environment at import time (HOME, env vars) keeps the pool's, not the rollout's.",

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
+from rollwire.app.vllm_runtime import PYTHON_ENV as VLLM_PYTHON_ENV
+from rollwire.app.vllm_runtime import installed_python
 from rollwire.settings import Settings
 from rollwire.tiny_model import ensure_tiny_model
 from rollwire.tokenizers import QWEN_TOKENIZER, SHARED_ENV, shared_dir
-from rollwire.vllm_runtime import PYTHON_ENV as VLLM_PYTHON_ENV
-from rollwire.vllm_runtime import installed_python
 from tests.real_parts import closing_line
 
 _TEMP_ROOT = pytest.StashKey[Path]()

@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rollwire.app.stack import free_port
+from rollwire.app.vllm_runtime import installed_python, serve_command, serve_env
 from rollwire.settings import Settings
-from rollwire.stack import free_port
-from rollwire.vllm_runtime import installed_python, serve_command, serve_env
 
 REQUIRE_ENV = "ROLLWIRE_REQUIRE_VLLM"
 MAX_MODEL_LEN = 32768

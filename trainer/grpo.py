@@ -6,8 +6,8 @@ and step.py (accumulation and clipping); this module only decides what goes into
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch

@@ -11,11 +11,6 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
-from rollwire.mcp_servers.state import SECRET_HEADER
-from rollwire.mcp_servers.envs import calendar, mail, sqldb, workspace
-from rollwire.mcp_servers.envs.metrics import EnvMetrics
-from rollwire.mcp_servers.envs.rollout import EnvRuntime
-from rollwire.mcp_servers.state import StateStore
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -24,6 +19,10 @@ from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rollwire.errors import InvalidRequest, Unauthorized, openai_error
+from rollwire.mcp_servers.envs import calendar, mail, sqldb, workspace
+from rollwire.mcp_servers.envs.metrics import EnvMetrics
+from rollwire.mcp_servers.envs.rollout import EnvRuntime
+from rollwire.mcp_servers.state import SECRET_HEADER, StateStore
 from rollwire.metrics import HttpMetricsMiddleware, metrics_endpoint
 from rollwire.settings import McpSettings
 

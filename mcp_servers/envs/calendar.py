@@ -11,6 +11,7 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+
 from rollwire.mcp_servers.envs.rollout import EnvRuntime
 from rollwire.mcp_servers.state import read_json, write_json
 

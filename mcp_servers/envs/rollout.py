@@ -12,9 +12,9 @@ from typing import Any
 
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from rollwire.mcp_servers.state import ROLLOUT_HEADER, TASK_HEADER, Seeder, StateStore
 
 from rollwire.errors import RollwireError
+from rollwire.mcp_servers.state import ROLLOUT_HEADER, TASK_HEADER, Seeder, StateStore
 
 
 @dataclass

@@ -4,8 +4,8 @@ from the ToolEvent rows just written, so they match the store), tool latency, an
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from rollwire.mcp_servers.gateway.recorder import ToolCallRecord
 
+from rollwire.mcp_servers.gateway.recorder import ToolCallRecord
 from rollwire.metrics import LATENCY_BUCKETS, HttpMetrics
 
 

@@ -18,14 +18,14 @@ from anyio.abc import TaskGroup
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from rollwire.mcp_servers.gateway.messages import MessageLog
-from rollwire.mcp_servers.gateway.relay import Relay
-from rollwire.mcp_servers.gateway.stdio_sandbox import StdioSandbox
-from rollwire.mcp_servers.server_config import RolloutVars, UpstreamSpec, rollout_folder
 from sqlalchemy.engine import Engine
 from sqlmodel import col, select
 
 from rollwire.errors import UpstreamError
+from rollwire.mcp_servers.gateway.messages import MessageLog
+from rollwire.mcp_servers.gateway.relay import Relay
+from rollwire.mcp_servers.gateway.stdio_sandbox import StdioSandbox
+from rollwire.mcp_servers.server_config import RolloutVars, UpstreamSpec, rollout_folder
 from rollwire.rollouts import TOKEN_WORKS
 from rollwire.store import Rollout, session_scope
 

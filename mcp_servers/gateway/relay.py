@@ -15,6 +15,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.message import ServerMessageMetadata
+
 from rollwire.mcp_servers.gateway.messages import MessageLog
 from rollwire.mcp_servers.gateway.rounds import Rounds
 

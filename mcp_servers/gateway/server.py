@@ -24,19 +24,6 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.context import CallNext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
-from rollwire.mcp_servers.envs.app import SERVERS, security
-from rollwire.mcp_servers.gateway.features import SEP, Features
-from rollwire.mcp_servers.gateway.limits import RolloutLimits, cap_result
-from rollwire.mcp_servers.gateway.metrics import GatewayMetrics, classify
-from rollwire.mcp_servers.gateway.messages import HARNESS_IN, HARNESS_OUT, MessageLog
-from rollwire.mcp_servers.gateway.pool import Connection, UpstreamPool, reap
-from rollwire.mcp_servers.gateway.recorder import ToolCallRecord, ToolRecorder
-from rollwire.mcp_servers.gateway.relay import declared
-from rollwire.mcp_servers.gateway.rounds import RoundBook, Rounds, needs_rounds
-from rollwire.mcp_servers.gateway.stdio_sandbox import StdioSandbox
-from rollwire.mcp_servers.gateway.stdio_sandbox import require as require_sandbox
-from rollwire.mcp_servers.server_config import UpstreamSpec, parse_servers
-from rollwire.mcp_servers.tasks.loader import load_suite
 from sqlalchemy.engine import Engine
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -46,6 +33,19 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from rollwire.errors import InvalidRequest, RollwireError, Unauthorized, openai_error
+from rollwire.mcp_servers.envs.app import SERVERS, security
+from rollwire.mcp_servers.gateway.features import SEP, Features
+from rollwire.mcp_servers.gateway.limits import RolloutLimits, cap_result
+from rollwire.mcp_servers.gateway.messages import HARNESS_IN, HARNESS_OUT, MessageLog
+from rollwire.mcp_servers.gateway.metrics import GatewayMetrics, classify
+from rollwire.mcp_servers.gateway.pool import Connection, UpstreamPool, reap
+from rollwire.mcp_servers.gateway.recorder import ToolCallRecord, ToolRecorder
+from rollwire.mcp_servers.gateway.relay import declared
+from rollwire.mcp_servers.gateway.rounds import RoundBook, Rounds, needs_rounds
+from rollwire.mcp_servers.gateway.stdio_sandbox import StdioSandbox
+from rollwire.mcp_servers.gateway.stdio_sandbox import require as require_sandbox
+from rollwire.mcp_servers.server_config import UpstreamSpec, parse_servers
+from rollwire.mcp_servers.tasks.loader import load_suite
 from rollwire.metrics import HttpMetricsMiddleware, metrics_endpoint
 from rollwire.rollouts import Identity, TokenIndex
 from rollwire.rollouts.budgets import Budgets

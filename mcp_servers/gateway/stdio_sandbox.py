@@ -37,11 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mcp.client.stdio import StdioServerParameters
-from rollwire.mcp_servers.server_config import UpstreamSpec
-from rollwire.mcp_servers.tasks.loader import SUITES_DIR
 
 from rollwire import sandbox
 from rollwire.errors import UpstreamError
+from rollwire.mcp_servers.server_config import UpstreamSpec
+from rollwire.mcp_servers.tasks.loader import SUITES_DIR
 from rollwire.sandbox import seccomp
 from rollwire.settings import GatewaySettings
 

@@ -33,11 +33,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from rollwire.errors import InvalidRequest
 from rollwire.mcp_servers.envs import calendar, mail, sqldb
 from rollwire.mcp_servers.state import read_json
 from rollwire.mcp_servers.tasks.schema import Criterion, Task
-
-from rollwire.errors import InvalidRequest
 from rollwire.rollout_files import RefusedFile, read_beneath
 
 ANSWER_MAX_CHARS = 200

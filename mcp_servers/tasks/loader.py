@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from rollwire.mcp_servers.tasks.schema import Suite, Task
 
 from rollwire.errors import InvalidRequest, NotFound
+from rollwire.mcp_servers.tasks.schema import Suite, Task
 
 SUITES_DIR = Path(__file__).parent / "suites"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")

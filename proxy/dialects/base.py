@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Protocol
 
-from rollwire.proxy.conversation import Conversation, Generation, Message, StreamEvent
-
 from rollwire.errors import RollwireError
+from rollwire.proxy.conversation import Conversation, Generation, Message, StreamEvent
 
 
 class Dialect(Protocol):

@@ -6,6 +6,7 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from rollwire.errors import InvalidRequest, RollwireError, openai_error
 from rollwire.proxy.answer import REASONING
 from rollwire.proxy.conversation import (
     ChoiceEnd,
@@ -32,8 +33,6 @@ from rollwire.proxy.dialects.fields import (
 )
 from rollwire.proxy.dialects.streaming import render, rendered, replay
 from rollwire.proxy.sse import DONE, data_event
-
-from rollwire.errors import InvalidRequest, RollwireError, openai_error
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 MAX_N = 16

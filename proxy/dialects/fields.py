@@ -9,9 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rollwire.proxy.conversation import OutputFormat
-
 from rollwire.errors import InvalidRequest
+from rollwire.proxy.conversation import OutputFormat
 
 OPENAI_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 ANTHROPIC_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")

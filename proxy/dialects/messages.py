@@ -7,6 +7,7 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from rollwire.errors import InvalidRequest, RollwireError, anthropic_error
 from rollwire.proxy.answer import REASONING
 from rollwire.proxy.conversation import (
     Conversation,
@@ -31,8 +32,6 @@ from rollwire.proxy.dialects.fields import (
 )
 from rollwire.proxy.dialects.streaming import render, rendered, replay
 from rollwire.proxy.sse import named_event
-
-from rollwire.errors import InvalidRequest, RollwireError, anthropic_error
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 IGNORED_BLOCKS = ("redacted_thinking",)

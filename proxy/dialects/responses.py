@@ -7,6 +7,7 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from rollwire.errors import InvalidRequest, RollwireError, openai_error
 from rollwire.proxy.conversation import Conversation, Generation, Message, Sampling, StreamEvent, ToolCall
 from rollwire.proxy.dialects.fields import (
     flag,
@@ -20,8 +21,6 @@ from rollwire.proxy.dialects.responses_items import Items
 from rollwire.proxy.dialects.responses_stream import ResponsesStream, message_item, reasoning_item
 from rollwire.proxy.dialects.responses_tools import CUSTOM_INPUT, ResponsesTools, parse_tools
 from rollwire.proxy.dialects.streaming import render, rendered, replay
-
-from rollwire.errors import InvalidRequest, RollwireError, openai_error
 
 
 def _tool_choice(raw: Any, tools: tuple[dict[str, Any], ...]) -> str:

@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rollwire.errors import InvalidRequest
 from rollwire.proxy.conversation import Message, ToolCall
 from rollwire.proxy.dialects.responses_tools import CUSTOM_INPUT, flat_name
-
-from rollwire.errors import InvalidRequest
 
 MESSAGE_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")

@@ -27,9 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollwire.proxy.dialects.fields import OPENAI_TOOL_NAME, checked_schema
-
 from rollwire.errors import InvalidRequest
+from rollwire.proxy.dialects.fields import OPENAI_TOOL_NAME, checked_schema
 
 NAMESPACE_JOIN = "__"
 DEFAULT_NAMESPACE = "functions"

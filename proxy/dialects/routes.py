@@ -10,6 +10,12 @@ from functools import partial
 from typing import Any
 
 import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from rollwire.compact_json import json_text
+from rollwire.errors import Forbidden, RollwireError, Unauthorized, UpstreamTimeout
 from rollwire.proxy.conversation import Conversation
 from rollwire.proxy.dialects.messages import MessagesDialect, parse_messages
 from rollwire.proxy.dialects.responses import ResponsesDialect
@@ -18,12 +24,6 @@ from rollwire.proxy.generate import RequestBody
 from rollwire.proxy.live import generate_whole, start_live
 from rollwire.proxy.sse import EventStreamResponse, until_disconnect
 from rollwire.proxy.upstream_http import DEADLINE
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
-
-from rollwire.compact_json import json_text
-from rollwire.errors import Forbidden, RollwireError, Unauthorized, UpstreamTimeout
 
 logger = logging.getLogger(__name__)
 

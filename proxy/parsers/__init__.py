@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rollwire.errors import InvalidRequest
 from rollwire.proxy.parsers.base import ReasoningParser, ToolParser
 from rollwire.proxy.parsers.hermes import HermesToolParser
 from rollwire.proxy.parsers.llama3_json import Llama3JsonToolParser
 from rollwire.proxy.parsers.qwen3 import NoReasoningParser, Qwen3ReasoningParser
-
-from rollwire.errors import InvalidRequest
 
 TOOL_PARSERS: dict[str, Callable[[], ToolParser]] = {
     "hermes": HermesToolParser,

@@ -7,10 +7,6 @@ operator key guards it as it guards the proxy's viewer (a random one unless give
 
 from __future__ import annotations
 
-from rollwire.proxy.edge import http_error, rollwire_error
-from rollwire.proxy.render import Renderer
-from rollwire.proxy.ui.data import ViewerState
-from rollwire.proxy.ui.routes import ui_routes
 from sqlalchemy.engine import Engine
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -19,6 +15,10 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 
 from rollwire.errors import RollwireError
+from rollwire.proxy.edge import http_error, rollwire_error
+from rollwire.proxy.render import Renderer
+from rollwire.proxy.ui.data import ViewerState
+from rollwire.proxy.ui.routes import ui_routes
 
 
 async def _home(request: Request) -> Response:

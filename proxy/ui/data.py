@@ -20,9 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio.to_thread
-from rollwire.proxy.admin import rollout_view
-from rollwire.proxy.auth import request_token
-from rollwire.proxy.render import Renderer
 from sqlalchemy import func
 from sqlalchemy.engine import Engine
 from sqlmodel import select
@@ -31,6 +28,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from rollwire.errors import NotFound, Unauthorized
+from rollwire.proxy.admin import rollout_view
+from rollwire.proxy.auth import request_token
+from rollwire.proxy.render import Renderer
 from rollwire.reconstruct import load_calls, reconstruct
 from rollwire.store import ModelCall, Rollout, Run, ToolEvent, session_scope
 

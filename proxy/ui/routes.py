@@ -12,12 +12,12 @@ from __future__ import annotations
 import hmac
 from pathlib import Path
 
-from rollwire.proxy.ui.data import COOKIE, api_routes, check_operator, viewer_state
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from rollwire.errors import NotFound, Unauthorized
+from rollwire.proxy.ui.data import COOKIE, api_routes, check_operator, viewer_state
 
 STATIC = Path(__file__).parent / "static"
 ASSETS = {"app.js": "text/javascript", "app.css": "text/css"}

@@ -58,10 +58,10 @@ CONTROL_SOCKET = f"{SOCKET_DIR}/control.sock"
 """Where a warm-pool slot's fork server finds the orchestrator's one-use control socket (``warm_pool``)."""
 SYSTEM_TREES = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 """The host's system trees, shown read-only (or as the symlinks they are on a merged-/usr system)."""
-PACKAGES = ("rollwire", *(f"rollwire.{name}" for name in ("engine", "proxy", "harness_adapters", "mcp_servers",
+PACKAGES = ("rollwire", *(f"rollwire.{name}" for name in ("app", "engine", "proxy", "harness_adapters", "mcp_servers",
                                                           "orchestrator", "trainer")))  # fmt: skip
-"""rollwire's packages (setup.py maps each from a folder of its own): a harness may import them, so their folders
-are shown; nothing else of a source checkout is (its tests, its git history, its state)."""
+"""rollwire's packages (each component a folder of its own, linked from rollwire/): a harness may import them, so
+their folders are shown; nothing else of a source checkout is (its tests, its git history, its state)."""
 SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
 NAMESPACES = ("--unshare-all", "--die-with-parent", "--cap-drop", "ALL", "--as-pid-1")
 ROOT_RUN_UID = 1000

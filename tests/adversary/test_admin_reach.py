@@ -22,9 +22,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from rollwire.serving import ServerThread
+from rollwire.app.serving import ServerThread
+from rollwire.app.stack import LocalStack, StackInfo
 from rollwire.settings import Settings
-from rollwire.stack import LocalStack, StackInfo
 
 pytestmark = pytest.mark.slow
 
@@ -193,7 +193,7 @@ def test_no_child_holds_a_secret_on_its_command_line(stack: StackInfo) -> None:
     assert stack.pids and set(stack.pids) == {"env", "gateway", "proxy"}  # an upstream: no engine part
     for part, pid in stack.pids.items():
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        assert b"rollwire.cli" in argv, argv  # it is the part, not some other process with its pid
+        assert b"rollwire.app.cli" in argv, argv  # it is the part, not some other process with its pid
         for name, secret in secrets.items():
             assert not any(secret.encode() in arg for arg in argv), f"{part}'s command line holds the {name}"
         assert not any(arg.startswith(b"--operator-key") for arg in argv), argv

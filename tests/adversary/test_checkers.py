@@ -16,6 +16,8 @@ from typing import Any, Self
 
 import anyio
 import pytest
+
+from rollwire.harness_adapters.base import Launch, RolloutContext
 from rollwire.mcp_servers.envs import sqldb
 from rollwire.mcp_servers.tasks import checkers
 from rollwire.mcp_servers.tasks.checkers import CheckResult, score
@@ -23,16 +25,14 @@ from rollwire.mcp_servers.tasks.loader import load_suite
 from rollwire.mcp_servers.tasks.schema import Criterion, Task, ToolCall
 from rollwire.mcp_servers.tasks.solve import play
 from rollwire.orchestrator.checker_process import CheckerLimit
-from rollwire.rollouts import RolloutBook
 from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob
 from rollwire.orchestrator.scheduler import Endpoints, RunPlan, Scheduler, TaskSpec
 from rollwire.orchestrator.scoring import ScoringInput
 from rollwire.orchestrator.suite_scorer import SuiteScorer
-from rollwire.harness_adapters.base import Launch, RolloutContext
+from rollwire.rollouts import RolloutBook
 from rollwire.settings import OrchestratorSettings
 from rollwire.store.db import open_engine
 from rollwire.trajectory import failure_cause
-
 from tests.mcp_servers.conftest import ENV_SECRET, EnvServers, env_servers  # noqa: F401 (the env servers fixture)
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
+from rollwire.app.serving import ServerThread
 from rollwire.engine import create_app
-from rollwire.serving import ServerThread
 from rollwire.settings import EngineSettings
 
 

@@ -27,11 +27,9 @@ from kubernetes.utils import parse_quantity
 
 from rollwire.harness_adapters.base import Launch, RolloutContext
 from rollwire.harness_adapters.registry import BUILTIN
-from rollwire.rollouts import RolloutBook
 from rollwire.orchestrator.manifests import example_rollout, render
 from rollwire.orchestrator.runtimes.base import EndKind, RolloutJob
 from rollwire.orchestrator.runtimes.kubernetes.api import api_client_from_settings
-from rollwire.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
 from rollwire.orchestrator.runtimes.kubernetes.pod_spec import (
     EVICTED_EXIT_CODE,
     HARNESS,
@@ -41,9 +39,11 @@ from rollwire.orchestrator.runtimes.kubernetes.pod_spec import (
     rollout_pod,
     run_configmap,
 )
+from rollwire.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
 from rollwire.orchestrator.runtimes.kubernetes.warm_pod import build_warm_pod
 from rollwire.orchestrator.scheduler import Endpoints, Progress, RunPlan, Scheduler, TaskSpec
 from rollwire.orchestrator.scoring import ExitCodeScorer
+from rollwire.rollouts import RolloutBook
 from rollwire.settings import KubernetesSettings, OrchestratorSettings
 from rollwire.store.db import open_engine
 from rollwire.trajectory import failure_cause

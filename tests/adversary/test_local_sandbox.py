@@ -21,15 +21,13 @@ import anyio
 import pytest
 
 from rollwire.harness_adapters.base import Launch, RolloutContext
-from rollwire.rollouts import RolloutBook
 from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
 from rollwire.orchestrator.scheduler import Endpoints, RunPlan, Scheduler, TaskSpec, live_rows
 from rollwire.orchestrator.scoring import ExitCodeScorer
+from rollwire.rollouts import RolloutBook
 from rollwire.settings import OrchestratorSettings
 from rollwire.store.db import open_engine
 from rollwire.trajectory import failure_cause
-
-from tests.real_parts import needs_sandbox
 from tests.adversary.attacks import (
     ANSWERS,
     DISK_MB,
@@ -38,6 +36,7 @@ from tests.adversary.attacks import (
     hostile_script,
     planted_secrets,
 )
+from tests.real_parts import needs_sandbox
 
 ENDPOINTS = Endpoints(proxy_url="http://127.0.0.1:48111", gateway_url="http://127.0.0.1:48112")  # relayed, never called
 

@@ -21,14 +21,12 @@ from urllib.parse import urlsplit
 import anyio
 import pytest
 
+from rollwire.app.stack import LocalStack, StackInfo
 from rollwire.harness_adapters.base import Launch, RolloutContext
 from rollwire.mcp_servers.tasks.loader import load_suite
 from rollwire.orchestrator.suite_run import run_suite, sqlite_path
 from rollwire.settings import OrchestratorSettings, Settings
-from rollwire.stack import LocalStack, StackInfo
 from rollwire.trajectory import failure_cause
-
-from tests.real_parts import needs_sandbox
 from tests.adversary.attacks import (
     ANSWERS,
     DISK_MB,
@@ -37,6 +35,7 @@ from tests.adversary.attacks import (
     hostile_script,
     planted_secrets,
 )
+from tests.real_parts import needs_sandbox
 
 pytestmark = [pytest.mark.slow, needs_sandbox]
 

@@ -25,17 +25,16 @@ from urllib.parse import urlsplit
 import anyio
 import pytest
 from mcp import Client
+
 from rollwire.mcp_servers.gateway.server import build_gateway_app
 from rollwire.mcp_servers.gateway.stdio_sandbox import BASIC_ENV
 from rollwire.mcp_servers.server_config import UpstreamSpec
 from rollwire.mcp_servers.tasks.loader import SUITES_DIR
-
 from rollwire.sandbox import SandboxUnavailable
 from rollwire.settings import GatewaySettings
 from rollwire.store.db import open_engine
-from tests.real_parts import needs_sandbox
 from tests.mcp_servers.conftest import EnvServers, env_servers, gateway_stack  # noqa: F401 (env_servers: a fixture)
-
+from tests.real_parts import needs_sandbox
 
 HOSTILE = r'''
 import json, os, pathlib, socket

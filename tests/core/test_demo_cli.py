@@ -29,7 +29,7 @@ DEMO = ["-K", "2", "-G", "2", "--train-tasks", "3", "--eval-group", "2", "--eval
 def _run(tmp_path: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """The demo in its own session, so a run that overstays ``timeout`` goes with its whole stack."""
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ROLLWIRE_HOME": str(tmp_path / "home")}  # 80 columns
-    argv = [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "demo", *args]
+    argv = [sys.executable, "-m", "rollwire.app.cli", "--log-level", "WARNING", "demo", *args]
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
     with subprocess.Popen(argv, env=env, start_new_session=True, **pipes) as process:  # type: ignore[call-overload]
         try:
@@ -121,7 +121,7 @@ def test_demo_bad_options_fail_with_one_line(tmp_path: Path) -> None:
 
 
 def test_help_lists_every_command() -> None:
-    result = subprocess.run([sys.executable, "-m", "rollwire.cli", "--help"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-m", "rollwire.app.cli", "--help"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0
     for command in ("demo", "up", "engine", "proxy", "train", "traces"):
         assert command in result.stdout
@@ -174,7 +174,7 @@ def test_sigterm_stops_the_demo_and_its_whole_stack(tmp_path: Path) -> None:
     """`kill` on the demo (not on its process group) stops the engine, env servers, gateway and proxy it
     started, as Ctrl-C does; before, they were left running."""
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ROLLWIRE_HOME": str(tmp_path / "home")}
-    argv = [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "demo", *DEMO, "--out", str(tmp_path / "o")]
+    argv = [sys.executable, "-m", "rollwire.app.cli", "--log-level", "WARNING", "demo", *DEMO, "--out", str(tmp_path / "o")]
     with subprocess.Popen(argv, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True) as process:  # fmt: skip
         try:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from rollwire.cli.demo import _LiveLine
-from rollwire.demo.loop import step_detail
-from rollwire.demo.policy import Learner
+from rollwire.app.cli.demo import _LiveLine
+from rollwire.app.demo.loop import step_detail
+from rollwire.app.demo.policy import Learner
 from rollwire.settings import TrainerSettings
 from rollwire.trajectory import Segment, Trajectory
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rollwire.demo.loop import DemoConfig, trainer_settings
+from rollwire.app.demo.loop import DemoConfig, trainer_settings
+from rollwire.app.stack import StackInfo
 from rollwire.settings import TrainerSettings
-from rollwire.stack import StackInfo
 from trainer.loop import grpo_config
 
 INFO = StackInfo(

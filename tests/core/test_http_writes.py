@@ -14,8 +14,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from rollwire.http_writes import HeldHeadTransport
-from rollwire.serving import ServerThread
+from rollwire.app.http_writes import HeldHeadTransport
+from rollwire.app.serving import ServerThread
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
 

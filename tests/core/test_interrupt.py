@@ -12,12 +12,12 @@ import sys
 import anyio
 import pytest
 
-from rollwire.interrupt import run_interruptible
+from rollwire.app.interrupt import run_interruptible
 
 WORK = """
 import signal, sys
 import anyio
-from rollwire.interrupt import run_interruptible, stop_on_sigterm
+from rollwire.app.interrupt import run_interruptible, stop_on_sigterm
 
 # as a shell's foreground job starts; one started in the background (`cmd &`) inherits SIGINT ignored
 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -78,7 +78,7 @@ def test_a_result_and_an_error_come_through_as_themselves() -> None:
 
 INTERRUPTED_COMMAND = """
 import sys
-from rollwire.cli import __main__ as cli
+from rollwire.app.cli import __main__ as cli
 
 HELP = "a command interrupted while CPython evaluates a string (as dataclass creation does)"
 

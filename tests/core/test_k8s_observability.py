@@ -13,8 +13,8 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from rollwire.app.serving import ServerThread
 from rollwire.metrics import metric_names
-from rollwire.serving import ServerThread
 from rollwire.settings import EngineSettings
 
 BASE = Path(__file__).resolve().parents[2] / "k8s" / "base"

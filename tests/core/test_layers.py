@@ -11,17 +11,11 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = {
-    "rollwire": "rollwire",
-    "engine": "rollwire.engine",
-    "proxy": "rollwire.proxy",
-    "mcp_servers": "rollwire.mcp_servers",
-    "orchestrator": "rollwire.orchestrator",
-    "trainer": "rollwire.trainer",
-    "harness_adapters": "rollwire.harness_adapters",
-}
-COMPONENTS = {name for name in FOLDERS.values() if name != "rollwire"}
-APPLICATION = ("rollwire.cli", "rollwire.demo", "rollwire.stack")
+LINKS = {link.name: link.readlink().name for link in (ROOT / "rollwire").iterdir() if link.is_symlink()}
+"""rollwire/'s links to the top-level folders (``proxy -> ../proxy``): each folder is the package rollwire.<link>."""
+FOLDERS = {"rollwire": "rollwire"} | {folder: f"rollwire.{name}" for name, folder in LINKS.items()}
+APPLICATION = ("rollwire.app",)
+COMPONENTS = {name for name in FOLDERS.values() if name != "rollwire"} - set(APPLICATION)
 SUBPACKAGES = {
     f"rollwire.{folder}.{path.parent.name}"
     for folder in ("mcp_servers", "orchestrator")
@@ -56,8 +50,8 @@ def _imports() -> dict[str, set[tuple[str, str]]]:
         for path in (ROOT / folder).rglob("*.py"):
             rel = path.relative_to(ROOT / folder).with_suffix("")
             module = ".".join([package, *rel.parts]).removesuffix(".__init__")
-            if folder == "rollwire" and _unit(module) in COMPONENTS | SUBPACKAGES:
-                continue
+            if folder == "rollwire" and rel.parts[0] in LINKS:
+                continue  # a linked folder's files, read once under their own folder
             for node in ast.walk(ast.parse(path.read_text())):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
                 if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

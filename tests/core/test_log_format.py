@@ -13,7 +13,7 @@ from pathlib import Path
 
 import openai
 
-from rollwire.serving import ServerThread
+from rollwire.app.serving import ServerThread
 from rollwire.settings import EngineSettings
 
 
@@ -28,7 +28,7 @@ def test_proxy_logs_json_lines_with_rollout_and_call_ids(tiny_model_dir: Path, t
 
     engine_app = create_app(EngineSettings(model=str(tiny_model_dir), device="cpu"), tmp_path / "engine")
     with ServerThread(engine_app) as engine:
-        cmd = [sys.executable, "-m", "rollwire.cli", "--log-level", "DEBUG", "proxy", "--log-format", "json",
+        cmd = [sys.executable, "-m", "rollwire.app.cli", "--log-level", "DEBUG", "proxy", "--log-format", "json",
                "--port", str(_port()), "--admin-port", str(_port()), "--upstream", engine.url,
                "--db", f"sqlite:///{tmp_path / 's.db'}", "--model", str(tiny_model_dir)]  # fmt: skip
         env = {**os.environ, "ROLLWIRE_HOME": str(tmp_path / "home"), "ROLLWIRE_PROXY__OPERATOR_KEY": "k"}
@@ -63,7 +63,7 @@ def test_proxy_logs_json_lines_with_rollout_and_call_ids(tiny_model_dir: Path, t
 
 def test_unknown_log_format_is_one_line(tmp_path: Path) -> None:
     env = {**os.environ, "ROLLWIRE_LOG_FORMAT": "xml", "ROLLWIRE_HOME": str(tmp_path)}
-    argv = [sys.executable, "-m", "rollwire.cli", "proxy", "--model", str(tmp_path / "none")]
+    argv = [sys.executable, "-m", "rollwire.app.cli", "proxy", "--model", str(tmp_path / "none")]
     result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 2
     assert result.stderr.strip() == "rollwire: bad settings: unknown log format 'xml'; known: text, json"

@@ -13,11 +13,12 @@ from typing import Any
 import httpx
 import pytest
 
-from rollwire import stack as stack_module
+from rollwire.app import stack as stack_module
+from rollwire.app.serving import YOUNG_COLLECTION_EVERY, ServerThread, _sockets, listening_socket
+from rollwire.app.stack import LocalStack
 from rollwire.errors import Conflict, InvalidRequest
-from rollwire.serving import YOUNG_COLLECTION_EVERY, Listeners, ServerThread, _sockets, listening_socket
+from rollwire.listeners import Listeners
 from rollwire.settings import Settings
-from rollwire.stack import LocalStack
 
 
 def test_a_taken_port_is_a_conflict_that_names_it() -> None:
@@ -83,7 +84,7 @@ def test_the_cli_says_why_it_cannot_serve(flags: list[str], message: str, tmp_pa
         argv = [f.format(taken=taken.getsockname()[1]) for f in flags]
         env = {**os.environ, "ROLLWIRE_HOME": str(tmp_path), "HOME": str(tmp_path),
                "ROLLWIRE_MCP__ENV_SECRET": "serving-test-env-secret"}  # fmt: skip
-        done = subprocess.run([sys.executable, "-m", "rollwire.cli", "mcp", "serve", "all", *argv],
+        done = subprocess.run([sys.executable, "-m", "rollwire.app.cli", "mcp", "serve", "all", *argv],
                               check=False, capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
     assert done.returncode == 1, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
@@ -95,7 +96,7 @@ import contextlib, gc, socket, sys
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from rollwire.serving import serve
+from rollwire.app.serving import serve
 
 built = {}
 

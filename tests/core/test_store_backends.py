@@ -8,11 +8,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from rollwire.proxy.priors import read_calls
 from sqlalchemy import create_engine, inspect, text
 from sqlmodel import col, select
 
 from rollwire.errors import StoreError
+from rollwire.proxy.priors import read_calls
 from rollwire.reconstruct import load_calls
 from rollwire.rollouts import RolloutBook
 from rollwire.store import (

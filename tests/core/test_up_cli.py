@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tests.sampling import SAMPLE_SEED_ENV
 
 
@@ -40,7 +41,7 @@ def test_up_serves_the_reference_agent_and_the_openai_client(tmp_path: Path) -> 
     env = {**os.environ, "ROLLWIRE_HOME": str(home), "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1", **SAMPLE_SEED_ENV}
     ports = [f"--{part}-port=0" for part in ("proxy", "admin", "engine", "env", "gateway")]
     process = subprocess.Popen(
-        [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "up", *ports],
+        [sys.executable, "-m", "rollwire.app.cli", "--log-level", "WARNING", "up", *ports],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
     )  # fmt: skip
     try:
@@ -63,7 +64,7 @@ def test_up_serves_the_reference_agent_and_the_openai_client(tmp_path: Path) -> 
         assert client.returncode == 0, client.stderr[-2000:]
 
         traces = subprocess.run(
-            [sys.executable, "-m", "rollwire.cli", "traces", "--db", stack["db_url"], "ls"],
+            [sys.executable, "-m", "rollwire.app.cli", "traces", "--db", stack["db_url"], "ls"],
             capture_output=True, text=True, env=env, timeout=60,
         )  # fmt: skip
         assert traces.returncode == 0, traces.stderr
@@ -82,7 +83,7 @@ def test_up_serves_the_reference_agent_and_the_openai_client(tmp_path: Path) -> 
 def test_up_unknown_task_is_one_line(tmp_path: Path) -> None:
     env = {**os.environ, "ROLLWIRE_HOME": str(tmp_path / "home")}
     result = subprocess.run(
-        [sys.executable, "-m", "rollwire.cli", "up", "--task", "no-such-task"],
+        [sys.executable, "-m", "rollwire.app.cli", "up", "--task", "no-such-task"],
         capture_output=True, text=True, env=env, timeout=60,
     )  # fmt: skip
     assert result.returncode == 1 and "no-such-task" in result.stderr and "Traceback" not in result.stderr

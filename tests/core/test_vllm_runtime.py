@@ -8,10 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rollwire.errors import InvalidRequest
-from rollwire.settings import Settings
-from rollwire.stack import LocalStack
-from rollwire.vllm_runtime import (
+from rollwire.app.stack import LocalStack
+from rollwire.app.vllm_runtime import (
     PYTHON_ENV,
     SERVE_ENV,
     install,
@@ -19,6 +17,8 @@ from rollwire.vllm_runtime import (
     managed_venv,
     serve_command,
 )
+from rollwire.errors import InvalidRequest
+from rollwire.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

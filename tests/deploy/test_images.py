@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from rollwire.cli.__main__ import build_parser
+from rollwire.app.cli.__main__ import build_parser
 from rollwire.harness_adapters.images import (
     AGENT_IMAGE,
     HARNESS_VERSIONS,
@@ -108,7 +108,7 @@ def test_rollout_pods_run_the_images_python_and_registry() -> None:
 
     from rollwire.orchestrator.runtimes.kubernetes.pod_spec import pod_argv, pod_image
 
-    assert pod_argv((sys.executable, "-m", "rollwire.cli", "agent")) == ["python", "-m", "rollwire.cli", "agent"]
+    assert pod_argv((sys.executable, "-m", "rollwire.app.cli", "agent")) == ["python", "-m", "rollwire.app.cli", "agent"]
     assert pod_argv(("/opt/venvs/mini/bin/python3.11", "runner.py")) == ["python", "runner.py"]
     assert pod_argv(("sh", "-c", "codex exec")) == ["sh", "-c", "codex exec"]
     moved = KubernetesSettings(image_registry="reg.local/team/")

@@ -15,16 +15,10 @@ import pytest
 
 from tests.deploy.tools import ROOT
 
-FOLDERS = {
-    "rollwire": "rollwire",
-    "engine": "rollwire/engine",
-    "proxy": "rollwire/proxy",
-    "harness_adapters": "rollwire/harness_adapters",
-    "mcp_servers": "rollwire/mcp_servers",
-    "orchestrator": "rollwire/orchestrator",
-    "trainer": "rollwire/trainer",
+FOLDERS = {"rollwire": "rollwire"} | {
+    link.readlink().name: f"rollwire/{link.name}" for link in (ROOT / "rollwire").iterdir() if link.is_symlink()
 }
-"""Each source folder and where setup.py installs it."""
+"""Each source folder and where the wheel carries it: the core, and each component rollwire/ links to."""
 
 
 def _tracked() -> list[str]:
@@ -38,7 +32,7 @@ def test_the_wheel_carries_every_data_file(tmp_path: Path) -> None:
     source = tmp_path / "source"  # a copy: the build writes build/ and egg-info beside the sources
     for name in tracked:
         (source / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, source / name)
+        shutil.copy2(ROOT / name, source / name, follow_symlinks=False)
     result = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), "."],
         cwd=source, capture_output=True, text=True, timeout=240,
@@ -50,7 +44,7 @@ def test_the_wheel_carries_every_data_file(tmp_path: Path) -> None:
     expected = set()
     for name in tracked:
         folder, _, rest = name.partition("/")
-        if folder in FOLDERS and rest:
+        if folder in FOLDERS and rest and not (ROOT / name).is_symlink():
             expected.add(f"{FOLDERS[folder]}/{rest}")
     missing = sorted(expected - carried)
     assert not missing, f"the wheel leaves out {missing}"

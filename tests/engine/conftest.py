@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 import torch
-from rollwire.engine import create_app
 
-from rollwire.serving import ServerThread
+from rollwire.app.serving import ServerThread
+from rollwire.engine import create_app
 from rollwire.settings import EngineSettings
 
 

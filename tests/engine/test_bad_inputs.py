@@ -7,6 +7,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+
 from rollwire.engine.protocol import MAX_LOGPROBS
 
 

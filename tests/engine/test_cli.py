@@ -9,7 +9,7 @@ from pathlib import Path
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rollwire.cli", "engine", *args], capture_output=True, text=True, check=False, timeout=60
+        [sys.executable, "-m", "rollwire.app.cli", "engine", *args], capture_output=True, text=True, check=False, timeout=60
     )
 
 

@@ -8,10 +8,10 @@ import shutil
 from pathlib import Path
 
 import httpx
-from rollwire.engine import create_app
 from transformers import AutoTokenizer
 
-from rollwire.serving import ServerThread
+from rollwire.app.serving import ServerThread
+from rollwire.engine import create_app
 from rollwire.settings import EngineSettings
 
 BODY = {"prompt": [70, 71, 72], "max_tokens": 12, "temperature": 0, "return_token_ids": True}

@@ -1,6 +1,6 @@
 """Fixtures for running real harnesses: the local stack as child processes on loopback, and one-task runs.
 
-The stack is ``rollwire.stack.LocalStack`` (engine, env servers, gateway, proxy), started the way ``rollwire
+The stack is ``rollwire.app.stack.LocalStack`` (engine, env servers, gateway, proxy), started the way ``rollwire
 up`` starts it, with a context long enough for Codex's and Claude Code's own prompts and an output cap for
 requests that set none (Codex never does), so a random tiny model answers quickly.
 
@@ -24,14 +24,14 @@ from typing import Any
 import anyio
 import pytest
 
-from rollwire.demo.teacher import build_teacher_app
+from rollwire.app.demo.teacher import build_teacher_app
+from rollwire.app.serving import ServerThread
+from rollwire.app.stack import LocalStack, StackInfo
 from rollwire.harness_adapters.mini_swe_runner import PYTHON_ENV as MINI_SWE_PYTHON_ENV
 from rollwire.mcp_servers.tasks.schema import Suite
 from rollwire.orchestrator.suite_run import run_suite
 from rollwire.reconstruct import load_calls
-from rollwire.serving import ServerThread
 from rollwire.settings import OrchestratorSettings, Settings
-from rollwire.stack import LocalStack, StackInfo
 from rollwire.store.db import open_engine
 from rollwire.store.schema import ModelCall, Rollout
 from tests.sampling import SAMPLE_SEED_ENV

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rollwire.app.stack import StackInfo
 from rollwire.harness_adapters.base import RolloutContext
 from rollwire.harness_adapters.registry import BUILTIN, get_adapter
-from rollwire.stack import StackInfo
 from tests.harness_adapters.conftest import MINI_SWE_PYTHON_ENV, needs_module, run_one_task, workspace_of
 
 CTX = RolloutContext(
@@ -178,7 +178,7 @@ def test_bad_options_are_refused_by_name(name: str, options: dict[str, object]) 
 
 def test_the_served_model_name_is_not_forced_on_codex() -> None:
     """Codex's tools depend on the model name: the CLIs leave it its default model, others get the served name."""
-    from rollwire.cli.stack_args import with_served_model
+    from rollwire.app.cli.stack_args import with_served_model
 
     assert with_served_model("codex", {}, "served") == {}
     assert with_served_model("codex", {"model": "mine"}, "served") == {"model": "mine"}

@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 
 import pytest
+
 from rollwire.mcp_servers.tasks.loader import load_suite
 from rollwire.mcp_servers.tasks.schema import ToolCall
-
 from rollwire.reconstruct import reconstruct
 from rollwire.store import decode_ids
 from rollwire.store.db import open_engine

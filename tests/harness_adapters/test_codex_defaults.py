@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.harness_adapters.conftest import model_calls, needs_binary, run_one_task, scripted_policy_stack
 
 from rollwire.mcp_servers.tasks.loader import load_suite
 from rollwire.mcp_servers.tasks.schema import Suite, ToolCall
@@ -28,6 +27,7 @@ from rollwire.store import decode_ids
 from rollwire.store.db import open_engine
 from rollwire.store.requests import whole_requests
 from rollwire.store.schema import ModelCall, Rollout
+from tests.harness_adapters.conftest import model_calls, needs_binary, run_one_task, scripted_policy_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_harness, needs_binary("codex", "@openai/codex")]
 DEADLINE_S = 180.0

@@ -11,6 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+
+from rollwire.app.stack import StackInfo
+from rollwire.store.requests import whole_requests
+from rollwire.store.schema import Rollout
 from tests.harness_adapters.conftest import (
     model_calls,
     needs_binary,
@@ -18,10 +22,6 @@ from tests.harness_adapters.conftest import (
     run_one_task,
     workspace_of,
 )
-
-from rollwire.stack import StackInfo
-from rollwire.store.requests import whole_requests
-from rollwire.store.schema import Rollout
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_harness]
 DEADLINE_S = 90.0

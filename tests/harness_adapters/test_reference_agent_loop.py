@@ -15,10 +15,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from rollwire.harness_adapters.reference import ReferenceAgentAdapter
+from rollwire.app.serving import ServerThread
 from rollwire.harness_adapters.base import RolloutContext
+from rollwire.harness_adapters.reference import ReferenceAgentAdapter
 from rollwire.harness_adapters.reference_agent import AgentConfig, run_agent
-from rollwire.serving import ServerThread
 
 
 def _completion(message: dict[str, Any], finish: str) -> dict[str, Any]:

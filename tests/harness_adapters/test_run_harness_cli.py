@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from rollwire.app.stack import StackInfo
 from rollwire.reconstruct import load_calls
-from rollwire.stack import StackInfo
 from rollwire.store.db import open_engine
 
 pytestmark = pytest.mark.slow
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 def _rollwire(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", *argv],
+        [sys.executable, "-m", "rollwire.app.cli", "--log-level", "WARNING", *argv],
         capture_output=True, text=True, timeout=timeout, env=dict(os.environ), check=False,
     )  # fmt: skip
 

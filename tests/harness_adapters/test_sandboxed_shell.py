@@ -16,13 +16,13 @@ from pathlib import Path
 
 import anyio
 import pytest
-from tests.harness_adapters.conftest import model_calls, needs_binary, scripted_policy_stack, workspace_of
 
 from rollwire.mcp_servers.tasks.schema import Criterion, Suite, Task, ToolCall
-from rollwire.sandbox import probe
 from rollwire.orchestrator.suite_run import run_suite
+from rollwire.sandbox import probe
 from rollwire.settings import OrchestratorSettings, Settings
 from rollwire.store.requests import whole_requests
+from tests.harness_adapters.conftest import model_calls, needs_binary, scripted_policy_stack, workspace_of
 
 pytestmark = [
     pytest.mark.slow,

@@ -10,20 +10,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy.engine import Engine
+from sqlmodel import select
+from starlette.applications import Starlette
+
+from rollwire.app.serving import ServerThread
 from rollwire.mcp_servers.envs.app import SERVERS, build_app, runtime
 from rollwire.mcp_servers.envs.rollout import EnvRuntime
 from rollwire.mcp_servers.gateway.server import build_gateway_app
 from rollwire.mcp_servers.server_config import UpstreamSpec
 from rollwire.mcp_servers.tasks.loader import task_initial
-from sqlalchemy.engine import Engine
-from sqlmodel import select
-from starlette.applications import Starlette
-
-from rollwire.serving import ServerThread
 from rollwire.settings import GatewaySettings, McpSettings
 from rollwire.store import Refusal, Rollout, RolloutStatus, Run, ToolEvent, session_scope
 from rollwire.store.db import open_engine
-
 
 ENV_SECRET = "mcp-tests-env-secret"
 """What the gateway under test and the env servers share (the env servers refuse calls without it)."""

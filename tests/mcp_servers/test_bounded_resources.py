@@ -10,13 +10,13 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.server.mcpserver.exceptions import ToolError
+
+from rollwire.app.serving import ServerThread
 from rollwire.mcp_servers.envs.app import SERVERS, build_app, runtime
 from rollwire.mcp_servers.envs.sqldb import run_sql
 from rollwire.mcp_servers.gateway.server import build_gateway_app
 from rollwire.mcp_servers.tasks.schema import ToolCall
 from rollwire.mcp_servers.tasks.solve import play
-
-from rollwire.serving import ServerThread
 from rollwire.settings import GatewaySettings, McpSettings
 from tests.mcp_servers.conftest import ENV_SECRET, EnvServers, gateway_stack, result_text
 

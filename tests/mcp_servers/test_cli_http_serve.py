@@ -14,10 +14,9 @@ import anyio
 import httpx
 from mcp import Client
 
-from rollwire.serving import listening_socket
+from rollwire.app.serving import listening_socket
 from rollwire.store import Rollout, RolloutStatus, Run, session_scope
 from rollwire.store.db import open_engine
-
 from tests.polling import wait_until
 
 
@@ -32,7 +31,7 @@ def _serving(args: list[str], home: Path) -> Iterator[str]:
     }
     with listening_socket("127.0.0.1", 0) as sock:
         port, fd = sock.getsockname()[1], sock.fileno()
-        argv = [sys.executable, "-m", "rollwire.cli", "mcp", *args, "--port", str(port), "--fd", str(fd)]
+        argv = [sys.executable, "-m", "rollwire.app.cli", "mcp", *args, "--port", str(port), "--fd", str(fd)]
         proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, pass_fds=(fd,))
     url = f"http://127.0.0.1:{port}"
     try:

@@ -10,10 +10,10 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+
+from rollwire.app.cli.__main__ import main
 from rollwire.mcp_servers.tasks.checkers import score
 from rollwire.mcp_servers.tasks.loader import resolve_task
-
-from rollwire.cli.__main__ import main
 
 
 def test_stdio_workspace_server(tmp_path: Path) -> None:
@@ -21,7 +21,7 @@ def test_stdio_workspace_server(tmp_path: Path) -> None:
         command=sys.executable,
         args=[
             "-m",
-            "rollwire.cli",
+            "rollwire.app.cli",
             "mcp",
             "serve",
             "workspace",

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 
 import anyio
+
 from rollwire.mcp_servers.tasks.schema import ToolCall
 from rollwire.mcp_servers.tasks.solve import play
-
 from tests.mcp_servers.conftest import ENV_SECRET, EnvServers
 
 

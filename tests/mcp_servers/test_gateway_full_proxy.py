@@ -16,13 +16,13 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp import Client
-from rollwire.mcp_servers.server_config import UpstreamSpec
 from sqlmodel import select
 
+from rollwire.mcp_servers.server_config import UpstreamSpec
 from rollwire.store import McpMessage, ToolEvent, session_scope
-from tests.polling import wait_until
 from tests.mcp_servers.conftest import EnvServers, GatewayStack, gateway_stack, result_text
 from tests.mcp_servers.npm_servers import npm_server
+from tests.polling import wait_until
 
 
 def _messages(stack: GatewayStack, rollout_id: str) -> list[McpMessage]:

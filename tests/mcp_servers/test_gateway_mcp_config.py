@@ -12,12 +12,12 @@ import httpx
 import pytest
 from mcp import Client
 from mcp.server.mcpserver import Context, MCPServer
+
+from rollwire.app.cli.__main__ import main
+from rollwire.app.serving import ServerThread
 from rollwire.mcp_servers.envs.app import security
 from rollwire.mcp_servers.server_config import load_upstreams
 from rollwire.mcp_servers.state import ROLLOUT_HEADER
-
-from rollwire.cli.__main__ import main
-from rollwire.serving import ServerThread
 from tests.mcp_servers.conftest import EnvServers, gateway_stack, result_text
 from tests.mcp_servers.npm_servers import npm_server
 

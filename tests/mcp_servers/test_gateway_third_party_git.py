@@ -12,8 +12,8 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client
-from rollwire.mcp_servers.server_config import UpstreamSpec
 
+from rollwire.mcp_servers.server_config import UpstreamSpec
 from tests.mcp_servers.conftest import EnvServers, gateway_stack
 
 GIT_SERVER = Path(sys.executable).with_name("mcp-server-git")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import anyio
 import httpx
 from mcp import Client
+
 from rollwire.mcp_servers.tasks.checkers import score
 from rollwire.mcp_servers.tasks.loader import resolve_task
-
 from tests.mcp_servers.conftest import EnvServers, GatewayStack, gateway_stack
 
 

@@ -14,8 +14,8 @@ import pytest
 from mcp import Client
 from sqlmodel import select
 
-from rollwire.cli.__main__ import main
-from rollwire.serving import ServerThread
+from rollwire.app.cli.__main__ import main
+from rollwire.app.serving import ServerThread
 from rollwire.settings import EngineSettings, ProxySettings
 from rollwire.store import ModelCall, ToolEvent, session_scope
 from tests.mcp_servers.conftest import EnvServers, gateway_stack

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import anyio
 import httpx
-from rollwire.orchestrator.suite_scorer import SuiteScorer
+
 from rollwire.mcp_servers.state import SECRET_HEADER
 from rollwire.mcp_servers.tasks.solve import play
 from rollwire.orchestrator.scoring import Scorer, ScoringInput
-
+from rollwire.orchestrator.suite_scorer import SuiteScorer
 from tests.mcp_servers.conftest import ENV_SECRET, EnvServers, gateway_stack
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import anyio
 import pytest
+
 from rollwire.mcp_servers.tasks.checkers import score
 from rollwire.mcp_servers.tasks.loader import load_suite, suite_names
 from rollwire.mcp_servers.tasks.schema import ToolCall
 from rollwire.mcp_servers.tasks.solve import play
-
 from tests.mcp_servers.conftest import ENV_SECRET, EnvServers
 
 

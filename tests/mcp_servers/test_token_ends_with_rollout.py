@@ -19,15 +19,15 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlmodel import func, select
 
+from rollwire.app.serving import ServerThread
 from rollwire.errors import Forbidden
 from rollwire.rollouts import TAKES_RECORDS, RolloutBook, guard_active
-from rollwire.serving import ServerThread
 from rollwire.settings import EngineSettings, ProxySettings
 from rollwire.store import ModelCall, RolloutStatus, ToolEvent, open_engine, session_scope
 from rollwire.store.direct import DirectInsert
 from rollwire.store.writer import RowWriter
-from tests.polling import wait_until
 from tests.mcp_servers.conftest import EnvServers, gateway_stack
+from tests.polling import wait_until
 from trainer.stream import StreamConfig, TrajectoryStream
 
 KEY = "operator-test-key"

@@ -29,7 +29,7 @@ def test_up_with_mcp_config_serves_the_files_servers(tmp_path: Path) -> None:
            "ROLLWIRE_MCP__GATEWAY__ROLLOUTS_DIR": str(tmp_path / "rollouts")}  # fmt: skip
     ports = [f"--{part}-port=0" for part in ("proxy", "engine", "env", "gateway")]
     process = subprocess.Popen(
-        [sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "up", *ports, "--mcp-config", str(config)],
+        [sys.executable, "-m", "rollwire.app.cli", "--log-level", "WARNING", "up", *ports, "--mcp-config", str(config)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
     )  # fmt: skip
     try:
@@ -62,7 +62,7 @@ def test_up_bad_mcp_config_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": {"x": {"args": ["no command"]}}}))
     env = {**os.environ, "ROLLWIRE_HOME": str(tmp_path / "home")}
     result = subprocess.run(
-        [sys.executable, "-m", "rollwire.cli", "up", "--mcp-config", str(tmp_path / "mcp.json")],
+        [sys.executable, "-m", "rollwire.app.cli", "up", "--mcp-config", str(tmp_path / "mcp.json")],
         capture_output=True, text=True, env=env, timeout=60,
     )  # fmt: skip
     assert result.returncode == 1 and "MCP server 'x' needs exactly one of 'url' or 'command'" in result.stderr

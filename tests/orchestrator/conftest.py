@@ -8,16 +8,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from fake_cluster import NAMESPACE
 
 from rollwire.harness_adapters.base import Launch, RolloutContext
-from rollwire.rollouts import RolloutBook
 from rollwire.orchestrator.runtimes.base import Runtime
 from rollwire.orchestrator.scheduler import Endpoints, Progress, RunPlan, Scheduler, TaskSpec
 from rollwire.orchestrator.scoring import ExitCodeScorer, Scorer
+from rollwire.rollouts import RolloutBook
 from rollwire.settings import KubernetesSettings, OrchestratorSettings
 from rollwire.store.db import open_engine
-
-from fake_cluster import NAMESPACE
 
 ENDPOINTS = Endpoints(proxy_url="http://proxy.test:8000", gateway_url="http://gateway.test:8001")
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 
-from rollwire.serving import ServerThread
-from rollwire.stack import StackInfo
+from rollwire.app.serving import ServerThread
+from rollwire.app.stack import StackInfo
 from rollwire.settings import EngineSettings, GatewaySettings, McpSettings, ProxySettings
 from rollwire.store.db import open_engine
 from tests.sampling import SAMPLE_SEED

@@ -6,7 +6,7 @@ from __future__ import annotations
 from cluster_stack import orchestrator_job, probe_pod, secrets_for, stack
 from kubernetes import client
 
-from rollwire.cli.__main__ import build_parser
+from rollwire.app.cli.__main__ import build_parser
 
 MODELS = {
     "Namespace": client.V1Namespace, "ServiceAccount": client.V1ServiceAccount, "Role": client.V1Role,

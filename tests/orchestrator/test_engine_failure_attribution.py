@@ -18,14 +18,13 @@ from conftest import ScriptAdapter, orchestrator_settings, plan
 from live_stack import live_stack
 from starlette.responses import JSONResponse
 
-from rollwire.rollouts import RolloutBook
+from rollwire.app.stack import StackInfo
 from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
 from rollwire.orchestrator.scheduler import Endpoints, Scheduler, live_rows
 from rollwire.orchestrator.scoring import ExitCodeScorer
-from rollwire.stack import StackInfo
+from rollwire.rollouts import RolloutBook
 from rollwire.store.db import open_engine
 from rollwire.trajectory import failure_cause
-
 from tests.real_parts import needs_sandbox
 
 TWO_CALLS = r"""

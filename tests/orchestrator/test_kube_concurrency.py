@@ -8,8 +8,8 @@ from conftest import ImageAdapter, k8s_settings, orchestrator_settings, plan, ru
 from fake_cluster import creates, fake_cluster, live_objects
 
 from rollwire.orchestrator.runtimes.kubernetes.api import api_client_from_settings
-from rollwire.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
 from rollwire.orchestrator.runtimes.kubernetes.pod_spec import run_configmap_name
+from rollwire.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
 
 
 @pytest.mark.asyncio

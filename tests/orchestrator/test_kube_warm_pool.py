@@ -17,8 +17,8 @@ from rollwire.errors import UpstreamError
 from rollwire.harness_adapters.base import Launch
 from rollwire.orchestrator.runtimes.base import RolloutJob
 from rollwire.orchestrator.runtimes.kubernetes.api import api_client_from_settings
-from rollwire.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
 from rollwire.orchestrator.runtimes.kubernetes.pod_spec import WORKSPACE
+from rollwire.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
 from rollwire.orchestrator.runtimes.kubernetes.warm_pod import ANSWER, CLAIM_MOUNT, build_claim, launch_script
 
 

@@ -61,7 +61,7 @@ def test_rollout_pod_and_secret_validate() -> None:
 
 def test_cli_render_prints_the_stream() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "rollwire.cli.__main__", "k8s", "render", "--namespace", "rl"],
+        [sys.executable, "-m", "rollwire.app.cli.__main__", "k8s", "render", "--namespace", "rl"],
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout
     docs = [doc for doc in yaml.safe_load_all(out) if doc]

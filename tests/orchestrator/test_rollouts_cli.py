@@ -12,13 +12,12 @@ import pytest
 from live_stack import live_stack
 from rollout_gate import RolloutGate
 
-from rollwire.rollouts import RolloutBook
 from rollwire.orchestrator.scheduler import live_rows
+from rollwire.rollouts import RolloutBook
 from rollwire.store.db import open_engine
-
 from tests.polling import wait_until
 
-CLI = [sys.executable, "-m", "rollwire.cli", "rollouts"]
+CLI = [sys.executable, "-m", "rollwire.app.cli", "rollouts"]
 FAST = ["--option", "max_turns=2", "--option", "max_tokens=16"]
 
 

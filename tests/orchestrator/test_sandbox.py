@@ -19,9 +19,7 @@ from conftest import ScriptAdapter, orchestrator_settings, plan, run_with
 from rollwire import sandbox
 from rollwire.harness_adapters.base import Launch, RolloutContext
 from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
-
 from tests.real_parts import needs_sandbox
-
 
 FAKE_BWRAP = "#!/bin/sh\necho 'bwrap: No permissions to create new namespace, likely because the kernel does not allow' >&2\nexit 1\n"
 
@@ -94,7 +92,7 @@ def test_rollouts_cli_refuses_in_one_line_without_a_sandbox(tmp_path: Path) -> N
     env = {**os.environ, "ROLLWIRE_ORCHESTRATOR__BWRAP_PATH": str(tmp_path / "no-bwrap")}
     args = ["--suite", "tiny", "--harness", "codex", "--tasks", "write-cat", "--proxy-url", "http://127.0.0.1:9", "--gateway-url",
             "http://127.0.0.1:9", "--db", f"sqlite:///{tmp_path / 'store.db'}", "--state-dir", str(tmp_path / "state")]  # fmt: skip
-    command = [sys.executable, "-m", "rollwire.cli", "rollouts", *args]
+    command = [sys.executable, "-m", "rollwire.app.cli", "rollouts", *args]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, check=False)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     last = done.stderr.strip().splitlines()[-1]

@@ -12,8 +12,8 @@ from live_stack import live_stack
 from sqlmodel import func, select
 
 from rollwire.errors import InvalidRequest, NotFound
-from rollwire.mcp_servers.tasks.loader import load_suite
 from rollwire.harness_adapters.reference import ReferenceAgentAdapter
+from rollwire.mcp_servers.tasks.loader import load_suite
 from rollwire.orchestrator.suite_run import build_adapter, run_suite, select_tasks
 from rollwire.sandbox import SandboxUnavailable
 from rollwire.settings import OrchestratorSettings, Settings

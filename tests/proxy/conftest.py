@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from rollwire.proxy.app import create_app
 
-from rollwire.serving import ServerThread
+from rollwire.app.serving import ServerThread
+from rollwire.proxy.app import create_app
 from rollwire.settings import EngineSettings, ProxySettings
 from tests.sampling import SAMPLE_SEED
 

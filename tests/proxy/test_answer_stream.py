@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from rollwire.proxy.answer import CONTENT, REASONING, AnswerStream, Delta
 from rollwire.proxy.conversation import Message
 from rollwire.proxy.parsers import reasoning_parser, tool_parser

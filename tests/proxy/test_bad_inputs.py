@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from rollwire.serving import ServerThread
+from rollwire.app.serving import ServerThread
 from rollwire.store import ModelCall, open_engine
 from rollwire.store.schema import ENGINE_FAILED
 from tests.proxy.conftest import Proxy

@@ -16,7 +16,7 @@ import openai
 import pytest
 from sqlmodel import select
 
-from rollwire.serving import ServerThread
+from rollwire.app.serving import ServerThread
 from rollwire.settings import EngineSettings
 from rollwire.store import ModelCall, Refusal, decode_ids, open_engine, session_scope
 from tests.proxy.conftest import Proxy

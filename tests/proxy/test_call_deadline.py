@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from rollwire.proxy.upstream_http import DEADLINE, Pool, Timeouts
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from rollwire.proxy import chat_template
 from rollwire.proxy.chat_template import TOOL_SETS, ChatTemplate
 from rollwire.proxy.render import Renderer
-
 from rollwire.tokenizers import qwen_tokenizer, trl_chat_template
 
 

@@ -14,14 +14,14 @@ import httpx
 import openai
 import pytest
 from sqlmodel import select
-from tests.proxy.conftest import Proxy
-from tests.proxy.engine_tap import EngineTap
 
-from rollwire.serving import ServerThread
+from rollwire.app.serving import ServerThread
 from rollwire.settings import EngineSettings
 from rollwire.store import session_scope
 from rollwire.store.db import open_engine
 from rollwire.store.schema import ModelCall
+from tests.proxy.conftest import Proxy
+from tests.proxy.engine_tap import EngineTap
 
 CONTEXT = 128
 LONG = "count the stars " * 200

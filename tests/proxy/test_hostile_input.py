@@ -15,7 +15,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from rollwire.proxy.edge import ErrorEdge
 from sqlmodel import Session, select
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -23,8 +22,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from rollwire.app.serving import ServerThread
+from rollwire.proxy.edge import ErrorEdge
 from rollwire.request_body import read_json_text
-from rollwire.serving import ServerThread
 from rollwire.store import ModelCall, decode_ids, open_engine
 from tests.polling import wait_until
 from tests.proxy.conftest import Proxy

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 
+from rollwire.app.serving import listening_socket
 from rollwire.reconstruct import reconstruct
-from rollwire.serving import listening_socket
 from rollwire.store import open_engine
 
 N = 4
@@ -29,7 +29,7 @@ def _start(
     cmd = [
         sys.executable,
         "-m",
-        "rollwire.cli",
+        "rollwire.app.cli",
         "proxy",
         "--fd",
         str(listener.fileno()),
@@ -100,9 +100,9 @@ def test_sigkill_loses_no_answered_call(
         listener.close()
         admin.close()
     engine = open_engine(db)
-    from rollwire.proxy.auth import hash_token
     from sqlmodel import Session, select
 
+    from rollwire.proxy.auth import hash_token
     from rollwire.store import ModelCall, Rollout
 
     with Session(engine) as session:

@@ -17,9 +17,9 @@ import httpx
 import openai
 import pytest
 
-from rollwire.cli.__main__ import main
+from rollwire.app.cli.__main__ import main
+from rollwire.app.serving import ServerThread
 from rollwire.proxy.app import create_app
-from rollwire.serving import ServerThread
 from rollwire.settings import ProxySettings
 from rollwire.store.versions import SCHEMA_VERSION
 from tests.proxy.conftest import admin_client
@@ -62,7 +62,7 @@ def recorded(engine_url: str, served_model: str, tiny_model_dir: Path, tmp_path:
 def _serve_viewer(store: Path, tiny_model_dir: Path, home: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "ROLLWIRE_HOME": str(home), "PYTHONUNBUFFERED": "1"}
     env.pop("ROLLWIRE_PROXY__OPERATOR_KEY", None)
-    argv = [sys.executable, "-m", "rollwire.cli", "traces", "ui", "--db", f"sqlite:///{store}", "--port", "0",
+    argv = [sys.executable, "-m", "rollwire.app.cli", "traces", "ui", "--db", f"sqlite:///{store}", "--port", "0",
             "--model", str(tiny_model_dir)]  # fmt: skip
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 

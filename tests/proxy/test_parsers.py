@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from rollwire.proxy.app import create_app
-from rollwire.proxy.parsers import reasoning_parser, tool_parser
 
 from rollwire.errors import InvalidRequest
+from rollwire.proxy.app import create_app
+from rollwire.proxy.parsers import reasoning_parser, tool_parser
 from rollwire.settings import ProxySettings
 
 

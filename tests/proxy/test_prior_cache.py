@@ -12,14 +12,14 @@ from typing import Any
 import anyio
 import openai
 import pytest
+from sqlmodel import col, select
+
+from rollwire.app.serving import ServerThread
+from rollwire.compact_json import json_bytes
 from rollwire.proxy.app import create_app
 from rollwire.proxy.conversation import Conversation, Message
 from rollwire.proxy.priors import PriorCache
-from sqlmodel import col, select
-
-from rollwire.compact_json import json_bytes
 from rollwire.rollouts import RolloutBook
-from rollwire.serving import ServerThread
 from rollwire.settings import ProxySettings
 from rollwire.store import ModelCall, encode_ids, open_engine, session_scope
 from rollwire.store.prompts import stored_prompt

@@ -11,10 +11,10 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rollwire.proxy.app import create_app
 
+from rollwire.app.serving import ServerThread
+from rollwire.proxy.app import create_app
 from rollwire.reconstruct import reconstruct
-from rollwire.serving import ServerThread
 from rollwire.settings import EngineSettings, ProxySettings
 from rollwire.store import open_engine
 from tests.proxy.conftest import ENGINES

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rollwire.cli.__main__ import main
+from rollwire.app.cli.__main__ import main
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from rollwire.proxy.render import Renderer
 from transformers import AutoTokenizer
 
+from rollwire.proxy.render import Renderer
 from rollwire.tokenizers import qwen_tokenizer
 
 TEXTS = [

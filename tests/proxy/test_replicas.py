@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import openai
 
+from rollwire.app.serving import listening_socket
 from rollwire.reconstruct import load_calls
-from rollwire.serving import listening_socket
 from rollwire.store import decode_ids, open_engine
 from rollwire.store.prompts import whole_prompts
 from rollwire.store.requests import whole_requests
@@ -127,7 +127,7 @@ def test_cli_workers_splice_exactly(engine_url: str, served_model: str, tiny_mod
     listener = listening_socket("127.0.0.1", 0)  # handed down: no window in which another process takes the port
     admin_listener = listening_socket("127.0.0.1", 0)
     port, admin_port = listener.getsockname()[1], admin_listener.getsockname()[1]
-    argv = [sys.executable, "-m", "rollwire.cli", "proxy", "--fd", str(listener.fileno()), "--port", str(port)]
+    argv = [sys.executable, "-m", "rollwire.app.cli", "proxy", "--fd", str(listener.fileno()), "--port", str(port)]
     argv += ["--admin-fd", str(admin_listener.fileno()), "--admin-port", str(admin_port)]
     argv += ["--upstream", engine_url, "--db", store_url, "--model", str(tiny_model_dir), "--workers", "2"]
     proc = subprocess.Popen(

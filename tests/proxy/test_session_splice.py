@@ -8,11 +8,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+
+from rollwire.compact_json import json_bytes
 from rollwire.proxy.conversation import Conversation, Message
 from rollwire.proxy.render import Renderer
 from rollwire.proxy.session import PriorCall, encode_work, plan_prompt, whole_prompt
-
-from rollwire.compact_json import json_bytes
 from rollwire.store.codec import decode_ids, encode_ids
 
 

@@ -9,17 +9,17 @@ from typing import Any
 
 import anyio
 import openai
+
+from rollwire.app.serving import ServerThread
 from rollwire.proxy.app import DIALECTS, create_app
 from rollwire.proxy.recorder import Recorder
 from rollwire.proxy.session import PriorCall
-
 from rollwire.rollouts import RolloutBook
-from rollwire.serving import ServerThread
 from rollwire.settings import ProxySettings
 from rollwire.store import encode_ids, open_engine
+from tests.core.test_store_writer import _full_row
 from tests.proxy.asgi_log import SentLog
 from tests.proxy.conftest import OPERATOR_KEY, Proxy, admin_client
-from tests.core.test_store_writer import _full_row
 
 
 def test_an_answer_leaves_before_its_call_settles(

@@ -12,12 +12,12 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from rollwire.trainer.grpo import GRPOConfig, prepare_grpo
 from sqlmodel import Session, select
 
 from rollwire.errors import InvalidRequest
 from rollwire.side_calls import DEFAULT_RULES, MAIN, CallFeatures, classify, rules_from
 from rollwire.store import ModelCall, open_engine
+from rollwire.trainer.grpo import GRPOConfig, prepare_grpo
 from rollwire.trajectory import Segment, Trajectory
 from tests.proxy.conftest import Proxy
 

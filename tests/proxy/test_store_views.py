@@ -18,7 +18,7 @@ import pandas
 import pytest
 from sqlalchemy import create_engine, text
 
-from rollwire.cli.__main__ import main
+from rollwire.app.cli.__main__ import main
 from rollwire.reconstruct import load_calls
 from rollwire.store import open_engine
 from rollwire.store.prompts import whole_prompts

@@ -13,12 +13,12 @@ import anyio
 import httpx
 import openai
 import pytest
+from sqlmodel import Session, select
+
+from rollwire.app.serving import ServerThread
 from rollwire.proxy.app import create_app
 from rollwire.proxy.generate import WHOLE_ANSWER_STREAM_INTERVAL
 from rollwire.proxy.upstream import make_client, takes_stream_interval
-from sqlmodel import Session, select
-
-from rollwire.serving import ServerThread
 from rollwire.settings import ProxySettings
 from rollwire.store import ModelCall, decode_floats, decode_ids, open_engine
 from tests.proxy.conftest import OPERATOR_KEY, Proxy

@@ -12,14 +12,14 @@ from typing import Any
 import anyio.to_thread
 import openai
 import pytest
-from rollwire.proxy.app import create_app
 from sqlmodel import select
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from rollwire.serving import ServerThread
+from rollwire.app.serving import ServerThread
+from rollwire.proxy.app import create_app
 from rollwire.settings import ProxySettings
 from rollwire.store import ModelCall, decode_ids, open_engine, session_scope
 from rollwire.store.schema import ENGINE_FAILED

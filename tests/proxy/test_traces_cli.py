@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rollwire.cli.__main__ import main
+from rollwire.app.cli.__main__ import main
 from tests.proxy.conftest import Proxy
 
 

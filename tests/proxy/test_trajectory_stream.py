@@ -4,11 +4,9 @@ cursor with nothing missed or repeated, and a long-poll that returns as soon as 
 from __future__ import annotations
 
 import threading
-
-import httpx
-
 from collections.abc import Callable
 
+import httpx
 import pytest
 
 from rollwire.trajectory import Trajectory

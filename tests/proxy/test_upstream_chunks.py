@@ -11,6 +11,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from rollwire.proxy.upstream import Chunk, _batch, _one_by_one, _request_bytes, _without_echo
 
 

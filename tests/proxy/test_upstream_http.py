@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
+
 from rollwire.proxy.upstream_http import Pool, Timeouts, _Connection, _take_chunks
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

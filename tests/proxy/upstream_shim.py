@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rollwire.serving import ServerThread
+from rollwire.app.serving import ServerThread
 from rollwire.settings import EngineSettings
 
 

@@ -163,7 +163,7 @@ class FakeProxy:
 @pytest.fixture()
 def fake_proxy() -> Any:
     """A FakeProxy served on 127.0.0.1 (port 0); yields (proxy, base_url)."""
-    from rollwire.serving import ServerThread
+    from rollwire.app.serving import ServerThread
 
     proxy = FakeProxy()
     with ServerThread(proxy.app()) as server:

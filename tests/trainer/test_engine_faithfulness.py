@@ -15,8 +15,8 @@ import httpx
 import pytest
 import torch
 
+from rollwire.app.serving import ServerThread
 from rollwire.engine import create_app
-from rollwire.serving import ServerThread
 from rollwire.settings import EngineSettings
 from rollwire.trainer.batching import micro_batches, samples_from, token_weights
 from rollwire.trainer.checkpoint import TrainerState, save_checkpoint

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from rollwire.cli.__main__ import main
+from rollwire.app.cli.__main__ import main
 from rollwire.trajectory import Segment, Trajectory
 
 

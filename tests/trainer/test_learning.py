@@ -7,14 +7,12 @@ from pathlib import Path
 
 import torch
 
-from rollwire.trajectory import Trajectory
-
 from rollwire.trainer.batching import micro_batches, samples_from, token_weights
 from rollwire.trainer.distributed import DistContext
 from rollwire.trainer.forward import forward_logprobs
 from rollwire.trainer.grpo import GRPOConfig, grpo_step, prepare_grpo
 from rollwire.trainer.sft import SFTConfig, sft_eval_loss, sft_step
-
+from rollwire.trajectory import Trajectory
 
 GOOD = [40, 41, 42, 43]
 BAD = [60, 61, 62, 63]

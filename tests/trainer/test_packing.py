@@ -6,11 +6,9 @@ from collections.abc import Callable
 
 import torch
 
-from rollwire.trajectory import Trajectory
-
 from rollwire.trainer.batching import micro_batches, pack, samples_from, token_weights
 from rollwire.trainer.forward import forward_logprobs
-
+from rollwire.trajectory import Trajectory
 
 
 def test_pack_is_first_fit_decreasing_and_never_cuts() -> None:

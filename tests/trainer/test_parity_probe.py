@@ -14,11 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+
+from rollwire.app.serving import ServerThread
+from rollwire.settings import EngineSettings
 from rollwire.trainer.parity import ParityError, ParityProbe, check_sink
 from rollwire.trainer.weights import EngineReloadSink, VLLMReloadSink
-
-from rollwire.serving import ServerThread
-from rollwire.settings import EngineSettings
 from tests.trainer.conftest import load_tiny
 
 TOLERANCE = 1e-3

@@ -18,10 +18,10 @@ import openai
 import pytest
 import torch
 
-from rollwire.cli.__main__ import main
+from rollwire.app.cli.__main__ import main
+from rollwire.app.serving import ServerThread
 from rollwire.engine import create_app as create_engine
 from rollwire.proxy.app import create_app as create_proxy
-from rollwire.serving import ServerThread
 from rollwire.settings import EngineSettings, ProxySettings
 from rollwire.trainer.batching import micro_batches, samples_from, token_weights
 from rollwire.trainer.forward import forward_logprobs

@@ -18,7 +18,7 @@ from rollwire.trajectory import Trajectory
 
 def _train(url: str, model: Path, out: Path, *extra: str) -> subprocess.Popen[bytes]:
     argv = [
-        sys.executable, "-m", "rollwire.cli", "train", "--admin-url", url, "--operator-key", "op-key", "--run", "run",
+        sys.executable, "-m", "rollwire.app.cli", "train", "--admin-url", url, "--operator-key", "op-key", "--run", "run",
         "--model", str(model), "--output-dir", str(out), "--group-size", "2", "--lr", "1e-3",
         "--engine-url", url, "--stream-wait", "0.3", *extra,
     ]

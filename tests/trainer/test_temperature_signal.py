@@ -13,8 +13,8 @@ import openai
 import pytest
 import torch
 
+from rollwire.app.serving import ServerThread
 from rollwire.engine import create_app as create_engine
-from rollwire.serving import ServerThread
 from rollwire.settings import EngineSettings, ProxySettings
 from rollwire.trainer.batching import micro_batches, samples_from, token_weights
 from rollwire.trainer.forward import forward_logprobs

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from rollwire.cli.__main__ import main
+from rollwire.app.cli.__main__ import main
 from rollwire.trajectory import Trajectory
 
 CURVES = ("reward_mean", "loss")

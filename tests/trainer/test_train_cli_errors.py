@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rollwire.cli.__main__ import main
+from rollwire.app.cli.__main__ import main
 
 
 def test_unknown_run_and_bad_model_are_one_line(

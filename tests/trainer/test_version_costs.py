@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from rollwire.cli.__main__ import main
+from rollwire.app.cli.__main__ import main
 from rollwire.trajectory import Trajectory
 
 

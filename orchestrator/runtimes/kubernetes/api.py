@@ -18,10 +18,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 import anyio
 import anyio.from_thread
 import anyio.to_thread
-import aiohttp
 import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException

@@ -22,7 +22,6 @@ from kubernetes import client
 from rollwire.errors import Conflict, NotFound, RollwireError, UpstreamError
 from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob
 from rollwire.orchestrator.runtimes.kubernetes.api import KubeApi, PodWatch
-from rollwire.orchestrator.runtimes.kubernetes.pool import KubePodPool
 from rollwire.orchestrator.runtimes.kubernetes.pod_spec import (
     HARNESS,
     build_pod,
@@ -34,6 +33,7 @@ from rollwire.orchestrator.runtimes.kubernetes.pod_spec import (
     secret_name,
     selector,
 )
+from rollwire.orchestrator.runtimes.kubernetes.pool import KubePodPool
 from rollwire.orchestrator.runtimes.kubernetes.warm_pod import build_claim, claim_patch, claim_secret_name
 from rollwire.settings import KubernetesSettings
 

@@ -36,10 +36,10 @@ from rollwire import sandbox
 from rollwire.errors import InvalidRequest
 from rollwire.harness_adapters.base import WORKSPACE_ENV
 from rollwire.mcp_servers.tasks.loader import SUITES_DIR
-from rollwire.rollout_files import RefusedFile, disk_used, read_beneath
 from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob
 from rollwire.orchestrator.runtimes.local.sandboxed import SandboxLauncher
 from rollwire.orchestrator.runtimes.local.warm_pool import PooledProcess, PoolUnavailable, WarmPool, poolable
+from rollwire.rollout_files import RefusedFile, disk_used, read_beneath
 from rollwire.settings import OrchestratorSettings
 
 logger = logging.getLogger(__name__)

@@ -28,9 +28,9 @@ import anyio
 import anyio.abc
 
 from rollwire import sandbox
-from rollwire.sandbox import seccomp
 from rollwire.orchestrator.runtimes.local.relay import EndpointRelay
 from rollwire.orchestrator.runtimes.local.warm_pool import Enclosure, PoolUnavailable, WarmPool
+from rollwire.sandbox import seccomp
 
 logger = logging.getLogger(__name__)
 

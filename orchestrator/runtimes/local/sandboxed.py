@@ -16,13 +16,13 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from rollwire.errors import InvalidRequest
 from rollwire import sandbox
-from rollwire.sandbox import seccomp
+from rollwire.errors import InvalidRequest
 from rollwire.orchestrator.runtimes.base import RolloutJob
 from rollwire.orchestrator.runtimes.local.relay import EndpointRelay
 from rollwire.orchestrator.runtimes.local.sandbox_pool import SandboxPool
 from rollwire.orchestrator.runtimes.local.warm_pool import PooledProcess, PoolUnavailable, poolable
+from rollwire.sandbox import seccomp
 from rollwire.settings import OrchestratorSettings
 
 Opener = Callable[[list[str], dict[str, str], Path, Path, Sequence[int]], Awaitable[anyio.abc.Process]]

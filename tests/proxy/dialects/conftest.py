@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 import pytest
-from rollwire.proxy.app import create_app
 
-from rollwire.serving import ServerThread
+from rollwire.app.serving import ServerThread
+from rollwire.proxy.app import create_app
 from rollwire.settings import EngineSettings, ProxySettings
 from tests.proxy.conftest import ENGINES, admin_client
 from tests.proxy.engine_tap import EngineTap

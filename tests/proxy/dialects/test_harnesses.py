@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rollwire.harness_adapters.claude_code import QUIET_ENV  # the same quiet environment the adapter sets
 
+from rollwire.harness_adapters.claude_code import QUIET_ENV  # the same quiet environment the adapter sets
 from tests.proxy.dialects.conftest import Stack
 
 pytestmark = pytest.mark.needs_harness

@@ -13,6 +13,7 @@ import anthropic
 import httpx
 import jsonschema
 import pytest
+
 from tests.proxy.dialects.conftest import Stack
 
 REMINDER = "<system-reminder>Today is Thursday.</system-reminder>"

@@ -11,6 +11,7 @@ from anthropic.types import Message as AnthropicMessage
 from anthropic.types import RawMessageStreamEvent
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
+
 from rollwire.proxy.conversation import Choice, Conversation, Generation, Message, ToolCall
 from rollwire.proxy.dialects.messages import MessagesDialect
 from rollwire.proxy.dialects.responses import ResponsesDialect

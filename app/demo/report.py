@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rollwire.demo.loop import DemoConfig, DemoResult, PhaseResult
+from rollwire.app.demo.loop import DemoConfig, DemoResult, PhaseResult
 
 
 def summary(result: DemoResult) -> dict[str, Any]:

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from rollwire.app.interrupt import run_interruptible
+from rollwire.app.stack import LocalStack, StackInfo
 from rollwire.errors import InvalidRequest, RollwireError
-from rollwire.interrupt import run_interruptible
 from rollwire.orchestrator.scheduler import Progress
 from rollwire.orchestrator.suite_run import SuiteRunResult, run_suite
 from rollwire.settings import Settings, TrainerSettings
-from rollwire.stack import LocalStack, StackInfo
 from rollwire.trainer.trackers.base import Tracker, scalars
 
 
@@ -214,7 +214,7 @@ class Demo:
         return result
 
     def _phases(self, stack: LocalStack, info: StackInfo, result: DemoResult) -> None:
-        from rollwire.demo.policy import Learner, read_run
+        from rollwire.app.demo.policy import Learner, read_run
 
         config = self.config
         model_dir = self._model_dir()
@@ -275,9 +275,9 @@ class Demo:
         return ensure_tiny_model(self.settings.home)
 
     def _teacher(self, stack: LocalStack, info: StackInfo, model_dir: Path) -> PhaseResult:
-        from rollwire.demo.teacher import build_teacher_app
+        from rollwire.app.demo.teacher import build_teacher_app
+        from rollwire.app.serving import ServerThread
         from rollwire.mcp_servers.tasks.loader import load_suite
-        from rollwire.serving import ServerThread
 
         app = build_teacher_app(model_dir, [load_suite(self.config.suite)], info.model)
         with ServerThread(app) as teacher:

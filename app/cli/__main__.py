@@ -14,19 +14,19 @@ from collections.abc import Sequence
 from rollwire.errors import RollwireError
 
 COMMANDS: dict[str, str] = {
-    "agent": "rollwire.cli.agent",
-    "demo": "rollwire.cli.demo",
-    "up": "rollwire.cli.up",
-    "engine": "rollwire.cli.engine",
-    "vllm": "rollwire.cli.vllm",
-    "train": "rollwire.cli.train",
-    "export": "rollwire.cli.export",
-    "proxy": "rollwire.cli.proxy",
-    "traces": "rollwire.cli.traces",
-    "mcp": "rollwire.cli.mcp",
-    "k8s": "rollwire.cli.k8s",
-    "rollouts": "rollwire.cli.rollouts",
-    "run-harness": "rollwire.cli.run_harness",
+    "agent": "rollwire.app.cli.agent",
+    "demo": "rollwire.app.cli.demo",
+    "up": "rollwire.app.cli.up",
+    "engine": "rollwire.app.cli.engine",
+    "vllm": "rollwire.app.cli.vllm",
+    "train": "rollwire.app.cli.train",
+    "export": "rollwire.app.cli.export",
+    "proxy": "rollwire.app.cli.proxy",
+    "traces": "rollwire.app.cli.traces",
+    "mcp": "rollwire.app.cli.mcp",
+    "k8s": "rollwire.app.cli.k8s",
+    "rollouts": "rollwire.app.cli.rollouts",
+    "run-harness": "rollwire.app.cli.run_harness",
 }
 """Subcommand name -> module; modules are imported only to build the parser or run."""
 
@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _forget_unhandled_interrupt() -> None:
-    """Exit 130 under ``python -m rollwire.cli`` too, not by SIGINT.
+    """Exit 130 under ``python -m rollwire.app.cli`` too, not by SIGINT.
 
     CPython remembers a KeyboardInterrupt that escaped an ``exec``/``eval`` of a string (dataclass and
     namedtuple creation run one) even after it was caught. Under ``python -m`` it then kills the process with

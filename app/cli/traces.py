@@ -28,7 +28,7 @@ DB_HELP = "SQLAlchemy URL of the trace store (default: SQLite in the home folder
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from rollwire.cli import export
+    from rollwire.app.cli import export
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--db", default=None, metavar="URL", help=DB_HELP)
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from rollwire.store import open_engine
 
     if args.action == "export":  # `rollwire export`, on this store unless a proxy's admin URL or a file is named
-        from rollwire.cli import export
+        from rollwire.app.cli import export
 
         if not (args.admin_url or args.input):
             args.db = args.db or settings.store_url()
@@ -166,9 +166,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 def _ui(engine: Any, url: str, args: argparse.Namespace, settings: Settings) -> int:
     import secrets
 
+    from rollwire.app.serving import listening_socket, serve
     from rollwire.proxy.render import Renderer
     from rollwire.proxy.ui.app import create_viewer_app
-    from rollwire.serving import listening_socket, serve
     from rollwire.store.db import redact
     from rollwire.tiny_model import ensure_tiny_model
 

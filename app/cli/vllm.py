@@ -32,8 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from rollwire.app.vllm_runtime import ensure_python, install, installed_python, serve_command, serve_env
     from rollwire.errors import InvalidRequest
-    from rollwire.vllm_runtime import ensure_python, install, installed_python, serve_command, serve_env
 
     if args.action == "install":
         print(install(settings.home, echo=lambda line: print(line, file=sys.stderr, flush=True)))
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise InvalidRequest("--port must be in 1..65535 and --max-model-len positive")
     model, served = args.model, args.served_model_name
     if model is None:
-        from rollwire.stack import TINY_SERVED_NAME
+        from rollwire.app.stack import TINY_SERVED_NAME
         from rollwire.tiny_model import ensure_tiny_model
 
         model, served = str(ensure_tiny_model(settings.home)), served or TINY_SERVED_NAME

@@ -16,7 +16,7 @@ import shlex
 import sys
 import time
 
-from rollwire.cli.stack_args import (
+from rollwire.app.cli.stack_args import (
     add_option_argument,
     add_sandbox_argument,
     add_stack_arguments,
@@ -67,8 +67,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from rollwire.cli.stack_args import with_served_model
-    from rollwire.interrupt import run_interruptible
+    from rollwire.app.cli.stack_args import with_served_model
+    from rollwire.app.interrupt import run_interruptible
     from rollwire.orchestrator.scheduler import Progress as RunProgress
     from rollwire.orchestrator.suite_run import build_adapter, run_suite, select_tasks
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rollwire.cli.listen_args import add_fd_argument
+from rollwire.app.cli.listen_args import add_fd_argument
 from rollwire.errors import InvalidRequest, NotFound
 from rollwire.settings import EngineSettings, Settings
 
@@ -65,8 +65,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise InvalidRequest("--threads must be 0 (torch's default) or more")
     import torch
 
+    from rollwire.app.serving import listening_socket, serve
     from rollwire.engine.app import create_app
-    from rollwire.serving import listening_socket, serve
 
     if engine.threads:
         # One thread by default: on a small machine shared with the proxy, harnesses and trainer, more intra-op

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from rollwire.cli.listen_args import add_fd_argument
+from rollwire.app.cli.listen_args import add_fd_argument
 from rollwire.errors import InvalidRequest
 from rollwire.settings import GatewaySettings, McpSettings, Settings
 
@@ -59,9 +59,9 @@ def _check_port(port: int) -> None:
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import anyio
 
+    from rollwire.app.serving import listening_socket, serve
     from rollwire.mcp_servers.envs.app import SERVERS, build_app, build_server, runtime
     from rollwire.mcp_servers.tasks.loader import load_suite, task_initial
-    from rollwire.serving import listening_socket, serve
 
     mcp = _pick(settings.mcp, args, ("host", "port", "state_dir", "stdio_rollout", "stdio_task"))
     for suite in mcp.suites:  # task references may name these files (and the shipped suites), nothing else
@@ -83,9 +83,9 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _gateway(args: argparse.Namespace, settings: Settings) -> int:
+    from rollwire.app.serving import listening_socket, serve
     from rollwire.mcp_servers.gateway.server import build_gateway_app
     from rollwire.mcp_servers.server_config import load_upstreams
-    from rollwire.serving import listening_socket, serve
     from rollwire.store.db import open_engine
 
     gw = _pick(

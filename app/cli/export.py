@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser, with_db: bool = True) -> None
 
 def _store_rollouts(args: argparse.Namespace) -> tuple[Any, list[str]]:
     """The store (read-only) and the ids of the rollouts to export from it, oldest first."""
-    from sqlmodel import select
+    from sqlmodel import col, select
 
     from rollwire.errors import InvalidRequest
     from rollwire.store import Rollout, open_engine, session_scope
@@ -69,11 +69,11 @@ def _store_rollouts(args: argparse.Namespace) -> tuple[Any, list[str]]:
         raise InvalidRequest(f"no trace store at {args.db}", param="db")
     engine = open_engine(args.db, read_only=True)
     with session_scope(engine) as session:
-        query = select(Rollout).order_by(Rollout.created_ns)  # type: ignore[arg-type]
+        query = select(Rollout).order_by(col(Rollout.created_ns))
         if args.run:
             query = query.where(Rollout.run_id == args.run)
         if not args.all:
-            query = query.where(Rollout.finished_seq != None)
+            query = query.where(col(Rollout.finished_seq).is_not(None))
         return engine, [r.id for r in session.exec(query).all()]
 
 

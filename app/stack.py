@@ -5,7 +5,7 @@ running one through the stack file (``StackInfo.save``). Each part runs as its o
 exactly as a user would start it by hand, because on a small machine one process per part keeps the
 engine's torch work off the proxy's and the gateway's event loops. With ``upstream`` set (a vLLM server)
 no engine is started and the proxy points there instead; with ``engine="vllm"`` the engine part is vLLM's
-CPU build from the venv ``rollwire.vllm_runtime`` manages (installed on first use).
+CPU build from the venv ``rollwire.app.vllm_runtime`` manages (installed on first use).
 
 The proxy gets two sockets: its main one, the only address of it rollouts are given (``StackInfo.proxy_url``),
 and its admin listener (``StackInfo.admin_url``: the operator API, the viewer, /metrics). Secrets (the operator
@@ -31,8 +31,8 @@ from types import TracebackType
 
 import httpx
 
+from rollwire.app.serving import listening_socket
 from rollwire.errors import InvalidRequest, NotFound, RollwireError
-from rollwire.serving import listening_socket
 from rollwire.settings import Settings
 
 ENGINES = ("bundled", "vllm")
@@ -313,8 +313,8 @@ class LocalStack:
 
     def _spawn_vllm(self, url: str) -> None:
         """vLLM's server from the managed venv (installed here on first use, with pip's progress shown)."""
+        from rollwire.app.vllm_runtime import ensure_python, serve_command, serve_env
         from rollwire.tiny_model import ensure_tiny_model
-        from rollwire.vllm_runtime import ensure_python, serve_command, serve_env
 
         python = ensure_python(self.settings.home)
         model = self.model or str(ensure_tiny_model(self.settings.home))
@@ -368,7 +368,7 @@ class LocalStack:
         port = url.rsplit(":", 1)[1]
         fds = (sock.fileno(),) if sock is not None else ()
         command = command or [
-            sys.executable, "-m", "rollwire.cli", "--log-level", "WARNING", "--log-format", self.settings.log_format,
+            sys.executable, "-m", "rollwire.app.cli", "--log-level", "WARNING", "--log-format", self.settings.log_format,
             *argv, "--host", self.host, "--port", port, *(["--fd", str(fds[0])] if fds else []),
         ]  # fmt: skip
         log = self.log_dir / f"{name}.log"

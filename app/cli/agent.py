@@ -30,8 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from rollwire.app.interrupt import run_interruptible
     from rollwire.harness_adapters.reference_agent import AgentConfig, run_agent
-    from rollwire.interrupt import run_interruptible
 
     if not args.base_url:
         raise InvalidRequest("no base URL: pass --base-url or set OPENAI_BASE_URL")

@@ -63,7 +63,7 @@ def harness_options(pairs: list[str]) -> dict[str, Any]:
 
 def stack_from_args(args: argparse.Namespace, settings: Settings) -> Any:
     """The StackInfo to run against: explicit URLs, else the stack file (``<home>/stack.json`` by default)."""
-    from rollwire.stack import StackInfo, stack_file
+    from rollwire.app.stack import StackInfo, stack_file
 
     if args.proxy_url:
         if not args.gateway_url:

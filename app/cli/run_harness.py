@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from rollwire.cli.stack_args import (
+from rollwire.app.cli.stack_args import (
     add_option_argument,
     add_sandbox_argument,
     add_stack_arguments,
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from rollwire.interrupt import run_interruptible
+    from rollwire.app.interrupt import run_interruptible
     from rollwire.orchestrator.suite_run import build_adapter, run_suite, select_tasks
 
     if args.deadline is not None and args.deadline <= 0:

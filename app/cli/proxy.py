@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rollwire.cli.listen_args import add_fd_argument
+from rollwire.app.cli.listen_args import add_fd_argument
 from rollwire.errors import InvalidRequest, NotFound
 from rollwire.settings import ProxySettings, Settings
 
@@ -117,9 +117,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     store_url = args.db or settings.store_url()
     import secrets
 
+    from rollwire.app.serving import listening_socket, serve
     from rollwire.proxy.admin import create_rollouts, create_run
     from rollwire.proxy.app import ProxyApp, create_app
-    from rollwire.serving import listening_socket, serve
     from rollwire.store import open_engine
 
     key = proxy.operator_key or secrets.token_urlsafe(24)
@@ -144,6 +144,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if proxy.workers > 1:
         print(f"  workers: {proxy.workers}", flush=True)
 
-    from rollwire.cli.workers import run_workers
+    from rollwire.app.cli.workers import run_workers
 
     return run_workers(lambda: serve(app, sock, extra={ProxyApp.ADMIN: admin}), proxy.workers)

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from rollwire.interrupt import stop_on_sigterm
+from rollwire.app.interrupt import stop_on_sigterm
 from rollwire.settings import Settings
 
 HELP = "start the local stack (engine, env servers, gateway, proxy) for real harnesses; Ctrl-C stops it"
@@ -121,10 +121,10 @@ def examples(info, rollout: dict, prompt: str) -> list[tuple[str, str]]:  # type
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from rollwire.app.stack import LocalStack, stack_file
     from rollwire.errors import InvalidRequest
-    from rollwire.orchestrator.suite_run import select_tasks
     from rollwire.mcp_servers.server_config import load_upstreams
-    from rollwire.stack import LocalStack, stack_file
+    from rollwire.orchestrator.suite_run import select_tasks
 
     if args.admin_port is None:
         args.admin_port = args.proxy_port + 1 if args.proxy_port else 0

@@ -20,7 +20,7 @@ import dataclasses
 import time
 from pathlib import Path
 
-from rollwire.interrupt import stop_on_sigterm
+from rollwire.app.interrupt import stop_on_sigterm
 from rollwire.settings import Settings
 
 HELP = "run the main job: teacher SFT, then GRPO through the real local stack, evaluation and a report"
@@ -58,7 +58,7 @@ RECIPE_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from rollwire.demo.loop import DemoConfig
+    from rollwire.app.demo.loop import DemoConfig
 
     defaults = DemoConfig()
     for name, (short, text) in RECIPE_FLAGS.items():
@@ -81,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from rollwire.demo.loop import DemoConfig
+    from rollwire.app.demo.loop import DemoConfig
 
     names = [f.name for f in dataclasses.fields(DemoConfig)]
     return DemoConfig(**{n: getattr(args, n) for n in names if getattr(args, n, None) is not None})
@@ -126,8 +126,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
     from rich.markup import escape as rich_escape
 
-    from rollwire.demo.loop import Demo
-    from rollwire.demo.report import reward_line, write_report
+    from rollwire.app.demo.loop import Demo
+    from rollwire.app.demo.report import reward_line, write_report
 
     config = _config(args)
     from transformers.utils import logging as hf_logging
