@@ -4,7 +4,7 @@
 
 Same stub upstream and load generator as ``bench/proxy.py``. A proxy process keeps per-rollout state (the
 earlier calls it splices onto, token lookups, budget counts); each is bounded (``cache_rollouts`` and
-``cache_tokens`` for the calls, see ``rollwire.proxy.priors``), so RSS grows while the caches fill and then
+``cache_tokens`` for the calls, see ``rollwire.proxy.splice.priors``), so RSS grows while the caches fill and then
 stays flat however many rollouts pass. Extra arguments after ``--`` go to ``rollwire proxy``.
 """
 

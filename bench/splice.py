@@ -20,7 +20,7 @@ from rollwire.proxy.conversation import Conversation, Message
 from rollwire.proxy.parsers.hermes import HermesToolParser
 from rollwire.proxy.parsers.qwen3 import Qwen3ReasoningParser
 from rollwire.proxy.render import Renderer
-from rollwire.proxy.session import PriorCall, plan_prompt
+from rollwire.proxy.splice.plan import PriorCall, plan_prompt
 from rollwire.reconstruct import segments_from_calls
 from rollwire.store import ModelCall, encode_floats, encode_ids
 

@@ -177,7 +177,7 @@ async def policy_version_route(request: Request) -> Response:
     version = body.get("version")
     if isinstance(version, bool) or not isinstance(version, int):
         raise InvalidRequest("version must be an integer", param="version")
-    _state(request).generator.served.policy_version = version
+    _state(request).calls.served.publish(version)
     return JSONResponse({"version": version})
 
 

@@ -1,7 +1,6 @@
-"""The proxy's apps: rollout routes (``/r/{token}/v1/...`` or a Bearer token on ``/v1/...``) on its main
-listener, the operator API (``/admin/v1``), the trace viewer (``/ui``) and ``/metrics`` on its admin listener
-(``ProxyApp``); body limits and errors in each dialect's shape (``edge``); one lifespan owns the upstream pool,
-store and tokenizer for both."""
+"""The proxy's apps: rollout routes on its main listener, the operator API, trajectory stream, trace viewer and
+``/metrics`` on its admin listener (``ProxyApp``; the route table is ``routes``); errors in each dialect's shape
+(``edge``); one lifespan builds what both share: the store, the template, the call path."""
 
 from __future__ import annotations
 
@@ -14,58 +13,45 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from starlette.applications import Starlette
-from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
 
-from rollwire.errors import InvalidRequest, NotFound, RollwireError
+from rollwire.errors import InvalidRequest, RollwireError
 from rollwire.listeners import Listeners
-from rollwire.metrics import HttpMetricsMiddleware, metrics_endpoint
-from rollwire.proxy import admin
+from rollwire.metrics import HttpMetricsMiddleware
 from rollwire.proxy.auth import TokenAuth
-from rollwire.proxy.dialects.chat import ChatDialect
-from rollwire.proxy.dialects.routes import DIALECTS as FRONT_DIALECTS
-from rollwire.proxy.dialects.routes import answer_response, dialect_routes
+from rollwire.proxy.call import CallPath
+from rollwire.proxy.dialects.registry import READERS
 from rollwire.proxy.edge import ErrorEdge, http_error, rollwire_error
-from rollwire.proxy.generate import Generator
 from rollwire.proxy.metrics import ProxyMetrics, classify
 from rollwire.proxy.parsers import reasoning_parser, tool_parser
 from rollwire.proxy.recorder import Recorder
 from rollwire.proxy.render import Renderer
-from rollwire.proxy.session import POLICIES
-from rollwire.proxy.stream import stream_route
+from rollwire.proxy.routes import ADMIN_PATHS, admin_routes, rollout_routes
+from rollwire.proxy.splice.plan import POLICIES
+from rollwire.proxy.splice.priors import PriorCache
 from rollwire.proxy.ui.data import ViewerState
-from rollwire.proxy.ui.routes import ui_routes
 from rollwire.proxy.upstream import make_client
 from rollwire.request_body import read_json_body, read_json_text
 from rollwire.rollouts.budgets import Budgets
 from rollwire.settings import ProxySettings
 from rollwire.store import open_engine
 
-CHAT = ChatDialect()
-DIALECTS = {CHAT.name: (CHAT.parse_request, CHAT.answer_message), **FRONT_DIALECTS}
-
 
 class ProxyState:
     """What the routes share; built in lifespan."""
 
     def __init__(
-        self, settings: ProxySettings, engine: Any, generator: Generator, auth: TokenAuth,
+        self, settings: ProxySettings, engine: Any, calls: CallPath, auth: TokenAuth,
         ports: Mapping[str, int] | None = None,
     ) -> None:  # fmt: skip
         self.settings = settings
         self.ports = ports if ports is not None else {}
         """The port each listener serves on (``Listeners.ports``): rollouts' links name the main one."""
         self.engine = engine
-        self.generator = generator
+        self.calls = calls
         self.auth = auth
-        self.budgets = Budgets(engine, "proxy", read_inline=generator.recorder.writer.read_inline)
-        generator.recorder.listeners.append(self.budgets.recorded)
-        self.after_answer = BackgroundTask(generator.recorder.after_answer)
-        """Every generation route's background task: settles the call once its answer has left (one for all)."""
         self._finished = anyio.Event()
 
     async def read_json(self, request: Request) -> Any:
@@ -90,109 +76,6 @@ class ProxyState:
 
     def finished_event(self) -> anyio.Event:
         return self._finished
-
-
-def _state(request: Request) -> ProxyState:
-    state: ProxyState = request.app.state.proxy
-    return state
-
-
-async def chat_completions(request: Request) -> Response:
-    state = _state(request)
-    caller = await state.auth.caller(request)
-    raw, text = await state.read_json_text(request)
-    return await answer_response(state, caller, CHAT.parse_request(raw), CHAT, raw, text, request)
-
-
-async def models(request: Request) -> Response:
-    state = _state(request)
-    await state.auth.caller(request)
-    served = await state.generator.served_name()
-    names = [served] + [a for a in state.settings.model_aliases if a not in ("*", served)]
-    card = {"object": "model", "created": 0, "owned_by": "rollwire"}
-    if state.generator.served.max_model_len:  # as vLLM reports it: clients size their prompts by it
-        card["max_model_len"] = state.generator.served.max_model_len
-    cards = [{"id": n, **card} for n in names]
-    return JSONResponse({"object": "list", "data": cards})
-
-
-async def health(request: Request) -> Response:
-    return JSONResponse({"status": "ok"})
-
-
-async def root(request: Request) -> Response:
-    """Claude Code probes ``HEAD /`` before its first call (a 404 there reads as an unreachable API)."""
-    return JSONResponse({"status": "ok", "service": "rollwire proxy"})
-
-
-def _settled(scrape: Any) -> Any:
-    """The metrics endpoint, counting the calls whose answers have just left too (``Recorder.settle``)."""
-
-    async def metrics(request: Request) -> Response:
-        proxy: ProxyState | None = getattr(request.app.state, "proxy", None)
-        if proxy is not None:
-            proxy.generator.recorder.settle()
-        response: Response = await scrape(request)
-        return response
-
-    return metrics
-
-
-def _admin(handler: Any) -> Any:
-    async def guarded(request: Request) -> Response:
-        _state(request).auth.check_operator(request)
-        response: Response = await handler(request)
-        return response
-
-    return guarded
-
-
-async def elsewhere(request: Request) -> Response:
-    """What the main listener answers for the admin listener's paths, with or without the operator key: they do
-    not exist here (404, never 401, so this port is no oracle for the key)."""
-    raise NotFound("the operator API, the trace viewer and /metrics are served on the proxy's admin listener")
-
-
-ADMIN_PATHS = ("/admin", "/ui", "/metrics")
-"""Path prefixes served on the admin listener only."""
-ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-"""What the refusal answers 404 to (a method it left out would get 405 instead)."""
-
-
-def _rollout_routes() -> list[BaseRoute]:
-    """The main listener's routes: all a rollout may call."""
-    rollout = [
-        Route("/r/{token}/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/r/{token}/v1/models", models, methods=["GET"]),
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/", root, methods=["GET", "HEAD"]),
-        Route("/r/{token}", root, methods=["GET", "HEAD"]),  # a rollout's Anthropic base URL, probed the same way
-        Route("/r/{token}/", root, methods=["GET", "HEAD"]),
-    ]
-    refused = [Route(path, elsewhere, methods=ANY_METHOD) for p in ADMIN_PATHS for path in (p, p + "/{rest:path}")]
-    return rollout + dialect_routes() + refused
-
-
-def _admin_routes(metrics: ProxyMetrics) -> list[BaseRoute]:
-    """The admin listener's routes: the operator API, the viewer, the Prometheus scrape and a health probe."""
-    a = "/admin/v1"
-    operator = [
-        Route(f"{a}/runs", _admin(admin.runs_route), methods=["POST"]),
-        Route(f"{a}/runs/{{run}}/rollouts", _admin(admin.rollouts_route), methods=["POST"]),
-        Route(f"{a}/rollouts/{{id}}/finish", _admin(admin.finish_route), methods=["POST"]),
-        Route(f"{a}/rollouts/{{id}}/status", _admin(admin.status_route), methods=["POST"]),
-        Route(f"{a}/rollouts/{{id}}/revoke", _admin(admin.revoke_route), methods=["POST"]),
-        Route(f"{a}/rollouts/{{id}}", _admin(admin.rollout_route), methods=["GET"]),
-        Route(f"{a}/rollouts/{{id}}/trajectory", _admin(admin.trajectory_route), methods=["GET"]),
-        Route(f"{a}/policy_version", _admin(admin.policy_version_route), methods=["POST"]),
-        Route(f"{a}/trajectories/stream", _admin(stream_route), methods=["GET"]),
-    ]
-    # /metrics counts every rollout's calls, tokens and budget refusals: nothing a rollout needs, and a view of
-    # the other rollouts it should not have
-    scrape = Route("/metrics", _settled(metrics_endpoint(metrics.registry)), methods=["GET"])
-    return [Route("/health", health, methods=["GET"]), scrape, *operator, Mount("/ui", routes=ui_routes())]
 
 
 class ProxyApp(Listeners):
@@ -231,34 +114,34 @@ def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key
         engine = await anyio.to_thread.run_sync(open_engine, store_url)
         folder = await anyio.to_thread.run_sync(model_folder, settings, home)
         renderer = await anyio.to_thread.run_sync(Renderer.from_folder, folder)
-        recorder = Recorder(
-            engine,
-            DIALECTS,
-            shared=settings.shared_store,
-            rollouts=settings.cache_rollouts,
-            tokens=settings.cache_tokens,
+        recorder = Recorder(engine)
+        read_inline = recorder.writer.read_inline  # point reads on the writer's own connection
+        priors = PriorCache(
+            engine, READERS, settings.shared_store, settings.cache_rollouts, settings.cache_tokens, read_inline
         )
-        generator = Generator(settings, client, renderer, recorder, tools, reasoning)
-        auth = TokenAuth(engine, key, read_inline=recorder.writer.read_inline)
-        app.state.proxy = ProxyState(settings, engine, generator, auth, proxy.ports)
-        app.state.viewer = ViewerState(key, engine, renderer)
+        budgets = Budgets(engine, "proxy", read_inline=read_inline)
+        recorder.listeners.append(budgets.recorded)
         recorder.late_listeners.append(metrics.recorded)
-        app.state.proxy.budgets.refused.append(metrics.refused)
+        budgets.refused.append(metrics.refused)
+        calls = CallPath(settings, client, renderer, recorder, priors, budgets, tools, reasoning)
+        auth = TokenAuth(engine, key, read_inline=read_inline)
+        app.state.proxy = ProxyState(settings, engine, calls, auth, proxy.ports)
+        app.state.viewer = ViewerState(key, engine, renderer)
         try:
             yield
         finally:
-            await client.close()
+            await calls.close()
             await anyio.to_thread.run_sync(recorder.close)
             engine.dispose()
 
     handlers = {RollwireError: rollwire_error, HTTPException: http_error}
     middleware = [Middleware(HttpMetricsMiddleware, metrics=metrics.http, classify=classify), Middleware(ErrorEdge)]
-    main = Starlette(routes=_rollout_routes(), lifespan=lifespan, exception_handlers=handlers, middleware=middleware)
-    admin = Starlette(routes=_admin_routes(metrics), exception_handlers=handlers, middleware=middleware)
+    main = Starlette(routes=rollout_routes(), lifespan=lifespan, exception_handlers=handlers, middleware=middleware)
+    admin = Starlette(routes=admin_routes(metrics), exception_handlers=handlers, middleware=middleware)
     proxy = ProxyApp(main, admin)
     proxy.state.operator_key = key
     proxy.state.metrics = metrics
     return proxy
 
 
-__all__ = ["ADMIN_PATHS", "DIALECTS", "ProxyApp", "ProxyState", "create_app", "model_folder"]
+__all__ = ["ADMIN_PATHS", "ProxyApp", "ProxyState", "create_app", "model_folder"]

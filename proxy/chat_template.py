@@ -45,7 +45,8 @@ class _ToolSet:
 
 
 def _parts(value: Any) -> list[Any]:
-    found, todo = [], [value]
+    found: list[Any] = []
+    todo: list[Any] = [value]
     while todo:
         node = todo.pop()
         if type(node) is dict:
@@ -82,7 +83,7 @@ def _steps() -> _Steps | None:
         return None
 
 
-_PROBE_TOOLS = [
+_PROBE_TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
         "function": {
@@ -92,7 +93,7 @@ _PROBE_TOOLS = [
         },
     }
 ]
-_PROBE = [
+_PROBE: list[dict[str, Any]] = [
     {"role": "system", "content": "You are careful."},
     {"role": "user", "content": "List the files."},
     {

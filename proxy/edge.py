@@ -1,6 +1,7 @@
-"""Errors at the proxy's edge: every reply to a request that failed is in the shape of the dialect its path
-speaks (Anthropic's ``{"type": "error", ...}`` under ``/v1/messages``, OpenAI's ``{"error": {...}}`` elsewhere),
-and an unexpected exception becomes a 500 reply without dropping the connection.
+"""Errors at the proxy's edge: every reply to a request that failed is in the shape of its dialect (Anthropic's
+``{"type": "error", ...}`` for Messages, OpenAI's ``{"error": {...}}`` elsewhere): the matched route's dialect
+(``routes``), else the dialect whose paths the request is on; an unexpected exception becomes a 500 reply
+without dropping the connection.
 
 Starlette's own last-resort handler re-raises after replying, and the server then closes the keep-alive
 connection, so a client's next request on it fails; ``ErrorEdge`` replies and returns instead. An exception
@@ -10,38 +11,31 @@ after the reply has started (a stream) still propagates: only closing the connec
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rollwire.errors import InvalidRequest, NotFound, RollwireError, Unauthorized, anthropic_error, openai_error
+from rollwire.errors import InvalidRequest, NotFound, RollwireError, Unauthorized
+from rollwire.proxy.dialects.base import Dialect
+from rollwire.proxy.dialects.registry import dialect_for_path
 
 logger = logging.getLogger(__name__)
 
 
-def speaks_messages(path: str) -> bool:
-    """Anthropic clients call ``.../v1/messages`` and ``.../v1/messages/count_tokens``."""
-    return "/v1/messages" in path
-
-
-def error_body(path: str, exc: RollwireError) -> dict[str, Any]:
-    """``exc`` in the shape the client of ``path`` parses."""
-    return anthropic_error(exc) if speaks_messages(path) else openai_error(exc)
-
-
-def error_response(path: str, exc: RollwireError) -> Response:
+def error_response(dialect: Dialect, exc: RollwireError, path: str) -> Response:
+    """``exc`` as ``dialect``'s clients parse it (logged when it is the proxy's fault)."""
     if exc.status_code >= 500:
         logger.error("proxy error on %s: %s", path, exc.message)
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
-    return JSONResponse(error_body(path, exc), status_code=exc.status_code, headers=headers)
+    return JSONResponse(dialect.error_body(exc), status_code=exc.status_code, headers=headers)
 
 
 async def rollwire_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RollwireError)
-    return error_response(request.url.path, exc)
+    path = request.url.path
+    return error_response(dialect_for_path(path), exc, path)
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
@@ -49,7 +43,8 @@ async def http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     error = NotFound(str(exc.detail)) if exc.status_code == 404 else InvalidRequest(str(exc.detail))
     error.status_code = exc.status_code
-    response = error_response(request.url.path, error)
+    path = request.url.path
+    response = error_response(dialect_for_path(path), error, path)
     if exc.headers:
         response.headers.update(exc.headers)
     return response
@@ -85,8 +80,8 @@ class ErrorEdge:
                 raise
             logger.exception("unhandled proxy error on %s", scope.get("path", ""))
             error = exc if isinstance(exc, RollwireError) else RollwireError(f"internal error: {type(exc).__name__}")
-            body = error_body(scope.get("path", ""), error)
+            body = dialect_for_path(scope.get("path", "")).error_body(error)
             await JSONResponse(body, status_code=error.status_code)(scope, receive, send)
 
 
-__all__ = ["ErrorEdge", "error_body", "error_response", "http_error", "rollwire_error", "speaks_messages"]
+__all__ = ["ErrorEdge", "error_response", "http_error", "rollwire_error"]

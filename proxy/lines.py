@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rollwire.proxy.conversation import Conversation
-from rollwire.proxy.session import PriorCall
+from rollwire.proxy.splice.plan import PriorCall
 from rollwire.side_calls import CallFeatures, SideCallRule, classify
 
 NO_TOOLS = "[]"

@@ -4,7 +4,8 @@ keep-alive client in ``upstream_http``); transport errors become ``UpstreamError
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -257,19 +258,23 @@ def _whole(result: UpstreamResult) -> Chunk:
     return Chunk(choices, result.weight_version)
 
 
-def _failure(exc: BaseException, base_url: str) -> RollwireError:
-    if isinstance(exc, TimeoutError):
-        return UpstreamTimeout(f"upstream at {base_url} timed out ({exc.__class__.__name__})")
-    return UpstreamError(f"cannot reach the upstream at {base_url}: {exc.__class__.__name__}")
+@contextmanager
+def engine_failures(base_url: str) -> Iterator[None]:
+    """The one translation of the engine client's failures: a wait past its deadline is ``UpstreamTimeout`` (504),
+    a connection that cannot be made or breaks is ``UpstreamError`` (502)."""
+    try:
+        yield
+    except TimeoutError as exc:
+        raise UpstreamTimeout(f"upstream at {base_url} timed out ({exc.__class__.__name__})") from None
+    except TRANSPORT_ERRORS as exc:
+        raise UpstreamError(f"cannot reach the upstream at {base_url}: {exc.__class__.__name__}") from None
 
 
 async def exchange(client: Pool, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, bytes]:
     """One whole exchange: (status, body bytes)."""
-    try:
+    with engine_failures(client.base_url):
         response = await client.request(method, path, json_bytes(body) if body is not None else None)
         return response.status_code, await response.read()
-    except (TimeoutError, *TRANSPORT_ERRORS) as exc:
-        raise _failure(exc, client.base_url) from None
 
 
 async def takes_stream_interval(client: Pool) -> bool:
@@ -305,16 +310,10 @@ async def open_stream(client: Pool, body: dict[str, Any], prompt: bytes | None =
     """Send a streamed completion and wait for its status; the caller reads ``chunks`` and closes the response.
     ``prompt``: ``body``'s prompt as JSON, where the caller has it written already."""
     data, prompt = _request_bytes(body, prompt)
-    try:
+    with engine_failures(client.base_url):
         response = await client.request("POST", "/v1/completions", data)
-    except (TimeoutError, *TRANSPORT_ERRORS) as exc:
-        raise _failure(exc, client.base_url) from None
-    if response.status_code != 200:
-        try:
-            data = await response.read()
-        except (TimeoutError, *TRANSPORT_ERRORS) as exc:
-            raise _failure(exc, client.base_url) from None
-        _raise_for(response.status_code, data)
+        if response.status_code != 200:
+            _raise_for(response.status_code, await response.read())
     return Opened(response, prompt)
 
 
@@ -324,27 +323,26 @@ async def chunks(response: Response, base_url: str, prompt: bytes | None = None)
     A batch comes folded into one chunk where it folds (``_batch``).
     ``prompt``: the prompt's ids as sent (``Opened.prompt``); an echo of exactly those bytes is not parsed."""
     try:
-        if not response.headers.get("content-type", "").startswith("text/event-stream"):
-            yield [_whole(_parse(orjson.loads(await response.read())))]
-            return
-        done = False
-        async for lines in response.batches():
-            payloads: list[bytes] = []
-            for line in lines:
-                if done or not line.startswith(b"data:"):
-                    continue  # after [DONE], read to the body's end: the connection then goes back to the pool
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    done = True
-                    continue
-                payloads.append(_without_echo(payload, prompt) if prompt is not None else payload)
-            batch, bad = _batch(payloads)
-            if batch:
-                yield batch
-            if bad is not None:
-                raise bad
-    except (TimeoutError, *TRANSPORT_ERRORS) as exc:
-        raise _failure(exc, base_url) from None
+        with engine_failures(base_url):
+            if not response.headers.get("content-type", "").startswith("text/event-stream"):
+                yield [_whole(_parse(orjson.loads(await response.read())))]
+                return
+            done = False
+            async for lines in response.batches():
+                payloads: list[bytes] = []
+                for line in lines:
+                    if done or not line.startswith(b"data:"):
+                        continue  # after [DONE], read to the body's end: the connection then goes back to the pool
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        done = True
+                        continue
+                    payloads.append(_without_echo(payload, prompt) if prompt is not None else payload)
+                batch, bad = _batch(payloads)
+                if batch:
+                    yield batch
+                if bad is not None:
+                    raise bad
     except (ValueError, KeyError, TypeError) as exc:
         raise UpstreamError(f"upstream stream is not completion chunks with token ids: {exc}") from None
 
@@ -357,6 +355,7 @@ __all__ = [
     "UpstreamResult",
     "chunks",
     "completion_body",
+    "engine_failures",
     "make_client",
     "open_stream",
     "takes_stream_interval",

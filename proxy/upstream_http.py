@@ -137,7 +137,8 @@ def _head_end(buffer: bytearray) -> int:
 
 def _take_chunks(conn: _Connection) -> tuple[list[bytes], bool]:
     """Every whole chunk of a chunked body the buffer holds, and whether the last (empty) one was among them."""
-    buffer, at, out = conn.buffer, 0, []
+    buffer, at = conn.buffer, 0
+    out: list[bytes] = []
     while (nl := buffer.find(b"\n", at)) >= 0:
         size = int(bytes(buffer[at:nl]).split(b";", 1)[0].strip() or b"x", 16)  # ValueError: not chunked
         if size == 0:

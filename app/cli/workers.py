@@ -2,7 +2,7 @@
 
 The socket is bound (and listening) before the fork, so the kernel hands each connection to whichever worker
 accepts it first; a rollout's calls may land on any worker, which the proxy keeps exact through the store
-(``rollwire.proxy.priors``). Forking (not spawning) shares the imported modules and the built app with the
+(``rollwire.proxy.splice.priors``). Forking (not spawning) shares the imported modules and the built app with the
 workers; each worker then runs its own lifespan (store connections, tokenizer, upstream pool).
 """
 

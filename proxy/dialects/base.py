@@ -3,15 +3,40 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+from sqlalchemy.engine import Engine
 
 from rollwire.errors import RollwireError
 from rollwire.proxy.conversation import Conversation, Generation, Message, StreamEvent
 
 
+@dataclass(frozen=True, slots=True)
+class History:
+    """Where a dialect that lets a request name an earlier answer (Responses' ``previous_response_id``) reads
+    the rollout's calls."""
+
+    store: Engine
+    rollout_id: str
+
+
 class Dialect(Protocol):
     name: str
     """Stored in ModelCall.dialect; picks the parser when earlier calls are read back."""
+    path: str
+    """Its generation route under ``/v1`` (and a rollout's ``/r/{token}/v1``); errors on paths that start with it
+    take this dialect's shape."""
+    count_tokens_path: str | None
+    """Its token-counting route, where the dialect has one."""
+
+    async def incoming(self, raw: Any, text: str | None, history: History) -> tuple[Any, str | None]:
+        """The request as the call path takes it (``text``: None once it differs from the body as sent)."""
+        ...
+
+    def for_request(self, body: dict[str, Any]) -> Dialect:
+        """The dialect object that answers ``body`` (already checked by ``parse_request``)."""
+        ...
 
     def parse_request(self, body: Any) -> Conversation:
         """Validate a request body (InvalidRequest naming the field) into a Conversation."""
@@ -38,4 +63,4 @@ class Dialect(Protocol):
         ...
 
 
-__all__ = ["Dialect"]
+__all__ = ["Dialect", "History"]

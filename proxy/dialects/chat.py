@@ -22,6 +22,7 @@ from rollwire.proxy.conversation import (
     TokenLogprobs,
     ToolCall,
 )
+from rollwire.proxy.dialects.base import History
 from rollwire.proxy.dialects.fields import (
     checked_schema,
     flag,
@@ -146,6 +147,14 @@ def _sampling(body: dict[str, Any]) -> Sampling:
 
 class ChatDialect:
     name = "chat"
+    path = "/chat/completions"
+    count_tokens_path: str | None = None
+
+    async def incoming(self, raw: Any, text: str | None, history: History) -> tuple[Any, str | None]:
+        return raw, text
+
+    def for_request(self, body: dict[str, Any]) -> ChatDialect:
+        return self
 
     def parse_request(self, body: Any) -> Conversation:
         model = requested_model(body)

@@ -13,6 +13,7 @@ from rollwire.proxy.conversation import (
     Conversation,
     Generation,
     Message,
+    OutputFormat,
     Sampling,
     StreamEnd,
     StreamEvent,
@@ -21,6 +22,7 @@ from rollwire.proxy.conversation import (
     TextDelta,
     ToolCall,
 )
+from rollwire.proxy.dialects.base import History
 from rollwire.proxy.dialects.fields import (
     ANTHROPIC_TOOL_NAME,
     checked_schema,
@@ -190,7 +192,7 @@ def _sampling(body: dict[str, Any]) -> Sampling:
     )
 
 
-def _output_format(body: dict[str, Any]) -> dict[str, Any] | None:
+def _output_format(body: dict[str, Any]) -> OutputFormat | None:
     """Structured outputs: ``output_config.format`` (or the beta's top-level ``output_format``)."""
     config = body.get("output_config")
     if config is not None and not isinstance(config, dict):
@@ -270,6 +272,14 @@ def content_blocks(message: Message) -> list[dict[str, Any]]:
 
 class MessagesDialect:
     name = "messages"
+    path = "/messages"
+    count_tokens_path: str | None = "/messages/count_tokens"
+
+    async def incoming(self, raw: Any, text: str | None, history: History) -> tuple[Any, str | None]:
+        return raw, text
+
+    def for_request(self, body: dict[str, Any]) -> MessagesDialect:
+        return self
 
     def parse_request(self, body: Any) -> Conversation:
         return parse_messages(body)

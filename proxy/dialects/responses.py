@@ -8,7 +8,16 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from rollwire.errors import InvalidRequest, RollwireError, openai_error
-from rollwire.proxy.conversation import Conversation, Generation, Message, Sampling, StreamEvent, ToolCall
+from rollwire.proxy.conversation import (
+    Conversation,
+    Generation,
+    Message,
+    OutputFormat,
+    Sampling,
+    StreamEvent,
+    ToolCall,
+)
+from rollwire.proxy.dialects.base import History
 from rollwire.proxy.dialects.fields import (
     flag,
     named_choice,
@@ -17,6 +26,7 @@ from rollwire.proxy.dialects.fields import (
     output_format,
     requested_model,
 )
+from rollwire.proxy.dialects.responses_history import expand_previous
 from rollwire.proxy.dialects.responses_items import Items
 from rollwire.proxy.dialects.responses_stream import ResponsesStream, message_item, reasoning_item
 from rollwire.proxy.dialects.responses_tools import CUSTOM_INPUT, ResponsesTools, parse_tools
@@ -41,7 +51,7 @@ def _check_unsupported(body: dict[str, Any]) -> None:
         raise InvalidRequest("background responses are not supported", param="background")
 
 
-def _text_format(text: Any) -> dict[str, Any] | None:
+def _text_format(text: Any) -> OutputFormat | None:
     """``text.format`` (json_schema / json_object) as the upstream's structured output."""
     if text is not None and not isinstance(text, dict):
         raise InvalidRequest("text must be an object", param="text")
@@ -72,9 +82,16 @@ class ResponsesDialect:
     of freeform tools as ``custom_tool_call``, and the hosted tools left out are named on the answer."""
 
     name = "responses"
+    path = "/responses"
+    count_tokens_path: str | None = None
 
     def __init__(self, tools: ResponsesTools | None = None) -> None:
         self.tools = tools or ResponsesTools()
+
+    async def incoming(self, raw: Any, text: str | None, history: History) -> tuple[Any, str | None]:
+        """The request with the input of the answer it continues (``previous_response_id``) read from the store."""
+        expanded = await expand_previous(history.store, history.rollout_id, raw)
+        return (raw, text) if expanded is raw else (expanded, None)
 
     def for_request(self, body: dict[str, Any]) -> ResponsesDialect:
         """The dialect that answers ``body`` (already checked by ``parse_request``)."""

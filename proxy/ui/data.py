@@ -22,7 +22,7 @@ from typing import Any
 import anyio.to_thread
 from sqlalchemy import func
 from sqlalchemy.engine import Engine
-from sqlmodel import select
+from sqlmodel import col, select
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -109,7 +109,7 @@ def list_rollouts(engine: Engine, run_id: str) -> list[dict[str, Any]]:
     with session_scope(engine) as session:
         if session.get(Run, run_id) is None:
             raise NotFound(f"no run {run_id!r}")
-        rows = list(session.exec(select(Rollout).where(Rollout.run_id == run_id).order_by(Rollout.created_ns)).all())
+        rows = list(session.exec(select(Rollout).where(Rollout.run_id == run_id).order_by(col(Rollout.created_ns))).all())
         calls = dict(session.exec(select(ModelCall.rollout_id, func.count()).group_by(ModelCall.rollout_id)).all())
         tools = dict(session.exec(select(ToolEvent.rollout_id, func.count()).group_by(ToolEvent.rollout_id)).all())
     return [

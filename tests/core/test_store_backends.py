@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, inspect, text
 from sqlmodel import col, select
 
 from rollwire.errors import StoreError
-from rollwire.proxy.priors import read_calls
+from rollwire.proxy.splice.priors import read_calls
 from rollwire.reconstruct import load_calls
 from rollwire.rollouts import RolloutBook
 from rollwire.store import (
@@ -58,13 +58,13 @@ def test_a_reader_reads_and_writes_nothing(any_store_url: str) -> None:
     reader = open_engine(any_store_url, read_only=True)
     with session_scope(reader) as session:
         assert [row.id for row in session.exec(select(Rollout))] == []
-        assert session.exec(text("SELECT count(*) FROM run")).one()[0] == 1
+        assert session.connection().execute(text("SELECT count(*) FROM run")).one()[0] == 1
     with pytest.raises(StoreError, match="read-only|readonly"):
         with session_scope(reader) as session:
-            session.exec(text("DELETE FROM run"))
+            session.connection().execute(text("DELETE FROM run"))
     reader.dispose()
     with session_scope(open_engine(any_store_url)) as session:
-        assert session.exec(text("SELECT count(*) FROM run")).one()[0] == 1
+        assert session.connection().execute(text("SELECT count(*) FROM run")).one()[0] == 1
 
 
 def test_an_unversioned_sqlite_store_is_migrated(tmp_path: Path) -> None:
@@ -192,8 +192,10 @@ def test_a_version_4_store_keeps_its_whole_requests_and_gains_edited_ones(any_st
     with session_scope(engine) as session:
         (old,) = session.exec(select(ModelCall)).all()
         kept = stored_request(new_request, old.id, old_request)
-        columns = {"request_json": kept.text, "request_base": kept.base, "request_head": kept.head}
-        session.add(ModelCall(rollout_id=rollout.id, request_tail=kept.tail, started_ns=3, **columns))
+        session.add(ModelCall(
+            rollout_id=rollout.id, request_json=kept.text, request_base=kept.base, request_head=kept.head,
+            request_tail=kept.tail, started_ns=3,
+        ))  # fmt: skip
     calls = load_calls(engine, rollout.id)
     engine.dispose()
     assert [(c.request_base, c.request_head, c.request_tail) for c in calls] == [

@@ -18,7 +18,7 @@ from rollwire.app.serving import ServerThread
 from rollwire.compact_json import json_bytes
 from rollwire.proxy.app import create_app
 from rollwire.proxy.conversation import Conversation, Message
-from rollwire.proxy.priors import PriorCache
+from rollwire.proxy.splice.priors import PriorCache
 from rollwire.rollouts import RolloutBook
 from rollwire.settings import ProxySettings
 from rollwire.store import ModelCall, encode_ids, open_engine, session_scope
@@ -51,9 +51,9 @@ def test_cache_stays_bounded_and_evicted_rollouts_splice_exactly(
         rollouts = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": ROLLOUTS}).json()
         clients = [openai.OpenAI(base_url=r["base_url"], api_key="u", max_retries=0) for r in rollouts]
         conversations = [_steps(c, served_model) for c in clients]
-        recorder = app.state.proxy.generator.recorder
-        cache, settled = recorder.cache, threading.Semaphore(0)
-        recorder.late_listeners.append(lambda _rollout, _rows: settled.release())  # the cache has learnt the call
+        calls = app.state.proxy.calls
+        cache, settled = calls.splice, threading.Semaphore(0)
+        calls.recorder.late_listeners.append(lambda _rollout, _rows: settled.release())  # the cache has learnt the call
         sizes = []
         for _ in range(TURNS):  # round-robin over the rollouts: each call finds its rollout dropped meanwhile
             for conversation in conversations:
@@ -79,7 +79,7 @@ def test_only_each_segments_latest_call_holds_its_ids_as_json(
         (rollout,) = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": 1}).json()
         for _ in _steps(openai.OpenAI(base_url=rollout["base_url"], api_key="u", max_retries=0), served_model):
             pass
-        *earlier, latest = app.state.proxy.generator.recorder.cache._known[rollout["id"]].priors
+        *earlier, latest = app.state.proxy.calls.splice._known[rollout["id"]].priors
     assert len(earlier) == TURNS - 1 and all(p.continued and p.ids_json is None for p in earlier)
     assert not latest.continued and latest.ids_json == json_bytes(latest.prompt_ids + latest.sampled_ids)
     # the same for its request, which the next call's row keeps as an edit of

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from rollwire.compact_json import json_bytes
 from rollwire.proxy.conversation import Conversation, Message
 from rollwire.proxy.render import Renderer
-from rollwire.proxy.session import PriorCall, encode_work, plan_prompt, whole_prompt
+from rollwire.proxy.splice.plan import PriorCall, encode_work, plan_prompt, whole_prompt
 from rollwire.store.codec import decode_ids, encode_ids
 
 
@@ -84,11 +85,9 @@ def test_a_spliced_prompt_is_the_earlier_calls_bytes_plus_its_tail(renderer: Ren
 def test_a_length_cut_answer_gets_its_end_of_turn_in_the_tail(renderer: Renderer) -> None:
     first, answer, prior = _setup(renderer)
     cut = PriorCall(
-        *[getattr(prior, f) for f in ("call_id", "request_keys", "tools_key", "answer_key", "prompt_ids")],
-        prior.sampled_ids[:-1],
-        0,
-        False,
-    )
+        prior.call_id, prior.request_keys, prior.tools_key, prior.answer_key, prior.prompt_ids,
+        prior.sampled_ids[:-1], 0, False,
+    )  # fmt: skip
     plan = plan_prompt(Conversation("m", first.messages + (answer, Message("user", "x"))), [cut], renderer, "splice")
     assert renderer.decode(plan.prompt_ids[plan.reused_prefix_len :]).startswith("<|im_end|>\n<|im_start|>user")
 
@@ -118,13 +117,9 @@ def test_tools_change_and_branches(renderer: Renderer) -> None:
     )
     assert plan.segment_break is not None and "tools changed" in plan.segment_break
     continued = PriorCall(
-        *[
-            getattr(prior, f)
-            for f in ("call_id", "request_keys", "tools_key", "answer_key", "prompt_ids", "sampled_ids")
-        ],
-        0,
-        True,
-    )
+        prior.call_id, prior.request_keys, prior.tools_key, prior.answer_key, prior.prompt_ids, prior.sampled_ids,
+        0, True,
+    )  # fmt: skip
     branch = plan_prompt(
         Conversation("m", first.messages + (answer, Message("user", "y"))), [continued], renderer, "splice"
     )
@@ -142,7 +137,14 @@ def test_a_rendered_prompt_is_remembered_exactly_and_within_its_bound(
     renderer = Renderer.from_folder(tiny_model_dir)
     renders: list[int] = []
     real_render = renderer.render
-    monkeypatch.setattr(renderer, "render", lambda *a, **k: renders.append(1) or real_render(*a, **k))
+
+    def counted_render(
+        messages: list[dict[str, Any]], tools: list[dict[str, Any]], add_generation_prompt: bool, **kwargs: Any
+    ) -> str:
+        renders.append(1)
+        return real_render(messages, tools, add_generation_prompt, **kwargs)
+
+    monkeypatch.setattr(renderer, "render", counted_render)
     convs = [Conversation("m", (Message("user", f"task {i}: copy {'x' * i}"),)) for i in range(4)]
     fresh = [renderer.encode(real_render([m.to_template() for m in c.messages], [], True)) for c in convs]
     monkeypatch.setattr(render, "RENDERED_CACHE_TOKENS", sum(len(ids) for ids in fresh[1:]))

@@ -17,7 +17,7 @@ from sqlmodel import Session, select
 
 from rollwire.app.serving import ServerThread
 from rollwire.proxy.app import create_app
-from rollwire.proxy.generate import WHOLE_ANSWER_STREAM_INTERVAL
+from rollwire.proxy.call.prepare import WHOLE_ANSWER_STREAM_INTERVAL
 from rollwire.proxy.upstream import make_client, takes_stream_interval
 from rollwire.settings import ProxySettings
 from rollwire.store import ModelCall, decode_floats, decode_ids, open_engine

@@ -1,30 +1,33 @@
-"""A streamed answer: the upstream's token chunks become dialect-neutral events as they arrive.
+"""Running a call: the engine's token chunks become dialect-neutral events as they arrive.
 
 Text and reasoning stream as soon as they are certain (``answer.AnswerStream``); tool calls, finish reasons
 and usage follow only once every choice's call is committed, so no client acts on an answer the store could
 still lose. A stream that does not finish records what was sampled with ``finish_reason`` "abort": status
 "partial" when the client left (the upstream request is closed at once, so the engine stops), "error" when
-the upstream failed. Non-streamed answers take the same path (``generate_whole``), so a client that hangs up
-on one stops its generation too. Neither kind is spliced or reconstructed into trajectories; both show in the traces.
+the upstream failed. Non-streamed answers take the same path (``run_whole``), so a client that hangs up on one
+stops its generation too. Neither kind is spliced or reconstructed into trajectories; both show in the traces.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from rollwire.compact_json import json_text
 from rollwire.errors import RollwireError, UpstreamError, UpstreamTimeout
 from rollwire.metrics import add_upstream_time
-from rollwire.proxy.answer import AnswerStream
-from rollwire.proxy.auth import Caller
+from rollwire.proxy.answer import AnswerStream, Delta
+from rollwire.proxy.call.base import Call
+from rollwire.proxy.call.prepare import Prepared, prepare
+from rollwire.proxy.call.record import record_answer, record_engine_failure
 from rollwire.proxy.conversation import (
+    Choice,
     ChoiceEnd,
     Conversation,
     Generation,
@@ -35,10 +38,13 @@ from rollwire.proxy.conversation import (
     TextDelta,
     TokenLogprobs,
 )
-from rollwire.proxy.dialects.base import Dialect
-from rollwire.proxy.generate import Generator, Prepared, RequestBody
+from rollwire.proxy.parsers.base import new_id
+from rollwire.proxy.render import Renderer
 from rollwire.proxy.upstream import ChoiceChunk, Opened, Sampled, chunks, open_stream
 from rollwire.store.schema import ENGINE_FAILED
+
+if TYPE_CHECKING:
+    from rollwire.proxy.call.path import CallPath
 
 ABORTED = "abort"
 
@@ -69,50 +75,40 @@ class _Choice:
         top = self.top_logprobs if len(self.top_logprobs) == len(self.ids) else None
         return Sampled(self.ids, self.logprobs, finish_reason or self.finish_reason or "stop", top, tokens)
 
-    def unsent(self, generator: Generator) -> TokenLogprobs:
+    def unsent(self, renderer: Renderer) -> TokenLogprobs:
         """Logprobs of the tokens sampled since the last call (for dialects that stream them)."""
         start, self.sent = self.sent, len(self.ids)
         ids = self.ids[start:]
-        tokens = self.tokens[start:] if len(self.tokens) == len(self.ids) else generator.renderer.token_strings(ids)
+        tokens = self.tokens[start:] if len(self.tokens) == len(self.ids) else renderer.token_strings(ids)
         top = self.top_logprobs[start:] if len(self.top_logprobs) == len(self.ids) else None
         return TokenLogprobs(tokens, self.logprobs[start:], top)
 
 
 class LiveGeneration:
-    """``events()`` once; made by ``start_live`` after the upstream accepted the request."""
+    """``events()`` once; made by ``start_live`` after the engine accepted the request."""
 
     def __init__(
-        self,
-        generator: Generator,
-        caller: Caller,
-        conv: Conversation,
-        dialect: Dialect,
-        request: RequestBody,
-        prepared: Prepared,
-        opened: Opened,
-        deltas: bool = True,
+        self, path: CallPath, call: Call, prepared: Prepared, opened: Opened, deltas: bool = True,
         sent: float | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.sent = sent
         """``perf_counter()`` when the upstream request was sent: the engine's share of the latency starts here."""
         self.deltas = deltas
         """False for a whole answer: its text is parsed once at the end, nobody reads deltas."""
-        self.generator = generator
-        self.caller = caller
-        self.conv = conv
-        self.dialect = dialect
-        self.request = request
+        self.path = path
+        self.call = call
+        self.conv = call.conv
         self.prepared = prepared
         self.response = opened.response
         self.sent_prompt = opened.prompt
-        self.choices = [_Choice(generator.answer(conv, prepared.prefill)) for _ in range(conv.sampling.n)]
+        self.choices = [_Choice(_answer_stream(path, call.conv, prepared.prefill)) for _ in range(call.conv.sampling.n)]
         self.generation: Generation | None = None
         self.recorded = False
         self.gone = False
         """The client left (``client_left``)."""
 
     def _logprobs(self, choice: _Choice) -> TokenLogprobs | None:
-        return choice.unsent(self.generator) if self.conv.sampling.top_logprobs is not None else None
+        return choice.unsent(self.path.renderer) if self.conv.sampling.top_logprobs is not None else None
 
     def client_left(self) -> None:
         """The client hung up: drop the upstream connection (the engine stops); the stream then ends as cut short,
@@ -120,7 +116,7 @@ class LiveGeneration:
         self.gone = True
         self.response.close()
 
-    async def events(self) -> AsyncIterator[StreamEvent]:
+    async def events(self) -> AsyncGenerator[StreamEvent, None]:
         failure: RollwireError | None = None
         try:
             async with aclosing(self._stream()) as stream:
@@ -136,18 +132,18 @@ class LiveGeneration:
             if not self.recorded:
                 with anyio.CancelScope(shield=True):
                     await self._record_unfinished(failure)
-                self.generator.recorder.settle()  # no answer left to wait for
+                self.path.settling.settle()  # no answer left to wait for
         if failure is not None:
             yield StreamFailure(failure)
 
     async def _stream(self) -> AsyncGenerator[StreamEvent, None]:
         plan = self.prepared.plan
-        upstream = self.generator.settings.upstream
+        upstream = self.path.settings.upstream
         async for batch in chunks(self.response, upstream, prompt=self.sent_prompt):
             for chunk in batch:
                 if self.generation is None:
                     version = chunk.weight_version
-                    self.generation = self.generator.new_generation(self.conv, len(plan.prompt_ids), version)
+                    self.generation = _generation(self.path, self.conv, len(plan.prompt_ids), version)
                     yield StreamStart(self.generation)
                 for part in chunk.choices:
                     if part.prompt_ids is not None and part.prompt_ids != plan.prompt_ids:
@@ -166,13 +162,11 @@ class LiveGeneration:
         if self.generation is None:
             raise UpstreamError("the upstream's stream ended before any token")
         generation, tails = self._finished()
-        body = self.dialect.response_body(generation)
+        body = self.call.dialect.response_body(generation)
         text = json_text(body)
         with anyio.CancelScope(shield=True):  # a client leaving now must not half-record the answer
             self.recorded = True
-            ids = await self.generator.record(
-                self.caller, self.conv, self.dialect, self.request, body, text, self.prepared, generation
-            )
+            ids = await record_answer(self.path, self.call, self.prepared, body, text, generation)
         generation.call_ids.extend(ids)
         # back to back, no waiting in between: a dialect's stream sends a choice's end with what follows it
         for c, tail, choice in zip(generation.choices, tails, self.choices):
@@ -183,7 +177,7 @@ class LiveGeneration:
         assert self.generation is not None
         generation, tails = self.generation, []
         for i, choice in enumerate(self.choices):
-            c, tail = self.generator.choice(i, choice.answer, choice.sampled(finish_reason), self.conv)
+            c, tail = _finished_choice(self.path, i, choice.answer, choice.sampled(finish_reason), self.conv)
             generation.choices.append(c)
             tails.append(tail)
         generation = replace(generation, completion_tokens=sum(len(c.sampled_ids) for c in generation.choices))
@@ -199,16 +193,14 @@ class LiveGeneration:
             return
         self.recorded = True
         if sampled == 0 and isinstance(failure, ENGINE_ERRORS):
-            await self.generator.record_engine_failure(
-                self.caller, self.conv, self.dialect, self.request, self.prepared, failure.message
-            )
+            await record_engine_failure(self.path, self.call, self.prepared, failure.message)
             return
         generation, _ = self._finished(ABORTED)
         status = ENGINE_FAILED if engine_failed else "error" if failure is not None else "partial"
         why = failure.message if failure is not None else "the client left"
-        body = self.dialect.response_body(generation)
-        await self.generator.record(
-            self.caller, self.conv, self.dialect, self.request, body, json_text(body), self.prepared, generation,
+        body = self.call.dialect.response_body(generation)
+        await record_answer(
+            self.path, self.call, self.prepared, body, json_text(body), generation,
             status=status, error=f"{why} after {sampled} sampled tokens",
         )  # fmt: skip
 
@@ -217,21 +209,46 @@ ENGINE_ERRORS = (UpstreamError, UpstreamTimeout)
 """The engine failed (unreachable, 5xx, a timeout, a malformed answer): the platform's failure, not the rollout's."""
 
 
-async def generate_whole(
-    generator: Generator,
-    caller: Caller,
-    conv: Conversation,
-    dialect: Dialect,
-    request: RequestBody,
-    client_left: Callable[[], Awaitable[None]],
-) -> str | None:
+def _answer_stream(path: CallPath, conv: Conversation, prefill: str) -> AnswerStream:
+    """A fresh parser of one choice's sampled ids (tool calls only when the request allows them)."""
+    tools = path.tools if conv.tools and conv.tool_choice != "none" else None
+    return AnswerStream(path.renderer, path.reasoning, tools, conv.sampling.stop, prefill, conv.parallel_tool_calls)
+
+
+def _finished_choice(
+    path: CallPath, index: int, answer: AnswerStream, sampled: Sampled, conv: Conversation
+) -> tuple[Choice, list[Delta]]:
+    """The finished choice from its parser, and the deltas a stream has not shown yet."""
+    message, tail = answer.finish(cut_off=sampled.finish_reason == "length")
+    finish = "tool_calls" if message.tool_calls and sampled.finish_reason == "stop" else sampled.finish_reason
+    tokens = None
+    if conv.sampling.top_logprobs is not None:
+        tokens = sampled.tokens or path.renderer.token_strings(sampled.token_ids)
+    choice = Choice(index, message, finish, sampled.token_ids, sampled.logprobs, sampled.top_logprobs, tokens)
+    return choice, tail
+
+
+def _generation(path: CallPath, conv: Conversation, prompt_len: int, reported_version: int | None) -> Generation:
+    """Id, time, usage and policy version of an answer; choices are added as they finish."""
+    return Generation(
+        id=new_id("chatcmpl-"),
+        created=int(time.time()),
+        model=conv.model,
+        choices=[],
+        prompt_tokens=prompt_len,
+        completion_tokens=0,
+        policy_version=path.served.version(reported_version),
+    )
+
+
+async def run_whole(path: CallPath, call: Call, client_left: Callable[[], Awaitable[None]]) -> str | None:
     """A non-streamed answer's body text, generated over the same streamed path: when ``client_left`` returns
     (the client hung up) the generation stops and what was sampled is recorded as partial. None then.
 
     The watch closes the upstream connection rather than cancelling this task: the engine stops all the same,
     and the stream ends as any stream the upstream cuts short (a task group and its cancel scopes cost ~5% of
     a whole answer's CPU, measured with ``bench/proxy.py``)."""
-    live = await start_live(generator, caller, conv, dialect, request, deltas=False)
+    live = await start_live(path, call, deltas=False)
 
     async def watch() -> None:
         await client_left()
@@ -251,25 +268,19 @@ async def generate_whole(
     return finished
 
 
-async def start_live(
-    generator: Generator,
-    caller: Caller,
-    conv: Conversation,
-    dialect: Dialect,
-    request: RequestBody,
-    deltas: bool = True,
-) -> LiveGeneration:
-    """Plan the prompt and open the upstream stream (errors so far are ordinary HTTP errors); ``events()`` follow."""
+async def start_live(path: CallPath, call: Call, deltas: bool = True) -> LiveGeneration:
+    """Prepare the call and open the engine's stream (errors so far are ordinary HTTP errors); ``events()``
+    follow."""
     prepared: Prepared | None = None
     try:
-        prepared = await generator.prepare(caller, conv)
+        prepared = await prepare(path, call)
         sent = time.perf_counter()
-        opened = await open_stream(generator.client, prepared.body, prepared.prompt_json)
+        opened = await open_stream(path.client, prepared.body, prepared.prompt_json)
     except ENGINE_ERRORS as exc:  # the platform's failure: recorded for the rollout before the client hears of it
         with anyio.CancelScope(shield=True):
-            await generator.record_engine_failure(caller, conv, dialect, request, prepared, exc.message)
+            await record_engine_failure(path, call, prepared, exc.message)
         raise
-    return LiveGeneration(generator, caller, conv, dialect, request, prepared, opened, deltas, sent)
+    return LiveGeneration(path, call, prepared, opened, deltas, sent)
 
 
-__all__ = ["ABORTED", "LiveGeneration", "generate_whole", "start_live"]
+__all__ = ["ABORTED", "ENGINE_ERRORS", "LiveGeneration", "run_whole", "start_live"]

@@ -44,10 +44,10 @@ def finished_after(engine: Engine, run: str, after: int) -> list[str]:
             raise NotFound(f"no run {run!r}")
         query = (
             select(Rollout)
-            .where(Rollout.run_id == run, col(Rollout.finished_seq).is_not(None), Rollout.finished_seq > after)
+            .where(Rollout.run_id == run, col(Rollout.finished_seq).is_not(None), col(Rollout.finished_seq) > after)
             # an infrastructure failure being retried: its retry, a fresh row of the same group, is streamed instead
             .where(or_(col(Rollout.error).is_(None), col(Rollout.error).not_like(f"{INFRASTRUCTURE}:%")))
-            .order_by(Rollout.finished_seq)  # type: ignore[arg-type]
+            .order_by(col(Rollout.finished_seq))
             .limit(BATCH)
         )
         rollouts = list(session.exec(query).all())

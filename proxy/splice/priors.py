@@ -16,9 +16,8 @@ read back from the store when they call again.
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,55 +26,32 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Engine
 from sqlmodel import col
 
-from rollwire.errors import InvalidRequest, StoreError
-from rollwire.proxy.conversation import Conversation, Message
-from rollwire.proxy.session import PriorCall
-from rollwire.store import ModelCall, decode_ids, session_scope
+from rollwire.errors import StoreError
+from rollwire.proxy.splice.learn import AnswerParser, RequestParser, from_row
+from rollwire.proxy.splice.plan import PriorCall
+from rollwire.store import ModelCall, session_scope
 from rollwire.store.direct import DirectQuery
 from rollwire.store.prompts import whole_prompts
 from rollwire.store.reads import RunQuery, point_query, reads_in_place
 from rollwire.store.requests import whole_requests
 from rollwire.store.versions import check_current
 
-RequestParser = Callable[[dict[str, Any]], Conversation]
-AnswerParser = Callable[[dict[str, Any], int], Message]
-Dialects = dict[str, tuple[RequestParser, AnswerParser]]
-
-
-def _prior(row: ModelCall, prompt: bytes, request: str, parse: RequestParser, answer: AnswerParser) -> PriorCall | None:
-    """``row`` as a prior, ``prompt`` its whole prompt (stored bytes), ``request`` its whole request; None where it
-    cannot be read back."""
-    try:
-        conv = parse(json.loads(request))
-        message = answer(json.loads(row.response_json), row.choice_index)
-    except (ValueError, KeyError, TypeError, StopIteration, InvalidRequest):  # an unreadable row is just not a prior
-        return None
-    return PriorCall(
-        call_id=int(row.id or 0),
-        request_keys=conv.message_keys(),
-        tools_key=conv.tools_key(),
-        answer_key=message.key(),
-        prompt_ids=decode_ids(prompt),
-        sampled_ids=decode_ids(row.completion_ids),
-        segment_index=row.segment_index,
-        continued=False,
-        ids_blob=prompt + bytes(row.completion_ids or b""),
-        request_text=request,
-    )
+Dialects = Mapping[str, tuple[RequestParser, AnswerParser]]
+"""Dialect name -> how its stored requests and answers are read back (``proxy.dialects.registry.READERS``)."""
 
 
 def _complete(rollout_id: Any) -> Any:
     return (col(ModelCall.rollout_id) == rollout_id) & (col(ModelCall.status) == "complete")
 
 
-_IDS = select(col(ModelCall.id)).where(_complete(bindparam("rollout_id")))  # type: ignore[arg-type]
+_IDS = select(col(ModelCall.id)).where(_complete(bindparam("rollout_id")))
 """Built once: building the statement per call cost more than running it on SQLite (py-spy)."""
 
 
 def complete_ids(engine: Engine, rollout_id: str) -> list[int]:
     """Ids of the rollout's complete calls (the index on rollout_id answers it)."""
     with engine.connect() as conn:
-        return [int(i) for i in conn.execute(_IDS, {"rollout_id": rollout_id}).scalars()]
+        return [int(i) for i in conn.execute(_IDS, {"rollout_id": rollout_id}).scalars() if i is not None]
 
 
 def read_calls(engine: Engine, rollout_id: str, ids: Iterable[int] | None = None) -> list[ModelCall]:
@@ -146,7 +122,7 @@ def parse_calls(
     found: Found = []
     for row, prompt, request in zip(rows, whole_prompts(rows, opened), whole_requests(rows, requests)):
         pair = dialects.get(row.dialect)
-        found.append((int(row.id or 0), row.segment_index, _prior(row, prompt, request, *pair) if pair else None))
+        found.append((int(row.id or 0), row.segment_index, from_row(row, prompt, request, *pair) if pair else None))
     return found
 
 

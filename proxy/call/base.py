@@ -1,0 +1,32 @@
+"""What one model call carries through the call path: who asked, what they asked, and in which dialect."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rollwire.proxy.auth import Caller
+from rollwire.proxy.conversation import Conversation
+from rollwire.proxy.dialects.base import Dialect
+
+
+@dataclass(frozen=True, slots=True)
+class RequestBody:
+    """The client's request: parsed, and the JSON text stored with its calls (the body as sent, when it is)."""
+
+    data: dict[str, Any]
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One model call: the rollout's caller, the request parsed (with the output cap admission granted), the
+    dialect that answers it and the body as sent."""
+
+    caller: Caller
+    conv: Conversation
+    dialect: Dialect
+    request: RequestBody
+
+
+__all__ = ["Call", "RequestBody"]

@@ -1,0 +1,101 @@
+"""The call path's owner: one object takes a parsed request of any dialect through admission -> prepare -> run ->
+record, and answers with a JSON body or the dialect's events streamed as tokens arrive.
+
+Everything a call needs lives here, built once per process: the engine client, the served model (and the policy
+version its answers carry), the template, the parsers, the splice state, the recorder and the budgets."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import Response
+
+from rollwire.compact_json import json_text
+from rollwire.proxy.auth import Caller
+from rollwire.proxy.call.admission import Admission
+from rollwire.proxy.call.base import Call, RequestBody
+from rollwire.proxy.call.run import run_whole, start_live
+from rollwire.proxy.call.settle import Settling
+from rollwire.proxy.conversation import Conversation
+from rollwire.proxy.dialects.base import Dialect
+from rollwire.proxy.parsers.base import ReasoningParser, ToolParser
+from rollwire.proxy.recorder import Recorder
+from rollwire.proxy.render import Renderer
+from rollwire.proxy.seeds import SampleSeeds
+from rollwire.proxy.served import ServedModel
+from rollwire.proxy.splice.plan import PriorCall
+from rollwire.proxy.splice.priors import PriorCache
+from rollwire.proxy.sse import EventStreamResponse, until_disconnect
+from rollwire.proxy.upstream_http import Pool
+from rollwire.rollouts.budgets import Budgets
+from rollwire.settings import ProxySettings
+
+
+class CallPath:
+    def __init__(
+        self,
+        settings: ProxySettings,
+        client: Pool,
+        renderer: Renderer,
+        recorder: Recorder,
+        priors: PriorCache,
+        budgets: Budgets,
+        tools: ToolParser,
+        reasoning: ReasoningParser,
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.renderer = renderer
+        self.stop_ids = sorted(renderer.end_ids)
+        self.recorder = recorder
+        self.splice = priors
+        """The splice state: each recent rollout's earlier calls (``earlier_calls`` reads it)."""
+        self.budgets = budgets
+        self.tools = tools
+        self.reasoning = reasoning
+        self.served = ServedModel(settings, client)
+        self.seeds = SampleSeeds(settings.sample_seed) if settings.sample_seed is not None else None
+        self.settling = Settling()
+        self.after_answer = BackgroundTask(self.settling.after_answer)
+        """Every answer's background task: settles the call once its answer has left (one for all)."""
+
+    async def answer(
+        self, caller: Caller, conv: Conversation, dialect: Dialect, raw: dict[str, Any], text: str | None,
+        http: Request,
+    ) -> Response:  # fmt: skip
+        """``conv`` (parsed from ``raw`` by ``dialect``) answered. ``text`` is the body as sent (None when ``raw``
+        differs from it): stored as is."""
+        admission, conv = await Admission.admit(
+            self.budgets, caller, conv, dialect.name, self.settings.default_max_output_tokens
+        )
+        call = Call(caller, conv, dialect, RequestBody(raw, text if text is not None else json_text(raw)))
+        streaming = False
+        try:
+            async with admission.deadline():
+                if not conv.stream:
+                    body = await run_whole(self, call, partial(until_disconnect, http.receive))
+                    status = 200 if body is not None else 499
+                    return Response(body or b"", status_code=status, media_type="application/json",
+                                    background=self.after_answer)  # fmt: skip
+                live = await start_live(self, call)
+            streaming = True
+            stream = dialect.stream(admission.held(live.events()), conv)
+            return EventStreamResponse(stream, live.client_left, background=self.after_answer)
+        finally:
+            if not streaming:
+                admission.release()
+
+    async def earlier_calls(self, rollout_id: str) -> list[PriorCall]:
+        """The rollout's committed calls as the planner reads them: a call recorded but not yet settled (its
+        answer still leaving) is one all the same."""
+        self.settling.settle()
+        return await self.splice.priors(rollout_id)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+__all__ = ["CallPath"]

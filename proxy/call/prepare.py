@@ -1,0 +1,117 @@
+"""Preparing a call: everything that can refuse it before the engine is asked. The served model resolved, the
+rollout's earlier calls read (``splice.priors``), the prompt planned (``splice.plan``), the output cap fitted to
+the context (``limits``), the seed chosen, and the engine's request body built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+
+from rollwire.errors import InvalidRequest
+from rollwire.proxy.call.base import Call
+from rollwire.proxy.conversation import Conversation, Sampling
+from rollwire.proxy.limits import OutputCap, fit_output
+from rollwire.proxy.lines import call_line
+from rollwire.proxy.splice.plan import Plan, PriorCall, encode_work, plan_prompt
+from rollwire.proxy.upstream import completion_body
+from rollwire.side_calls import MAIN, rules_of
+from rollwire.store import now_ns
+
+if TYPE_CHECKING:
+    from rollwire.proxy.call.path import CallPath
+
+INLINE_PLAN_CHARS = 2048
+"""Plans that render and encode at most this many characters run on the event loop: that costs well under
+the ~0.1-0.3 ms of a hop to a worker thread and back (measured with bench/proxy.py); bigger ones (a long
+first prompt, a re-render) run off the loop so they do not stall other requests."""
+
+WHOLE_ANSWER_STREAM_INTERVAL = 32
+"""Tokens a chunk of a whole (non-streamed) answer may hold, where the engine takes ``stream_interval``. Whole
+answers are streamed from the engine too (``call.run``: a client that hangs up stops the generation and what was
+sampled is recorded), and one token a chunk would wake the proxy once a token for an answer no one reads until
+it ends; chunks of up to 32 take a third to a half less CPU a json call (``bench/proxy.py --pace-ms 1``; the
+figures are in ``docs/bench-log.md``). The first chunk still comes at once; a partial record may miss the last
+few tokens sampled (fewer than this many)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A call ready for the engine."""
+
+    started: int
+    prefill: str
+    plan: Plan
+    body: dict[str, Any]
+    prompt_json: bytes
+    """``body``'s prompt as the request writes it (``Plan.json_prompt``): sent, then extended by what a later call
+    splices onto (``PriorCall.ids_json``)."""
+    line: str = MAIN
+    """The agent's main line, or ``side:<rule>`` (``rollwire.side_calls``)."""
+    cap: OutputCap = OutputCap(None, None)
+    """The output cap asked for and the one sent (recorded on the call)."""
+    base_request: str | None = None
+    """The whole request of the call the plan continues, where held: this call's request is stored as an edit of
+    it (``rollwire.store.requests``)."""
+
+
+async def prepare(path: CallPath, call: Call) -> Prepared:
+    """Model, prompt plan and engine body for ``call``."""
+    started = now_ns()
+    conv = call.conv
+    served = await path.served.resolve(conv.model)
+    wanted = conv.sampling.structured
+    if wanted is not None and not path.served.structured_outputs:
+        raise InvalidRequest(
+            f"{wanted.param}: the upstream serving `{served}` cannot enforce an output format (its model card "
+            "says it has no structured outputs): serve the model with vLLM or rollwire's engine for JSON output",
+            param=wanted.param,
+        )
+    prefill = _prefill(path, conv)
+    priors = await path.earlier_calls(call.caller.rollout_id)
+    plan = await _plan(path, conv, priors, prefill)
+    sampling, cap = _sampling(path, conv.sampling, plan.prompt_ids)
+    interval = WHOLE_ANSWER_STREAM_INTERVAL if not conv.stream and path.served.stream_interval else None
+    body = completion_body(served, plan.prompt_ids, sampling, path.stop_ids, interval)
+    line = call_line(conv, priors, rules_of(call.caller.meta))
+    base = _request_of(priors, plan.spliced_from)
+    return Prepared(started, prefill, plan, body, plan.json_prompt(), line, cap, base)
+
+
+def _prefill(path: CallPath, conv: Conversation) -> str:
+    """What the answer starts with when the request forces a tool call (the tool parser's opening)."""
+    if conv.tool_choice == "required":
+        return path.tools.prefill_required
+    if conv.tool_choice.startswith("fn:"):
+        return path.tools.prefill_named(conv.tool_choice[3:])
+    return ""
+
+
+async def _plan(path: CallPath, conv: Conversation, priors: list[PriorCall], prefill: str) -> Plan:
+    policy = path.settings.splice_policy
+    if encode_work(conv, priors, policy, path.renderer, prefill) <= INLINE_PLAN_CHARS:
+        return plan_prompt(conv, priors, path.renderer, policy, prefill)
+    return await anyio.to_thread.run_sync(plan_prompt, conv, priors, path.renderer, policy, prefill)
+
+
+def _sampling(path: CallPath, sampling: Sampling, prompt_ids: list[int]) -> tuple[Sampling, OutputCap]:
+    """The output cap fitted to what the context leaves (``limits``: the one rule of every dialect), and the
+    seed of a request that brings none where the run has a seed (``seeds``)."""
+    cap = fit_output(sampling.max_tokens, len(prompt_ids), path.served.max_model_len)
+    seed = sampling.seed
+    if seed is None and path.seeds is not None:
+        seed = path.seeds.for_prompt(prompt_ids)
+    return replace(sampling, max_tokens=cap.granted, seed=seed), cap
+
+
+def _request_of(priors: list[PriorCall], call_id: int | None) -> str | None:
+    """The whole request held for call ``call_id`` (None: no such call, or its request is not held)."""
+    if call_id is not None:
+        for prior in reversed(priors):  # the call a plan continues is most often the latest
+            if prior.call_id == call_id:
+                return prior.request_text
+    return None
+
+
+__all__ = ["INLINE_PLAN_CHARS", "WHOLE_ANSWER_STREAM_INTERVAL", "Prepared", "prepare"]
