@@ -1,5 +1,5 @@
 """The call path's owner: one object takes a parsed request of any dialect through admission -> prepare -> run ->
-record, and answers with a JSON body or the dialect's events streamed as tokens arrive.
+record (run records the answer at its end), and answers with a JSON body or the dialect's events streamed as tokens arrive.
 
 Everything a call needs lives here, built once per process: the engine client, the served model (and the policy
 version its answers carry), the template, the parsers, the splice state, the recorder and the budgets."""
@@ -9,6 +9,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+import anyio
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
@@ -17,7 +18,9 @@ from rollwire.compact_json import json_text
 from rollwire.proxy.auth import Caller
 from rollwire.proxy.call.admission import Admission
 from rollwire.proxy.call.base import Call, RequestBody
-from rollwire.proxy.call.run import run_whole, start_live
+from rollwire.proxy.call.prepare import Prepared, prepare
+from rollwire.proxy.call.record import record_engine_failure
+from rollwire.proxy.call.run import ENGINE_ERRORS, LiveGeneration, start_live, whole_answer
 from rollwire.proxy.call.settle import Settling
 from rollwire.proxy.conversation import Conversation
 from rollwire.proxy.dialects.base import Dialect
@@ -75,18 +78,31 @@ class CallPath:
         streaming = False
         try:
             async with admission.deadline():
+                live = await self._started(call)
                 if not conv.stream:
-                    body = await run_whole(self, call, partial(until_disconnect, http.receive))
+                    body = await whole_answer(live, partial(until_disconnect, http.receive))
                     status = 200 if body is not None else 499
                     return Response(body or b"", status_code=status, media_type="application/json",
                                     background=self.after_answer)  # fmt: skip
-                live = await start_live(self, call)
             streaming = True
             stream = dialect.stream(admission.held(live.events()), conv)
             return EventStreamResponse(stream, live.client_left, background=self.after_answer)
         finally:
             if not streaming:
                 admission.release()
+
+    async def _started(self, call: Call) -> LiveGeneration:
+        """The call prepared and its engine stream open. An engine that fails before it samples anything (listing
+        its models, or refusing the completion with a 5xx) is recorded for the rollout before the client hears
+        of it: the platform's failure, not the policy's."""
+        prepared: Prepared | None = None
+        try:
+            prepared = await prepare(self, call)
+            return await start_live(self, call, prepared)
+        except ENGINE_ERRORS as exc:
+            with anyio.CancelScope(shield=True):
+                await record_engine_failure(self, call, prepared, exc.message)
+            raise
 
     async def earlier_calls(self, rollout_id: str) -> list[PriorCall]:
         """The rollout's committed calls as the planner reads them: a call recorded but not yet settled (its

@@ -4,7 +4,7 @@ Text and reasoning stream as soon as they are certain (``answer.AnswerStream``);
 and usage follow only once every choice's call is committed, so no client acts on an answer the store could
 still lose. A stream that does not finish records what was sampled with ``finish_reason`` "abort": status
 "partial" when the client left (the upstream request is closed at once, so the engine stops), "error" when
-the upstream failed. Non-streamed answers take the same path (``run_whole``), so a client that hangs up on one
+the upstream failed. Non-streamed answers take the same path (``whole_answer``), so a client that hangs up on one
 stops its generation too. Neither kind is spliced or reconstructed into trajectories; both show in the traces.
 """
 
@@ -24,7 +24,7 @@ from rollwire.errors import RollwireError, UpstreamError, UpstreamTimeout
 from rollwire.metrics import add_upstream_time
 from rollwire.proxy.answer import AnswerStream, Delta
 from rollwire.proxy.call.base import Call
-from rollwire.proxy.call.prepare import Prepared, prepare
+from rollwire.proxy.call.prepare import Prepared
 from rollwire.proxy.call.record import record_answer, record_engine_failure
 from rollwire.proxy.conversation import (
     Choice,
@@ -241,14 +241,13 @@ def _generation(path: CallPath, conv: Conversation, prompt_len: int, reported_ve
     )
 
 
-async def run_whole(path: CallPath, call: Call, client_left: Callable[[], Awaitable[None]]) -> str | None:
+async def whole_answer(live: LiveGeneration, client_left: Callable[[], Awaitable[None]]) -> str | None:
     """A non-streamed answer's body text, generated over the same streamed path: when ``client_left`` returns
     (the client hung up) the generation stops and what was sampled is recorded as partial. None then.
 
     The watch closes the upstream connection rather than cancelling this task: the engine stops all the same,
     and the stream ends as any stream the upstream cuts short (a task group and its cancel scopes cost ~5% of
     a whole answer's CPU, measured with ``bench/proxy.py``)."""
-    live = await start_live(path, call, deltas=False)
 
     async def watch() -> None:
         await client_left()
@@ -268,19 +267,12 @@ async def run_whole(path: CallPath, call: Call, client_left: Callable[[], Awaita
     return finished
 
 
-async def start_live(path: CallPath, call: Call, deltas: bool = True) -> LiveGeneration:
-    """Prepare the call and open the engine's stream (errors so far are ordinary HTTP errors); ``events()``
-    follow."""
-    prepared: Prepared | None = None
-    try:
-        prepared = await prepare(path, call)
-        sent = time.perf_counter()
-        opened = await open_stream(path.client, prepared.body, prepared.prompt_json)
-    except ENGINE_ERRORS as exc:  # the platform's failure: recorded for the rollout before the client hears of it
-        with anyio.CancelScope(shield=True):
-            await record_engine_failure(path, call, prepared, exc.message)
-        raise
-    return LiveGeneration(path, call, prepared, opened, deltas, sent)
+async def start_live(path: CallPath, call: Call, prepared: Prepared) -> LiveGeneration:
+    """Open the engine's stream for a prepared call (errors so far are ordinary HTTP errors); ``events()``
+    follow. A whole answer's text is parsed once at its end: nobody reads its deltas."""
+    sent = time.perf_counter()
+    opened = await open_stream(path.client, prepared.body, prepared.prompt_json)
+    return LiveGeneration(path, call, prepared, opened, deltas=call.conv.stream, sent=sent)
 
 
-__all__ = ["ABORTED", "ENGINE_ERRORS", "LiveGeneration", "run_whole", "start_live"]
+__all__ = ["ABORTED", "ENGINE_ERRORS", "LiveGeneration", "start_live", "whole_answer"]
