@@ -1,4 +1,6 @@
-"""Context-aware output caps: the one rule every dialect's request goes through before the upstream sees it.
+"""Output caps: the rules every dialect's request goes through before the upstream sees it. Admission applies the
+operator's default and the rollout's token budget (``capped``); preparing fits the cap to the context
+(``fit_output``).
 
 Harnesses send output caps as a ceiling, not a need (Claude Code asks for ``max_tokens: 64000`` whatever
 the model), and vLLM refuses a prompt + cap past the context outright. So a cap larger than what is left of
@@ -9,9 +11,10 @@ no room for a single output token, and no cap could fix that.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rollwire.errors import InvalidRequest
+from rollwire.proxy.conversation import Conversation
 
 
 class ContextExceeded(InvalidRequest):
@@ -30,6 +33,15 @@ class OutputCap:
         return self.requested is not None and self.granted is not None and self.granted < self.requested
 
 
+def capped(conv: Conversation, cap: int | None) -> Conversation:
+    """``conv`` with at most ``cap`` output tokens (unchanged where it already asks for no more; the recorded
+    request stays as sent)."""
+    asked = conv.sampling.max_tokens
+    if cap is None or (asked is not None and asked <= cap):
+        return conv
+    return replace(conv, sampling=replace(conv.sampling, max_tokens=cap))
+
+
 def fit_output(requested: int | None, prompt_len: int, context: int | None) -> OutputCap:
     """``requested`` fitted into what ``context`` leaves after ``prompt_len`` tokens; unknown context: unchanged."""
     if not context:
@@ -43,4 +55,4 @@ def fit_output(requested: int | None, prompt_len: int, context: int | None) -> O
     return OutputCap(requested, left if requested is None else min(requested, left))
 
 
-__all__ = ["ContextExceeded", "OutputCap", "fit_output"]
+__all__ = ["ContextExceeded", "OutputCap", "capped", "fit_output"]

@@ -74,7 +74,7 @@ class ProxySettings(BaseModel):
     upstream_timeout_s: float = Field(600.0, description="Longest wait for one upstream generation.")
     max_body_bytes: int = Field(8 * 1024 * 1024, description="Request bodies above this get 413.")
     default_max_output_tokens: int | None = Field(
-        None, description="Output cap for Responses requests that set none (Codex never does); unset: rest of context."
+        None, description="Output cap for requests that set none (Codex never does); unset: the rest of the context."
     )
     workers: int = Field(1, description="Proxy processes sharing the port (each splices exactly: see shared_store).")
     shared_store: bool = Field(

@@ -1,30 +1,21 @@
 """Admission: the one gate every dialect's call passes before it is planned. The rollout's budgets let the call
 in (or refuse it with a recorded reason) and hold an in-flight slot until its answer ends; the output cap is set
-here (the operator's default for requests that set none, then no more than the rollout's token budget leaves);
-the call's deadline bounds everything up to the answer's first byte, and a call that runs past it is refused as
-the budget's, not failed as the engine's."""
+here (``limits.capped``: the operator's default for requests that set none, then no more than the rollout's
+token budget leaves); the call's deadline bounds everything up to the answer's first byte, and a call that runs
+past it is refused as the budget's, not failed as the engine's."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any
 
 from rollwire.errors import Forbidden, UpstreamTimeout
 from rollwire.proxy.auth import Caller
 from rollwire.proxy.conversation import Conversation
+from rollwire.proxy.limits import capped
 from rollwire.proxy.upstream_http import DEADLINE
 from rollwire.rollouts.budgets import Budgets, Ticket
-
-
-def capped(conv: Conversation, cap: int | None) -> Conversation:
-    """``conv`` with at most ``cap`` output tokens (unchanged where it already asks for no more; the recorded
-    request stays as sent)."""
-    asked = conv.sampling.max_tokens
-    if cap is None or (asked is not None and asked <= cap):
-        return conv
-    return replace(conv, sampling=replace(conv.sampling, max_tokens=cap))
 
 
 class Admission:
@@ -82,4 +73,4 @@ class Admission:
         self.ticket.release()
 
 
-__all__ = ["Admission", "capped"]
+__all__ = ["Admission"]
