@@ -8,6 +8,7 @@ from typing import Any
 
 import openai
 import pytest
+from openai import omit
 from sqlmodel import col, select
 
 from rollwire.store import ModelCall, open_engine, session_scope
@@ -31,8 +32,8 @@ def _last_call(stack: Stack) -> tuple[dict[str, Any], ModelCall]:
 def test_chat_gets_the_default_cap_unless_it_asks_for_less(dialect_stack: Stack, asked: int | None) -> None:
     rollout = dialect_stack.new_rollout()
     client = openai.OpenAI(base_url=rollout["base_url"], api_key="unused", max_retries=0)
-    extra = {"max_tokens": asked} if asked is not None else {}
-    client.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "Hi."}], **extra)
+    cap = asked if asked is not None else omit  # unset: the field is left out of the request
+    client.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "Hi."}], max_tokens=cap)
     sent, row = _last_call(dialect_stack)
     assert sent["max_tokens"] == (asked or DEFAULT_CAP)
     assert row.max_tokens_requested == (asked or DEFAULT_CAP)
@@ -43,8 +44,7 @@ def test_chat_gets_the_default_cap_unless_it_asks_for_less(dialect_stack: Stack,
 def test_responses_gets_the_default_cap_unless_it_asks_for_less(dialect_stack: Stack, asked: int | None) -> None:
     rollout = dialect_stack.new_rollout()
     client = openai.OpenAI(base_url=rollout["base_url"], api_key="unused", max_retries=0)
-    extra = {"max_output_tokens": asked} if asked is not None else {}
-    client.responses.create(model="gpt-test", input="Hi.", **extra)
+    client.responses.create(model="gpt-test", input="Hi.", max_output_tokens=asked if asked is not None else omit)
     sent, row = _last_call(dialect_stack)
     assert sent["max_tokens"] == (asked or DEFAULT_CAP)
     assert ("max_output_tokens" in json.loads(row.request_json)) == (asked is not None)
