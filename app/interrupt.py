@@ -104,7 +104,7 @@ def _unless_late_wakeup(loop: asyncio.AbstractEventLoop, context: dict[str, Any]
         loop.default_exception_handler(context)
 
 
-def _restore(handlers: dict[int, Any]) -> None:
+def _restore(handlers: dict[signal.Signals, Any]) -> None:
     for signum, handler in handlers.items():
         signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 

@@ -44,13 +44,13 @@ import numpy as np
 import torch
 
 LIBRARIES = ("llguidance", "xgrammar", "outlines_core")
-TITLE_SCHEMA = {
+TITLE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"title": {"type": "string"}},
     "required": ["title"],
     "additionalProperties": False,
 }
-GRAMMARS = {"schema": TITLE_SCHEMA, "json_object": {"type": "object"}}
+GRAMMARS: dict[str, dict[str, Any]] = {"schema": TITLE_SCHEMA, "json_object": {"type": "object"}}
 TARGETS = {
     "schema": '{"title": "Fix flaky retry test in the proxy"}',
     "json_object": '{"name": "rollwire", "ok": true, "n": -2.5e+3, "tags": {"a": "b", "c": null}}',
@@ -127,12 +127,11 @@ class LLGuidance(Candidate):
         import llguidance.hf
         from llguidance.torch import allocate_token_bitmask, fill_next_token_bitmask
 
+        self._hf = llguidance.hf
         self._alloc, self._fill = allocate_token_bitmask, fill_next_token_bitmask
 
     def setup(self, tok: Tokenizer) -> None:
-        import llguidance.hf
-
-        self._tok = llguidance.hf.from_tokenizer(tok.hf, n_vocab=tok.head_rows, eos_token=tok.eos)
+        self._tok = self._hf.from_tokenizer(tok.hf, n_vocab=tok.head_rows, eos_token=tok.eos)
 
     def compile(self, schema: dict[str, Any]) -> Any:
         import llguidance

@@ -37,9 +37,7 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "orchestrator"))
-
-from fake_cluster import NAMESPACE, STATS_PATH  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project root, for the tests' fake cluster
 
 from rollwire.harness_adapters.base import Launch, RolloutContext  # noqa: E402
 from rollwire.orchestrator.runtimes.kubernetes.api import api_client_from_settings  # noqa: E402
@@ -51,6 +49,7 @@ from rollwire.rollouts import RolloutBook  # noqa: E402
 from rollwire.sandbox import probe  # noqa: E402
 from rollwire.settings import KubernetesSettings, OrchestratorSettings  # noqa: E402
 from rollwire.store.db import open_engine  # noqa: E402
+from tests.orchestrator.fake_cluster import NAMESPACE, STATS_PATH  # noqa: E402
 
 
 class OkAdapter:

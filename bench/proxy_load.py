@@ -112,7 +112,8 @@ class Conn:
 
 def _streamed_message(data: bytes) -> dict[str, Any]:
     """The assistant message a stream of chat chunks adds up to (content and tool calls)."""
-    content, calls = "", {}
+    content = ""
+    calls: dict[int, dict[str, Any]] = {}
     for line in data.split(b"\n"):
         if not line.startswith(b"data: {"):
             continue

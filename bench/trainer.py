@@ -15,11 +15,16 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
+if TYPE_CHECKING:
+    from rollwire.trainer.batching import MicroBatch, Sample
 
-def make_samples(n: int, lo: int, hi: int, vocab: int, seed: int) -> list:  # type: ignore[type-arg]
+
+def make_samples(n: int, lo: int, hi: int, vocab: int, seed: int) -> list[Sample]:
     from rollwire.trainer.batching import Sample
 
     rng = random.Random(seed)
@@ -35,7 +40,7 @@ def make_samples(n: int, lo: int, hi: int, vocab: int, seed: int) -> list:  # ty
     return out
 
 
-def bare_pass(model: torch.nn.Module, batches: list) -> None:  # type: ignore[type-arg]
+def bare_pass(model: torch.nn.Module, batches: list[MicroBatch]) -> None:
     """The ceiling: forward, token cross-entropy, backward; no statistics, no ratios, no clipping."""
     model.zero_grad(set_to_none=True)
     for b in batches:
@@ -45,7 +50,7 @@ def bare_pass(model: torch.nn.Module, batches: list) -> None:  # type: ignore[ty
         (loss * b.token_weights.flatten()).sum().backward()
 
 
-def timed(fn, repeats: int) -> float:  # type: ignore[no-untyped-def]
+def timed(fn: Callable[[], object], repeats: int) -> float:
     fn()  # warm-up
     runs = []
     for _ in range(repeats):

@@ -141,6 +141,7 @@ def write_rollout(store_url: str, tokens: int, vocab: int, seed: int = 0) -> str
     from rollwire.store import (
         ModelCall,
         Rollout,
+        RolloutStatus,
         Run,
         ToolEvent,
         encode_floats,
@@ -162,7 +163,7 @@ def write_rollout(store_url: str, tokens: int, vocab: int, seed: int = 0) -> str
                 id="ro-bench",
                 run_id="bench",
                 token_hash="-",
-                status="finished",
+                status=RolloutStatus.FINISHED,
                 reward=0.5,
                 reward_breakdown={"passed": 0.5},
                 exit_code=0,

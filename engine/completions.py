@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 import anyio.to_thread
@@ -87,8 +87,8 @@ class CompletionService:
             texts = [str(p) for p in prompt]
         elif prompt and isinstance(prompt[0], int):
             return [[int(t) for t in prompt]]
-        else:
-            return [[int(t) for t in p] for p in prompt or []]
+        else:  # the protocol's union leaves None, [] or a list of id lists here
+            return [[int(t) for t in p] for p in cast("list[list[int]]", prompt or [])]
         tokenizer = self._model.tokenizer
 
         def encode() -> list[list[int]]:

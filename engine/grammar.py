@@ -14,14 +14,17 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rollwire.errors import InvalidRequest
 
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions  # declared in the stub only (a TypedDict)
+
 SPEC_KINDS = ("json", "json_object")
-COMPACT = {"whitespace_flexible": False}
+COMPACT: JsonCompileOptions = {"whitespace_flexible": False}
 """JSON is written compact (no whitespace between its tokens; a schema's ``x-guidance`` may say otherwise), as
 rollwire serves vLLM (``disable_any_whitespace``): a model free to add blanks may spend its whole budget on them."""
 

@@ -51,8 +51,12 @@ async def run_sdk_agent(config: RunnerConfig, instruction: str) -> tuple[str, st
         )
         servers = []
         if config.mcp_url:
-            params = {"url": config.mcp_url, "timeout": 30.0}
-            server = MCPServerStreamableHttp(params, name="rollwire", cache_tools_list=True, client_session_timeout_seconds=60)
+            server = MCPServerStreamableHttp(
+                {"url": config.mcp_url, "timeout": 30.0},
+                name="rollwire",
+                cache_tools_list=True,
+                client_session_timeout_seconds=60,
+            )
             servers.append(await stack.enter_async_context(server))
         agent = Agent(
             name="rollwire",

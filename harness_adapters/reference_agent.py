@@ -109,6 +109,8 @@ async def run_agent(config: AgentConfig, instruction: str) -> AgentResult:
                 calls += 1
                 if mcp is None:
                     text = "Error: no tools are available"
+                elif call.type != "function":  # a custom (free-form) tool call: only function tools are offered
+                    text = f"Error: no custom tool {call.custom.name} is available"
                 else:
                     text = await _call_tool(mcp, call.function.name, call.function.arguments)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": text})

@@ -25,7 +25,7 @@ BUILTIN: dict[str, str] = {
 
 def _load(target: str) -> type[Any]:
     module_name, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module_name), attr)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module_name), attr)
 
 
 def available() -> dict[str, str]:

@@ -102,7 +102,7 @@ async def run_limited(
         raise RuntimeError(f"the checker process ended without an answer (exit code {exitcode})")
     if kind == "raised":
         raise value
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def _reap(child: BaseProcess) -> int | None:

@@ -184,7 +184,8 @@ class Scheduler:
                 return await self._lost(row, S.RUNNING, "workload lost while the orchestrator was down")
         if status == S.SCORING:
             resumed = Ended(EndKind.EXITED, exit_code=row.exit_code, final_answer=row.final_answer)
-            return await self._score(row, None, resumed, row.log_tail or "")
+            await self._score(row, None, resumed, row.log_tail or "")
+            return None
         if handle is None:
             token = await self._db(self._book.claim, row.id, status)
             if token is None:
@@ -248,7 +249,7 @@ class Scheduler:
             error = f"harness exited with status {ended.exit_code}" + (f" ({ended.reason})" if ended.reason else "")
             await self._finish(row, S.RUNNING, S.FAILED, error=error, **facts)
         elif await self._db(self._book.move, row.id, S.RUNNING, S.SCORING, **facts):
-            return await self._score(row, token, ended, tail)
+            await self._score(row, token, ended, tail)
         return None
 
     async def _score(self, row: Rollout, token: str | None, ended: Ended, tail: str) -> None:

@@ -67,7 +67,7 @@ class MicroBatch:
 
     def to(self, device: torch.device) -> MicroBatch:
         moved: dict[str, Any] = {}
-        for name in self.__slots__:  # type: ignore[attr-defined]
+        for name in self.__slots__:
             value = getattr(self, name)
             moved[name] = value.to(device) if isinstance(value, torch.Tensor) else value
         return MicroBatch(**moved)

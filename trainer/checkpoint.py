@@ -62,7 +62,8 @@ def save_checkpoint(
     target = root / f"step-{state.step:06d}"
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=root))
     try:
-        model.save_pretrained(str(staging), state_dict=weights, safe_serialization=True)
+        # a Hugging Face model's method: torch types every attribute a Module lacks as Tensor | Module
+        model.save_pretrained(str(staging), state_dict=weights, safe_serialization=True)  # type: ignore[operator]
         if tokenizer_dir is not None:
             for name in TOKENIZER_FILES:
                 if (tokenizer_dir / name).is_file() and not (staging / name).exists():

@@ -106,7 +106,10 @@ def full_state_dict(model: torch.nn.Module, ctx: DistContext) -> dict[str, torch
     if ctx.strategy == "fsdp":
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        # typed as any state dict's values; a model's are its tensors
+        return get_model_state_dict(  # type: ignore[return-value]
+            model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
     return {k: v.detach().cpu() for k, v in unwrap(model).state_dict().items()}
 
 

@@ -63,7 +63,9 @@ def load_causal_lm(path: Path, device: torch.device) -> torch.nn.Module:
 
     if not (path / "config.json").is_file():
         raise InvalidRequest(f"{path} is not a Hugging Face model folder (no config.json)", param="model")
-    return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).to(device)
+    # as a Module: transformers wraps its own ``to`` with functools.wraps(Module.to), which type checkers read unbound
+    model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    return model.to(device)
 
 
 def open_session(cfg: TrainerSettings, base_model: Path, out_dir: Path, ctx: DistContext) -> Session:

@@ -105,7 +105,8 @@ class ParityProbe:
         return logp.gather(-1, torch.tensor(token_ids, device=device).unsqueeze(-1)).squeeze(-1).tolist()
 
     def measure(self, base_url: str, model: torch.nn.Module, served_model: str | None = None) -> ParityResult:
-        prompt = probe_prompt(int(model.config.vocab_size))
+        # a Hugging Face model's config: torch types every attribute a Module lacks as Tensor | Module
+        prompt = probe_prompt(int(model.config.vocab_size))  # type: ignore[union-attr, arg-type]
         token_ids, engine = self.engine_logprobs(base_url, prompt, served_model)
         trainer = self.trainer_logprobs(model, prompt, token_ids)
         gap = max((abs(a - b) for a, b in zip(engine, trainer, strict=True)), default=0.0)

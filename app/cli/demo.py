@@ -19,9 +19,17 @@ import argparse
 import dataclasses
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rollwire.app.interrupt import stop_on_sigterm
 from rollwire.settings import Settings
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
+
+    from rollwire.app.demo.loop import DemoConfig
+    from rollwire.orchestrator.scheduler import Progress
 
 HELP = "run the main job: teacher SFT, then GRPO through the real local stack, evaluation and a report"
 
@@ -80,7 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def _config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _config(args: argparse.Namespace) -> DemoConfig:
     from rollwire.app.demo.loop import DemoConfig
 
     names = [f.name for f in dataclasses.fields(DemoConfig)]
@@ -91,22 +99,23 @@ class _LiveLine:
     """One live status line: elapsed time (ticking), phase, then rollouts done / running / failed and the mean
     reward so far, or the training step / steps, loss and tokens/s. A finished phase leaves one printed line."""
 
-    def __init__(self, console) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, console: Console) -> None:
         from rich.live import Live
 
         self.started = time.monotonic()
         self.console = console
-        self.phase, self.progress, self.detail = "", None, ""
+        self.phase, self.detail = "", ""
+        self.progress: Progress | None = None
         self.live = Live(console=console, refresh_per_second=4, transient=True, get_renderable=self._render)
 
-    def __call__(self, phase: str, progress, detail: str = "") -> None:  # type: ignore[no-untyped-def]
+    def __call__(self, phase: str, progress: Progress | None, detail: str = "") -> None:
         if phase != self.phase and self.phase:
             elapsed = time.monotonic() - self.started
             self.console.print(f"[dim]{elapsed:6.0f}s[/] done: {self.phase}")
         self.phase, self.progress, self.detail = phase, progress, detail
         self.live.refresh()
 
-    def _render(self):  # type: ignore[no-untyped-def]
+    def _render(self) -> Text:
         from rich.text import Text
 
         line = Text(f"{time.monotonic() - self.started:6.0f}s", style="bold")

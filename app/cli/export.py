@@ -19,9 +19,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollwire.settings import Settings
+
+if TYPE_CHECKING:
+    from rollwire.trajectory import Trajectory
 
 HELP = "export recorded trajectories as JSONL/Parquet for other trainers"
 
@@ -77,14 +80,14 @@ def _store_rollouts(args: argparse.Namespace) -> tuple[Any, list[str]]:
         return engine, [r.id for r in session.exec(query).all()]
 
 
-def _from_store(args: argparse.Namespace) -> list:  # type: ignore[type-arg]
+def _from_store(args: argparse.Namespace) -> list[Trajectory]:
     from rollwire.reconstruct import reconstruct
 
     engine, ids = _store_rollouts(args)
     return [reconstruct(engine, rollout_id) for rollout_id in ids]
 
 
-def _from_stream(args: argparse.Namespace, settings: Settings) -> list:  # type: ignore[type-arg]
+def _from_stream(args: argparse.Namespace, settings: Settings) -> list[Trajectory]:
     from rollwire.errors import InvalidRequest
     from rollwire.trainer.stream import StreamConfig, TrajectoryStream
 
@@ -93,7 +96,7 @@ def _from_stream(args: argparse.Namespace, settings: Settings) -> list:  # type:
         raise InvalidRequest("give --run (or --input FILE)", param="run")
     key = args.operator_key or settings.trainer.operator_key or settings.proxy.operator_key
     stream = TrajectoryStream(StreamConfig(args.admin_url or settings.trainer.admin_url, key, run, wait_s=0.0))
-    out = []
+    out: list[Trajectory] = []
     try:
         while batch := stream.poll():
             out.extend(batch)

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+from typing import TypeVar
 
 from rollwire.app.cli.listen_args import add_fd_argument
 from rollwire.errors import InvalidRequest
 from rollwire.settings import GatewaySettings, McpSettings, Settings
+
+_Section = TypeVar("_Section", McpSettings, GatewaySettings)
 
 logger = logging.getLogger(__name__)
 HELP = "MCP env servers (workspace, sqldb, calendar, mail), the recording gateway, task suites"
@@ -47,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     suites.add_argument("name", nargs="?", default=None)
 
 
-def _pick(model: McpSettings | GatewaySettings, args: argparse.Namespace, names: tuple[str, ...]):  # type: ignore[no-untyped-def]
+def _pick(model: _Section, args: argparse.Namespace, names: tuple[str, ...]) -> _Section:
     return model.model_copy(update={n: getattr(args, n) for n in names if getattr(args, n, None) is not None})
 
 

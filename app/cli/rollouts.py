@@ -15,6 +15,7 @@ import argparse
 import shlex
 import sys
 import time
+from collections.abc import Callable
 
 from rollwire.app.cli.stack_args import (
     add_option_argument,
@@ -98,7 +99,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         failed = progress.failed + progress.timed_out
         bar.update(task, total=progress.planned, completed=progress.done, running=progress.running, failed=failed, reward=reward)
 
-    on_progress, served = show, None
+    on_progress: Callable[[RunProgress], None] = show
+    served = None
     if args.metrics_port is not None:
         from rollwire.metrics import MetricsServer
         from rollwire.orchestrator.metrics import OrchestratorMetrics

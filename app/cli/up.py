@@ -14,9 +14,13 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rollwire.app.interrupt import stop_on_sigterm
 from rollwire.settings import Settings
+
+if TYPE_CHECKING:
+    from rollwire.app.stack import StackInfo
 
 HELP = "start the local stack (engine, env servers, gateway, proxy) for real harnesses; Ctrl-C stops it"
 
@@ -79,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _ready_rollout(info, suite: str, task: str, servers: list[str] | None = None) -> dict:  # type: ignore[no-untyped-def]
+def _ready_rollout(info: StackInfo, suite: str, task: str, servers: list[str] | None = None) -> dict[str, Any]:
     import httpx
 
     from rollwire.errors import InvalidRequest
@@ -90,7 +94,7 @@ def _ready_rollout(info, suite: str, task: str, servers: list[str] | None = None
         run = admin.post("/admin/v1/runs", json={"name": "up", "kind": "adhoc"})
         if run.status_code != 201:
             raise InvalidRequest(f"the proxy refused to create a run: {run.text[:200]}")
-        meta: dict = {"suite": suite_ref(suite), **({"mcp_servers": servers} if servers else {})}
+        meta: dict[str, Any] = {"suite": suite_ref(suite), **({"mcp_servers": servers} if servers else {})}
         body = {"task_id": task, "meta": meta}
         rollouts = admin.post(f"/admin/v1/runs/{run.json()['id']}/rollouts", json=body)
         if rollouts.status_code != 201:
@@ -98,7 +102,7 @@ def _ready_rollout(info, suite: str, task: str, servers: list[str] | None = None
         return dict(rollouts.json()[0])
 
 
-def examples(info, rollout: dict, prompt: str) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+def examples(info: StackInfo, rollout: dict[str, Any], prompt: str) -> list[tuple[str, str]]:
     """(label, one-line command) pairs that point each kind of client at this rollout."""
     base, token, model = rollout["base_url"], rollout["token"], info.model
     openai_line = (

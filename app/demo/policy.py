@@ -86,7 +86,8 @@ class Learner:
         self, trajectories: Sequence[Trajectory], *, epochs: int, batch_size: int, seed: int
     ) -> list[dict[str, Any]]:
         """``epochs`` passes over the teacher trajectories in shuffled batches, then one push."""
-        order, rng, history = list(trajectories), random.Random(seed), []
+        order, rng = list(trajectories), random.Random(seed)
+        history: list[dict[str, Any]] = []
         config = sft_config(self.settings)
         steps = epochs * -(-len(order) // batch_size)
         for _ in range(epochs):

@@ -160,6 +160,7 @@ def _trajectory_html(db_url: str, run_id: str, model_dir: Path | None) -> str:
         pieces = []
         for token, sampled in zip(ids, mask, strict=True):
             text = tokenizer.decode([token], skip_special_tokens=False) if tokenizer else f"[{token}]"
+            assert isinstance(text, str)  # one sequence of ids decodes to one string
             pieces.append(f"<mark>{html.escape(text)}</mark>" if sampled else html.escape(text))
         return "".join(pieces)
 

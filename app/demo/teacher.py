@@ -13,6 +13,7 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -74,8 +75,10 @@ def build_teacher_app(
         prompt = body.get("prompt") if isinstance(body, dict) else None
         if not isinstance(prompt, list) or not all(isinstance(t, int) for t in prompt):
             return _error("the teacher takes token-id prompts only (a list of ints)", 400)
+        transcript = tokenizer.decode(prompt, skip_special_tokens=False)
+        assert isinstance(transcript, str)  # one sequence of ids decodes to one string
         try:
-            text = expert.next_turn(tokenizer.decode(prompt, skip_special_tokens=False))
+            text = expert.next_turn(transcript)
         except LookupError as exc:
             return _error(f"teacher: {exc}", 400)
         ids = tokenizer.encode(text, add_special_tokens=False)
@@ -105,7 +108,7 @@ def build_teacher_app(
         )  # fmt: skip
 
     async def models(request: Request) -> JSONResponse:
-        card = {"id": served_name, "object": "model", "owned_by": "rollwire"}
+        card: dict[str, Any] = {"id": served_name, "object": "model", "owned_by": "rollwire"}
         if max_model_len is not None:
             card["max_model_len"] = max_model_len
         return JSONResponse({"object": "list", "data": [card]})

@@ -44,7 +44,8 @@ class Rounds:
     async def ask(self, request: types.InputRequest) -> Any:
         """Called from the upstream's callback: wait for the harness's answer (an error after ``timeout_s``)."""
         key = f"q{len(self._waiting)}-{secrets.token_hex(4)}"
-        answered, box = anyio.Event(), []
+        answered = anyio.Event()
+        box: list[Any] = []
         self._waiting[key] = (answered, box)
         await self._send.send(("ask", (key, request)))
         with anyio.move_on_after(self.timeout_s):
@@ -74,7 +75,7 @@ class Rounds:
             raise
         if kind == "done":
             self.closed = True
-            return item  # type: ignore[no-any-return]
+            return item
         questions = {item[0]: item[1]}
         while True:
             try:

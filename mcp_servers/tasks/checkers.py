@@ -21,7 +21,6 @@ the whole scoring. The orchestrator runs ``score`` in a child process with time 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sqlite3

@@ -53,7 +53,7 @@ def new_rollout_id() -> str:
 
 
 _STATUS_FOR_SHARE = (
-    select(Rollout.status).where(col(Rollout.id) == bindparam("rollout_id")).with_for_update(read=True)
+    select(col(Rollout.status)).where(col(Rollout.id) == bindparam("rollout_id")).with_for_update(read=True)
 )
 """Built once, run on the driver's cursor: on every model call's write, and SQLAlchemy's statement building
 and execute cost several times the lookup itself (SQLite, measured with py-spy)."""
@@ -198,7 +198,7 @@ class RolloutBook:
         """What the proxy recorded of the engine failing this rollout's model calls (``ENGINE_FAILED``): the
         platform's own evidence, which no harness can produce, that the rollout did not get a fair run."""
         statement = (
-            select(ModelCall.error)
+            select(col(ModelCall.error))
             .where(col(ModelCall.rollout_id) == rollout_id, col(ModelCall.status) == ENGINE_FAILED)
             .order_by(col(ModelCall.id))
             .limit(limit)

@@ -62,7 +62,7 @@ class Usage:
 
 
 _USE = select(
-    func.count(ModelCall.id).filter(col(ModelCall.choice_index) == 0),
+    func.count(col(ModelCall.id)).filter(col(ModelCall.choice_index) == 0),
     func.coalesce(func.sum(func.length(ModelCall.completion_ids)), 0),
     select(func.count()).where(col(ToolEvent.rollout_id) == bindparam("rollout_id")).scalar_subquery(),
 ).where(col(ModelCall.rollout_id) == bindparam("rollout_id"))

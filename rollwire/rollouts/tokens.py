@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam
+from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Engine
-from sqlmodel import col, select
+from sqlmodel import col
 
 from rollwire.errors import Forbidden, Unauthorized
 from rollwire.rollouts.states import TOKEN_WORKS
@@ -62,7 +62,8 @@ class Identity:
 
 
 _BY_HASH = select(
-    Rollout.id, Rollout.run_id, Rollout.status, Rollout.task_id, Rollout.meta, Rollout.budgets
+    col(Rollout.id), col(Rollout.run_id), col(Rollout.status), col(Rollout.task_id), col(Rollout.meta),
+    col(Rollout.budgets),
 ).where(col(Rollout.token_hash) == bindparam("token_hash"))
 """Built once and run on the driver's cursor (``DirectQuery``): every new rollout's first call looks it up."""
 

@@ -10,7 +10,6 @@ Runtime-independent: nothing here knows the orchestrator or the gateway; each pa
 
 from __future__ import annotations
 
-from rollwire.sandbox import bwrap
 from rollwire.sandbox.bwrap import (
     CONTROL_SOCKET,
     INIT_SCRIPT,
@@ -28,4 +27,19 @@ from rollwire.sandbox.bwrap import (
     state_folders,
 )
 
-__all__ = list(bwrap.__all__)
+__all__ = [
+    "CONTROL_SOCKET",
+    "INIT_SCRIPT",
+    "ROOT_RUN_UID",
+    "SOCKET_DIR",
+    "Endpoint",
+    "SandboxLimits",
+    "SandboxUnavailable",
+    "bwrap_command",
+    "cpu_seconds",
+    "mount_points",
+    "probe",
+    "relayed_endpoints",
+    "require",
+    "state_folders",
+]

@@ -296,8 +296,8 @@ def bwrap_command(
         elif os.path.isdir(tree):
             command += ["--ro-bind", tree, tree]
     files, folders = _unreadable_in_etc()
-    for path in (*files, *folders):
-        command += _cover(Path(path), covers)
+    for unreadable in (*files, *folders):
+        command += _cover(Path(unreadable), covers)
     command += ["--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc", "--bind", str(tmp), "/tmp"]
     system = [Path(tree) for tree in SYSTEM_TREES]
     shown: list[Path] = []
@@ -322,8 +322,8 @@ def bwrap_command(
         relay.append([endpoint.host, endpoint.port, inside])
     if control is not None:
         command += ["--ro-bind", str(control), CONTROL_SOCKET]
-    for path in covers:
-        command += ["--remount-ro", path]
+    for cover in covers:
+        command += ["--remount-ro", cover]
     command += [*NAMESPACES, *(["--share-net"] if network else []), "--chdir", str(workspace)]
     if seccomp_fd is not None:
         command += ["--seccomp", str(seccomp_fd)]

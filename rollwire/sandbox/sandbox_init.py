@@ -75,7 +75,12 @@ def _serve(server: socket.socket, path: str) -> None:
             client.close()
             upstream.close()
             continue
-        done = threading.Barrier(2, action=lambda c=client, u=upstream: (c.close(), u.close()))
+
+        def close_both(c: socket.socket = client, u: socket.socket = upstream) -> None:
+            c.close()
+            u.close()
+
+        done = threading.Barrier(2, action=close_both)
 
         def pipe(a: socket.socket, b: socket.socket, barrier: threading.Barrier = done) -> None:
             _pump(a, b)

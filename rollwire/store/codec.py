@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import sys
 from array import array
+from typing import Any
 
 ID_BYTES = 4
 """Bytes a stored token id takes (int32)."""
 
 
-def _to_bytes(values: array) -> bytes:  # type: ignore[type-arg]
+def _to_bytes(values: array[Any]) -> bytes:
     if sys.byteorder != "little":
         values.byteswap()
     return values.tobytes()
 
 
-def _from_bytes(typecode: str, data: bytes | None) -> array:  # type: ignore[type-arg]
+def _from_bytes(typecode: str, data: bytes | None) -> array[Any]:
     values = array(typecode)
     if data:
         values.frombytes(data)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy import Table, bindparam, insert, select
 from sqlalchemy.engine import Connection, Dialect, Engine
@@ -31,12 +31,14 @@ from rollwire.errors import StoreError
 
 
 class DirectQuery:
-    def __init__(self, statement: Select[Any], dialect: Dialect) -> None:
+    def __init__(self, statement: Select[Unpack[tuple[Any, ...]]], dialect: Dialect) -> None:
         self._compiled = statement.compile(dialect=dialect)
         self.sql = str(self._compiled)
         self._positions = self._compiled.positiontup
-        convert = [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in statement.selected_columns]
-        self._convert: list[Callable[[Any], Any] | None] | None = convert if any(convert) else None
+        convert: list[Callable[[Any], Any] | None] = [
+            c.type.dialect_impl(dialect).result_processor(dialect, None) for c in statement.selected_columns
+        ]
+        self._convert = convert if any(convert) else None
         self.driver_error: type[Exception] = dialect.loaded_dbapi.Error
         """The driver's own error class (what a statement run on the cursor raises)."""
 

@@ -153,7 +153,7 @@ class RowWriter:
         if thread is not None:
             self._jobs.put(None)
             thread.join(30)
-        self._loop_connection = self._drop_loop_connection()
+        self._drop_loop_connection()
 
     def _to_thread(self, job: _Job) -> None:
         self._start()
@@ -177,7 +177,7 @@ class RowWriter:
             connection = self._loop_connection or self._open_loop_connection()
             results = self._insert_all(connection, jobs)
         except SQLAlchemyError:
-            self._loop_connection = self._drop_loop_connection()
+            self._drop_loop_connection()
         except Exception:  # noqa: BLE001, S110  (a guard's refusal: retried one by one below, each with its outcome)
             pass
         else:
@@ -187,15 +187,15 @@ class RowWriter:
             return
         for job in jobs:
             try:
-                ids = self._insert_inline(job.rows)
+                inserted = self._insert_inline(job.rows)
             except Exception as exc:  # noqa: BLE001  (this caller's own error, as ``insert`` raises it)
                 if not job.future.done():
                     job.future.set_exception(exc)
                 continue
-            if ids is None:  # the database lock is taken: the thread waits for it
+            if inserted is None:  # the database lock is taken: the thread waits for it
                 self._to_thread(job)
             elif not job.future.done():
-                job.future.set_result(ids)
+                job.future.set_result(inserted)
 
     def _insert_inline(self, rows: Sequence[Mapping[str, Any]]) -> list[int] | None:
         """Commit on the calling thread; None (nothing written) when the database lock is taken."""
@@ -203,7 +203,7 @@ class RowWriter:
             connection = self._loop_connection or self._open_loop_connection()
             return self._committed(connection, lambda: self._insert_rows(connection, rows))
         except SQLAlchemyError as exc:
-            self._loop_connection = self._drop_loop_connection()
+            self._drop_loop_connection()
             detail = exc.orig if hasattr(exc, "orig") else exc
             if isinstance(exc, OperationalError) and _lock_taken(exc):
                 return None
@@ -215,7 +215,7 @@ class RowWriter:
             with contextlib.suppress(SQLAlchemyError):
                 self._loop_connection.invalidate()
                 self._loop_connection.close()
-        return None  # noqa: RET501, PLR1711  (assigned: ``self._loop_connection = self._drop_loop_connection()``)
+        self._loop_connection = None
 
     def _open_loop_connection(self) -> Connection:
         connection = self._engine.connect()

@@ -115,6 +115,7 @@ def _key_variants(key: str) -> list[tuple[dict[str, str], str]]:
 def _raw(url: str, method: str, path: str, headers: dict[str, str], body: bytes = b"{}") -> tuple[int, bytes]:
     """One request with its path sent byte for byte as given (no client-side normalisation of ``..`` or ``//``)."""
     parts = urlsplit(url)
+    assert parts.hostname is not None
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
     try:
         conn.request(method, path, body=body if method == "POST" else None,

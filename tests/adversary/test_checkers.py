@@ -33,7 +33,7 @@ from rollwire.rollouts import RolloutBook
 from rollwire.settings import OrchestratorSettings
 from rollwire.store.db import open_engine
 from rollwire.trajectory import failure_cause
-from tests.mcp_servers.conftest import ENV_SECRET, EnvServers, env_servers  # noqa: F401 (the env servers fixture)
+from tests.mcp_servers.env_stack import ENV_SECRET, EnvServers
 
 
 def _play(env: EnvServers, rollout: str, task_ref: str, calls: list[ToolCall]) -> list[dict[str, Any]]:
@@ -283,7 +283,7 @@ def test_a_planted_mailbox_fails_without_blocking(trick: str, env_servers: EnvSe
 # --- 4. a checker past its time or memory limit: the rollout fails as the policy's own doing
 
 
-LIMIT_SUITE = {
+LIMIT_SUITE: dict[str, Any] = {
     "name": "limits",
     "tasks": [
         {"id": "honest", "instruction": "-", "servers": ["workspace"],

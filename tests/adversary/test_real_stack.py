@@ -26,6 +26,7 @@ from rollwire.harness_adapters.base import Launch, RolloutContext
 from rollwire.mcp_servers.tasks.loader import load_suite
 from rollwire.orchestrator.suite_run import run_suite, sqlite_path
 from rollwire.settings import OrchestratorSettings, Settings
+from rollwire.store.schema import Rollout
 from rollwire.trajectory import failure_cause
 from tests.adversary.attacks import (
     ANSWERS,
@@ -130,7 +131,7 @@ def test_hostile_rollouts_in_a_real_stack_fail_every_attack_and_the_honest_one_s
         assert not (tmp_path / "escaped.txt").exists(), "a rollout wrote into the host's temp folder"
     finally:
         project_file.unlink(missing_ok=True)
-    rows = {roles[row.task_id or ""]: [] for row in result.rollouts}
+    rows: dict[str, list[Rollout]] = {roles[row.task_id or ""]: [] for row in result.rollouts}
     for row in result.rollouts:
         rows[roles[row.task_id or ""]].append(row)
     assert sum(len(found) for found in rows.values()) == len(ROLES), "a rollout was lost"

@@ -33,7 +33,7 @@ from rollwire.mcp_servers.tasks.loader import SUITES_DIR
 from rollwire.sandbox import SandboxUnavailable
 from rollwire.settings import GatewaySettings
 from rollwire.store.db import open_engine
-from tests.mcp_servers.conftest import EnvServers, env_servers, gateway_stack  # noqa: F401 (env_servers: a fixture)
+from tests.mcp_servers.env_stack import EnvServers, gateway_stack
 from tests.real_parts import needs_sandbox
 
 HOSTILE = r'''

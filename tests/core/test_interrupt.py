@@ -113,7 +113,12 @@ async def _late_wakeup_race() -> None:
         future: asyncio.Future[None] = loop.create_future()
         removed = asyncio.Event()
         loop.add_reader(ours, future.set_result, None)
-        future.add_done_callback(lambda _: (loop.remove_reader(ours), removed.set()))
+
+        def on_done(_: asyncio.Future[None]) -> None:
+            loop.remove_reader(ours)
+            removed.set()
+
+        future.add_done_callback(on_done)
         loop.call_soon(future.cancel)
         theirs.send(b"x")
         await removed.wait()
@@ -128,6 +133,7 @@ def test_a_wakeup_on_a_cancelled_future_is_no_error_in_an_interruptible_run(
         (anyio.run if runner == "anyio.run" else run_interruptible)(_late_wakeup_race)
     logged = [r for r in caplog.records if r.name == "asyncio"]
     if runner == "anyio.run":
-        assert len(logged) == 1 and isinstance(logged[0].exc_info[1], asyncio.InvalidStateError)
+        assert len(logged) == 1 and logged[0].exc_info is not None
+        assert isinstance(logged[0].exc_info[1], asyncio.InvalidStateError)
     else:
         assert logged == []

@@ -134,7 +134,7 @@ def test_a_bad_row_fails_only_its_caller(db: str, inline: bool, row: Any) -> Non
     engine = open_engine(f"sqlite:///{db}")
     writer = RowWriter(engine, ModelCall.__table__, inline=inline)  # type: ignore[attr-defined]
 
-    async def main() -> list[Any]:
+    async def main() -> tuple[list[int] | BaseException, ...]:
         return await asyncio.gather(
             writer.insert([row()]), writer.insert([row("no-such-rollout")]), writer.insert([row()]),
             return_exceptions=True,
@@ -185,7 +185,7 @@ def test_in_a_shared_commit_a_bad_row_or_a_refusal_fails_only_its_caller(db: str
     engine = open_engine(f"sqlite:///{db}")
     writer = RowWriter(engine, ModelCall.__table__, guard=guard)  # type: ignore[attr-defined]
 
-    async def main() -> list[Any]:
+    async def main() -> tuple[list[int] | BaseException, ...]:
         await _crowd(writer)
         return await asyncio.gather(
             writer.insert([row()]), writer.insert([row("no-such-rollout")]), writer.insert([row("refused")]),
@@ -207,8 +207,9 @@ def test_reads_on_the_loop_connection_see_every_commit_and_never_wait(db: str) -
     from sqlalchemy import func, select
 
     engine = open_engine(f"sqlite:///{db}")
-    writer = RowWriter(engine, ModelCall.__table__)  # type: ignore[attr-defined]
-    count = DirectQuery(select(func.count()).select_from(ModelCall.__table__), engine.dialect)  # type: ignore[arg-type]
+    table = ModelCall.__table__  # type: ignore[attr-defined]
+    writer = RowWriter(engine, table)
+    count = DirectQuery(select(func.count()).select_from(table), engine.dialect)
 
     async def main() -> None:
         await writer.insert([_row()])
@@ -242,14 +243,15 @@ def test_point_reads_take_the_loop_connection_only_where_reads_run_in_place(any_
     from rollwire.store.reads import point_query
 
     engine = open_engine(any_store_url)
-    writer = RowWriter(engine, ModelCall.__table__)  # type: ignore[attr-defined]
+    table = ModelCall.__table__  # type: ignore[attr-defined]
+    writer = RowWriter(engine, table)
     used: list[str] = []
 
     def inline(query: DirectQuery, **params: Any) -> list[tuple[Any, ...]]:
         used.append("loop")
         return writer.read_inline(query, **params)
 
-    count = DirectQuery(select(func.count()).select_from(ModelCall.__table__), engine.dialect)  # type: ignore[arg-type]
+    count = DirectQuery(select(func.count()).select_from(table), engine.dialect)
     assert point_query(engine, inline)(count) == [(0,)]
     assert used == (["loop"] if engine.dialect.name == "sqlite" else [])
     broken = DirectQuery(select(text("nothing")).select_from(text("no_such_table")), engine.dialect)

@@ -1,6 +1,7 @@
 """The tiny default model builds locally, loads offline, and templates tools and reasoning Qwen-style."""
 
 from pathlib import Path
+from typing import Any
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -18,7 +19,7 @@ def test_loads_offline_with_special_tokens_and_template(tiny_model_dir: Path) ->
     for token in SPECIAL_TOKENS:
         ids = tokenizer.encode(token, add_special_tokens=False)
         assert len(ids) == 1, token
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "read a.txt"},
         {
             "role": "assistant",
@@ -28,8 +29,9 @@ def test_loads_offline_with_special_tokens_and_template(tiny_model_dir: Path) ->
         },
         {"role": "tool", "content": "hello"},
     ]
-    tools = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
-    text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
+    tool: dict[str, Any] = {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}
+    text = tokenizer.apply_chat_template(messages, tools=[tool], tokenize=False, add_generation_prompt=True)
+    assert isinstance(text, str)
     assert '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.txt"}}\n</tool_call>' in text
     assert "<think>\nI should read it.\n</think>" in text
     assert "<tool_response>\nhello\n</tool_response>" in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from typing import Any, Protocol, runtime_checkable
 
 import pytest
 
@@ -28,6 +29,18 @@ VERSION_ARG = {
     "codex": "CODEX_VERSION", "claude-code": "CLAUDE_CODE_VERSION", "openai-agents": "OPENAI_AGENTS_VERSION",
     "mini-swe-agent": "MINI_SWE_AGENT_VERSION",
 }  # fmt: skip
+
+
+@runtime_checkable
+class _Imaged(Protocol):
+    image: str
+
+
+def _image(name: str, **options: Any) -> str:
+    """The rollout image of the adapter registered as ``name`` (every built-in adapter names one)."""
+    adapter = get_adapter(name, **options)
+    assert isinstance(adapter, _Imaged), name
+    return adapter.image
 
 
 def _arg(text: str, name: str) -> str:
@@ -55,17 +68,17 @@ def test_hadolint_fails_a_root_unpinned_file(tmp_path) -> None:
 def test_every_adapter_names_its_image_at_its_harness_version() -> None:
     assert set(BUILTIN) == {"reference", *HARNESS_VERSIONS}
     assert STACK_IMAGE == f"{REGISTRY}/rollwire:{VERSION}"
-    assert get_adapter("reference").image == AGENT_IMAGE == f"{REGISTRY}/rollout-reference:{VERSION}"
+    assert _image("reference") == AGENT_IMAGE == f"{REGISTRY}/rollout-reference:{VERSION}"
     stack_file = (CONTAINERS / "rollwire.Containerfile").read_text()
     assert f"-t {STACK_IMAGE} " in stack_file and f"--target rollout -t {AGENT_IMAGE} " in stack_file
     assert _arg((CONTAINERS / "rollout-openai-agents.Containerfile").read_text(), "ROLLWIRE_IMAGE") == AGENT_IMAGE
     for name, version in HARNESS_VERSIONS.items():
-        image = get_adapter(name).image
+        image = _image(name)
         assert image == default_image(name) == f"{REGISTRY}/rollout-{name}:{VERSION}-{version}"
         text = (CONTAINERS / f"rollout-{name}.Containerfile").read_text()
         assert _arg(text, VERSION_ARG[name]) == version, name
         assert f"-t {image} " in text, f"{name}: the build line in its header must tag {image}"
-    assert get_adapter("codex", image="reg.local/codex:1").image == "reg.local/codex:1"
+    assert _image("codex", image="reg.local/codex:1") == "reg.local/codex:1"
 
 
 def test_build_files_pin_what_ci_installs() -> None:

@@ -32,6 +32,7 @@ def test_non_streaming_logprobs_equal_a_forward_pass(
     assert len(sampled) == 12 and choice.finish_reason == "length"
     assert choice.logprobs is not None
     returned = choice.logprobs.token_logprobs
+    assert returned is not None
     expected = forward_logprobs(PROMPT, sampled)
     assert returned == pytest.approx(expected, abs=logprob_tolerance)
     # each step's top_logprobs holds the sampled token first, then the single best one (logprobs=1)

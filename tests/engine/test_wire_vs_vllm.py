@@ -17,7 +17,7 @@ import pytest
 PROMPT = [(7919 * i + 13) % 1000 for i in range(20)]
 """Spread-out ids inside the tiny model's vocabulary (1154 tokens)."""
 LOGPROB_TOLERANCE = 1e-3
-SUBSET = {
+SUBSET: dict[str, set[str] | set[tuple[str, str]]] = {
     # vLLM-only fields the bundled engine does not produce (nothing in rollwire reads them):
     "top": {"service_tier", "kv_transfer_params", "ec_transfer_params", "metrics"},
     "choice": {"routed_experts"},
@@ -68,10 +68,10 @@ def test_greedy_tokens_logprobs_and_fields_agree(both: dict[str, str]) -> None:
 
 
 def test_stop_token_stop_string_and_min_tokens_end_alike(both: dict[str, str]) -> None:
-    greedy = {"prompt": PROMPT, "max_tokens": 8, "temperature": 0.0, "return_token_ids": True}
+    greedy: dict[str, Any] = {"prompt": PROMPT, "max_tokens": 8, "temperature": 0.0, "return_token_ids": True}
     ours, _ = _same_request(both, **greedy)
     ids, text = ours["choices"][0]["token_ids"], ours["choices"][0]["text"]
-    cases = [{"stop_token_ids": [ids[2]]}, {"ignore_eos": True}]
+    cases: list[dict[str, Any]] = [{"stop_token_ids": [ids[2]]}, {"ignore_eos": True}]
     if text.strip():
         cases.append({"stop": [text.strip()[-1]]})
     for extra in cases:

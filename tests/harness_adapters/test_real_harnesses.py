@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,7 +67,9 @@ def test_codex_with_the_gateway_as_mcp_server(engine_stack: StackInfo, tmp_path:
 def test_claude_code_runs_a_task(engine_stack: StackInfo, tmp_path: Path) -> None:
     started = time.time()
     # no built-in tools and a short system prompt keep the prompt inside the tiny model's context
-    options = {"max_turns": 2, "max_output_tokens": 24, "tools": "", "system_prompt": "You are a terse agent."}
+    options: dict[str, Any] = {
+        "max_turns": 2, "max_output_tokens": 24, "tools": "", "system_prompt": "You are a terse agent."
+    }  # fmt: skip
     row = run_one_task(engine_stack, "claude-code", tmp_path, deadline_s=DEADLINE_S, **options)
     _ended_by_itself(row, engine_stack)
     if row.status == "failed":  # a random model runs into the output cap or the turn limit: Claude exits 1 saying so
@@ -88,7 +91,7 @@ def test_openai_agents_sdk_runs_a_task(engine_stack: StackInfo, tmp_path: Path) 
 
 def test_mini_swe_agent_runs_a_task(mini_swe_python: str, engine_stack: StackInfo, tmp_path: Path) -> None:
     """With its own venv's Python (no rollwire there): the runner shipped into the workspace does the run."""
-    options = {"max_turns": 2, "max_tokens": 24, "python": mini_swe_python}
+    options: dict[str, Any] = {"max_turns": 2, "max_tokens": 24, "python": mini_swe_python}
     row = run_one_task(engine_stack, "mini-swe-agent", tmp_path, deadline_s=DEADLINE_S, **options)
     _ended_by_itself(row, engine_stack)
     assert row.status == "finished" and row.exit_code == 0, row.log_tail

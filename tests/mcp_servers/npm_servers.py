@@ -29,7 +29,7 @@ def npm_server(command: str) -> str:
 def rollouts_running(root: Path) -> set[str]:
     """The rollouts under ``root`` (``<root>/<rollout>/<server>`` folders) that some live process still names: a
     sandboxed server is three processes (bwrap, the sandbox's init, the server), each counted once here."""
-    names = set()
+    names: set[str] = set()
     for pid in processes_mentioning(str(root)):
         try:
             proc = Path("/proc") / str(pid)

@@ -18,7 +18,7 @@ from rollwire.mcp_servers.gateway.server import build_gateway_app
 from rollwire.mcp_servers.tasks.schema import ToolCall
 from rollwire.mcp_servers.tasks.solve import play
 from rollwire.settings import GatewaySettings, McpSettings
-from tests.mcp_servers.conftest import ENV_SECRET, EnvServers, gateway_stack, result_text
+from tests.mcp_servers.env_stack import ENV_SECRET, EnvServers, gateway_stack, result_text
 
 
 def test_tool_call_budget_survives_a_gateway_restart(env_servers: EnvServers, store_url: str) -> None:

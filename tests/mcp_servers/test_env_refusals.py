@@ -9,7 +9,7 @@ import anyio
 
 from rollwire.mcp_servers.tasks.schema import ToolCall
 from rollwire.mcp_servers.tasks.solve import play
-from tests.mcp_servers.conftest import ENV_SECRET, EnvServers
+from tests.mcp_servers.env_stack import ENV_SECRET, EnvServers
 
 
 def _run(env: EnvServers, rollout: str, server: str, tool: str, **arguments: object) -> dict[str, object]:

@@ -18,7 +18,7 @@ from rollwire.mcp_servers.envs.app import SERVERS, build_app
 from rollwire.mcp_servers.state import ROLLOUT_HEADER, SECRET_HEADER, TASK_HEADER
 from rollwire.mcp_servers.tasks.schema import ToolCall
 from rollwire.mcp_servers.tasks.solve import env_client, play
-from tests.mcp_servers.conftest import ENV_SECRET, EnvServers, gateway_stack
+from tests.mcp_servers.env_stack import ENV_SECRET, EnvServers, gateway_stack
 
 PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
 HEADERS = {"Accept": "application/json, text/event-stream"}

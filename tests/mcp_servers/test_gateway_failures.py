@@ -11,7 +11,7 @@ import anyio
 from mcp import Client
 
 from rollwire.mcp_servers.server_config import UpstreamSpec
-from tests.mcp_servers.conftest import EnvServers, gateway_stack, result_text
+from tests.mcp_servers.env_stack import EnvServers, gateway_stack, result_text
 
 CRASHY = UpstreamSpec("crashy", command=sys.executable, args=(str(Path(__file__).with_name("crash_server.py")),))
 

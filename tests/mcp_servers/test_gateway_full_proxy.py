@@ -16,11 +16,12 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp import Client
+from mcp.client import ClientRequestContext
 from sqlmodel import select
 
 from rollwire.mcp_servers.server_config import UpstreamSpec
 from rollwire.store import McpMessage, ToolEvent, session_scope
-from tests.mcp_servers.conftest import EnvServers, GatewayStack, gateway_stack, result_text
+from tests.mcp_servers.env_stack import EnvServers, GatewayStack, gateway_stack, result_text
 from tests.mcp_servers.npm_servers import npm_server
 from tests.polling import wait_until
 
@@ -51,15 +52,17 @@ class Harness:
         self.got_update = anyio.Event()
         self.asked: list[str] = []
 
-    async def sampling(self, _ctx: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+    async def sampling(
+        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult:
         self.asked.append("sampling")
         return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="harness-sampled"), model="h")
 
-    async def elicitation(self, _ctx: Any, _params: Any) -> types.ElicitResult:
+    async def elicitation(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
         self.asked.append("elicitation")
         return types.ElicitResult(action="accept", content={"color": "teal"})
 
-    async def roots(self, _ctx: Any) -> types.ListRootsResult:
+    async def roots(self, context: ClientRequestContext) -> types.ListRootsResult:
         self.asked.append("roots")
         return types.ListRootsResult(roots=[types.Root(uri="file:///harness/project", name="harness-root")])
 
@@ -104,13 +107,13 @@ def test_everything_server_through_the_gateway(env_servers: EnvServers, store_ur
                 ref = types.PromptReference(name="completable-prompt")
                 seen["completion"] = (await client.complete(ref, {"name": "department", "value": "Mar"})).completion.values
 
-                progress: list[float] = []
+                steps: list[float] = []
 
-                async def on_progress(value: float, _total: float | None, _message: str | None) -> None:
-                    progress.append(value)
+                async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                    steps.append(progress)
 
                 done = await client.call_tool("trigger-long-running-operation", {"duration": 1, "steps": 4}, progress_callback=on_progress)
-                seen["progress"], seen["long"] = progress, result_text(done)
+                seen["progress"], seen["long"] = steps, result_text(done)
                 seen["sampled"] = result_text(await client.call_tool("trigger-sampling-request", {"prompt": "hi", "maxTokens": 5}))
                 seen["elicited"] = result_text(await client.call_tool("trigger-elicitation-request", {}))
                 seen["roots"] = result_text(await client.call_tool("get-roots-list", {}))
@@ -128,7 +131,7 @@ def test_everything_server_through_the_gateway(env_servers: EnvServers, store_ur
 
                 with anyio.CancelScope() as scope:  # the harness gives up on a slow call after its first progress
 
-                    async def cancel_on_progress(_value: float, _total: float | None, _message: str | None) -> None:
+                    async def cancel_on_progress(progress: float, total: float | None, message: str | None) -> None:
                         scope.cancel()
 
                     await client.call_tool("trigger-long-running-operation", {"duration": 20, "steps": 20}, progress_callback=cancel_on_progress)
@@ -202,16 +205,16 @@ def test_a_2026_harness_answers_server_requests_in_rounds(env_servers: EnvServer
                 seen["sampled"] = result_text(await client.call_tool("trigger-sampling-request", {"prompt": "hi", "maxTokens": 5}))
                 seen["elicited"] = result_text(await client.call_tool("trigger-elicitation-request", {}))
                 seen["roots"] = result_text(await client.call_tool("get-roots-list", {}))
-                progress: list[float] = []
+                steps: list[float] = []
 
-                async def on_progress(value: float, _total: float | None, _message: str | None) -> None:
-                    progress.append(value)
+                async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                    steps.append(progress)
 
                 await client.call_tool("trigger-long-running-operation", {"duration": 1, "steps": 2}, progress_callback=on_progress)
-                seen["progress"] = progress
+                seen["progress"] = steps
                 with anyio.CancelScope() as scope:
 
-                    async def cancel_on_progress(_value: float, _total: float | None, _message: str | None) -> None:
+                    async def cancel_on_progress(progress: float, total: float | None, message: str | None) -> None:
                         scope.cancel()
 
                     await client.call_tool("trigger-long-running-operation", {"duration": 20, "steps": 20}, progress_callback=cancel_on_progress)

@@ -18,7 +18,7 @@ from rollwire.app.serving import ServerThread
 from rollwire.mcp_servers.envs.app import security
 from rollwire.mcp_servers.server_config import load_upstreams
 from rollwire.mcp_servers.state import ROLLOUT_HEADER
-from tests.mcp_servers.conftest import EnvServers, gateway_stack, result_text
+from tests.mcp_servers.env_stack import EnvServers, gateway_stack, result_text
 from tests.mcp_servers.npm_servers import npm_server
 
 

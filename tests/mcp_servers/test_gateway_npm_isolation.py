@@ -14,7 +14,7 @@ from mcp import Client
 from rollwire.mcp_servers.server_config import UpstreamSpec
 from rollwire.rollouts import RolloutBook
 from rollwire.store import RolloutStatus
-from tests.mcp_servers.conftest import EnvServers, gateway_stack, result_text
+from tests.mcp_servers.env_stack import EnvServers, gateway_stack, result_text
 from tests.mcp_servers.npm_servers import npm_server, processes_mentioning, rollouts_running
 from tests.polling import wait_until
 

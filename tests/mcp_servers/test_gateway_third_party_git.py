@@ -14,7 +14,7 @@ import pytest
 from mcp import Client
 
 from rollwire.mcp_servers.server_config import UpstreamSpec
-from tests.mcp_servers.conftest import EnvServers, gateway_stack
+from tests.mcp_servers.env_stack import EnvServers, gateway_stack
 
 GIT_SERVER = Path(sys.executable).with_name("mcp-server-git")
 

@@ -9,16 +9,16 @@ from mcp import Client
 
 from rollwire.mcp_servers.tasks.checkers import score
 from rollwire.mcp_servers.tasks.loader import resolve_task
-from tests.mcp_servers.conftest import EnvServers, GatewayStack, gateway_stack
+from tests.mcp_servers.env_stack import EnvServers, GatewayStack, first_text, gateway_stack
 
 
-async def _drive(stack: GatewayStack, token: str, word: str, seen: dict[str, object]) -> None:
+async def _drive(stack: GatewayStack, token: str, word: str, seen: dict[str, tuple[set[str], str, str]]) -> None:
     async with Client(stack.mcp_url(token)) as client:
         names = {t.name for t in (await client.list_tools()).tools}
         await client.call_tool("write_file", {"path": "answer.txt", "content": word})
         listed = await client.call_tool("list_files", {})
         read = await client.call_tool("read_file", {"path": "answer.txt"})
-        seen[word] = (names, read.content[0].text, listed.content[0].text)
+        seen[word] = (names, first_text(read), first_text(listed))
 
 
 def test_two_rollouts_at_once_each_see_their_own_state(env_servers: EnvServers, store_url: str) -> None:
@@ -26,7 +26,7 @@ def test_two_rollouts_at_once_each_see_their_own_state(env_servers: EnvServers, 
     with server:
         tok_a = stack.add_rollout("ra", servers=["workspace"])  # every workspace tool (tiny tasks show only write_file)
         tok_b = stack.add_rollout("rb", "office:agenda-0")  # needs calendar + workspace
-        seen: dict[str, object] = {}
+        seen: dict[str, tuple[set[str], str, str]] = {}
 
         async def both() -> None:
             async with anyio.create_task_group() as tg:
@@ -34,8 +34,8 @@ def test_two_rollouts_at_once_each_see_their_own_state(env_servers: EnvServers, 
                 tg.start_soon(_drive, stack, tok_b, "dog", seen)
 
         anyio.run(both)
-        names_a, text_a, files_a = seen["cat"]  # type: ignore[misc]
-        names_b, text_b, _ = seen["dog"]  # type: ignore[misc]
+        names_a, text_a, files_a = seen["cat"]
+        names_b, text_b, _ = seen["dog"]
         assert {"write_file", "read_file"} <= names_a and "list_events" not in names_a
         assert {"write_file", "list_events", "create_event"} <= names_b
         assert (text_a, text_b) == ("cat", "dog")

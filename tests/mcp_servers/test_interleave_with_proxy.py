@@ -12,13 +12,14 @@ import httpx
 import openai
 import pytest
 from mcp import Client
+from openai.types.chat import ChatCompletionMessageParam
 from sqlmodel import select
 
 from rollwire.app.cli.__main__ import main
 from rollwire.app.serving import ServerThread
 from rollwire.settings import EngineSettings, ProxySettings
 from rollwire.store import ModelCall, ToolEvent, session_scope
-from tests.mcp_servers.conftest import EnvServers, gateway_stack
+from tests.mcp_servers.env_stack import EnvServers, gateway_stack
 
 KEY = "operator-test-key"
 
@@ -43,7 +44,7 @@ def test_model_and_tool_calls_interleave(
             rollout = admin.post(f"/admin/v1/runs/{run}/rollouts", json=body).json()[0]
             model = httpx.get(f"{engine.url}/v1/models").json()["data"][0]["id"]
             llm = openai.OpenAI(base_url=rollout["base_url"], api_key="unused", max_retries=0)
-            messages = [{"role": "user", "content": "Write key to answer.txt."}]
+            messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Write key to answer.txt."}]
 
             async def agent() -> None:
                 async with Client(stack.mcp_url(rollout["token"])) as tools:

@@ -10,7 +10,7 @@ import anyio
 import httpx
 from mcp import Client
 
-from tests.mcp_servers.conftest import EnvServers, gateway_stack
+from tests.mcp_servers.env_stack import EnvServers, first_text, gateway_stack
 from tests.proxy.test_metrics import scrape, total
 
 
@@ -31,7 +31,7 @@ def test_gateway_and_env_metrics_match_the_store(env_servers: EnvServers, store_
             async with Client(stack.mcp_url(capped)) as client:
                 await client.call_tool("list_files", {})
                 spent = await client.call_tool("list_files", {})
-                assert spent.is_error and "tool-call limit" in spent.content[0].text
+                assert spent.is_error and "tool-call limit" in first_text(spent)
 
         anyio.run(drive)
         refused = httpx.post(env_servers.server_url("workspace"), json={"jsonrpc": "2.0", "id": 1, "method": "ping"})

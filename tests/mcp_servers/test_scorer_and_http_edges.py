@@ -10,7 +10,7 @@ from rollwire.mcp_servers.state import SECRET_HEADER
 from rollwire.mcp_servers.tasks.solve import play
 from rollwire.orchestrator.scoring import Scorer, ScoringInput
 from rollwire.orchestrator.suite_scorer import SuiteScorer
-from tests.mcp_servers.conftest import ENV_SECRET, EnvServers, gateway_stack
+from tests.mcp_servers.env_stack import ENV_SECRET, EnvServers, gateway_stack
 
 
 def _item(rollout: str, task: str, answer: str | None) -> ScoringInput:

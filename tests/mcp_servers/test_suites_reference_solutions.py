@@ -10,7 +10,7 @@ from rollwire.mcp_servers.tasks.checkers import score
 from rollwire.mcp_servers.tasks.loader import load_suite, suite_names
 from rollwire.mcp_servers.tasks.schema import ToolCall
 from rollwire.mcp_servers.tasks.solve import play
-from tests.mcp_servers.conftest import ENV_SECRET, EnvServers
+from tests.mcp_servers.env_stack import ENV_SECRET, EnvServers
 
 
 def test_three_suites_ship_with_enough_tasks() -> None:

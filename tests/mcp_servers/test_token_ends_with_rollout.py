@@ -26,7 +26,7 @@ from rollwire.settings import EngineSettings, ProxySettings
 from rollwire.store import ModelCall, RolloutStatus, ToolEvent, open_engine, session_scope
 from rollwire.store.direct import DirectInsert
 from rollwire.store.writer import RowWriter
-from tests.mcp_servers.conftest import EnvServers, gateway_stack
+from tests.mcp_servers.env_stack import EnvServers, gateway_stack
 from tests.polling import wait_until
 from trainer.stream import StreamConfig, TrajectoryStream
 

@@ -3,12 +3,13 @@ fitted stack, its Secrets, the orchestrator Job and the egress probe (so a typo 
 
 from __future__ import annotations
 
-from cluster_stack import orchestrator_job, probe_pod, secrets_for, stack
 from kubernetes import client
+from pydantic import BaseModel
 
 from rollwire.app.cli.__main__ import build_parser
+from tests.orchestrator.cluster_stack import orchestrator_job, probe_pod, secrets_for, stack
 
-MODELS = {
+MODELS: dict[str, type[BaseModel]] = {
     "Namespace": client.V1Namespace, "ServiceAccount": client.V1ServiceAccount, "Role": client.V1Role,
     "RoleBinding": client.V1RoleBinding, "Service": client.V1Service, "Deployment": client.V1Deployment,
     "StatefulSet": client.V1StatefulSet, "NetworkPolicy": client.V1NetworkPolicy, "Job": client.V1Job,

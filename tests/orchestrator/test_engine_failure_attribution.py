@@ -14,8 +14,6 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import ScriptAdapter, orchestrator_settings, plan
-from live_stack import live_stack
 from starlette.responses import JSONResponse
 
 from rollwire.app.stack import StackInfo
@@ -25,6 +23,8 @@ from rollwire.orchestrator.scoring import ExitCodeScorer
 from rollwire.rollouts import RolloutBook
 from rollwire.store.db import open_engine
 from rollwire.trajectory import failure_cause
+from tests.orchestrator.live_stack import live_stack
+from tests.orchestrator.runs import ScriptAdapter, orchestrator_settings, plan
 from tests.real_parts import needs_sandbox
 
 TWO_CALLS = r"""

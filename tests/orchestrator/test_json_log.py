@@ -9,10 +9,10 @@ import os
 
 import anyio
 import pytest
-from conftest import ScriptAdapter, orchestrator_settings, plan, run_with
 
 from rollwire.logging import JsonFormatter
 from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
+from tests.orchestrator.runs import ScriptAdapter, orchestrator_settings, plan, run_with
 
 
 @pytest.mark.asyncio

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import anyio
 import pytest
-from conftest import ImageAdapter, k8s_settings, orchestrator_settings, plan, run_with, statuses
-from fake_cluster import creates, fake_cluster, live_objects
 
 from rollwire.orchestrator.runtimes.kubernetes.api import api_client_from_settings
 from rollwire.orchestrator.runtimes.kubernetes.pod_spec import run_configmap_name
 from rollwire.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
+from tests.orchestrator.fake_cluster import creates, fake_cluster, live_objects
+from tests.orchestrator.runs import ImageAdapter, k8s_settings, orchestrator_settings, plan, run_with, statuses
 
 
 @pytest.mark.asyncio

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import anyio
 import pytest
-from conftest import ImageAdapter, k8s_settings, orchestrator_settings, plan, run_with
-from fake_cluster import fake_cluster, live_objects
 
 from rollwire.orchestrator.runtimes.kubernetes.api import api_client_from_settings
 from rollwire.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
+from tests.orchestrator.fake_cluster import fake_cluster, live_objects
+from tests.orchestrator.runs import ImageAdapter, k8s_settings, orchestrator_settings, plan, run_with
 
 
 async def _run(adapter: ImageAdapter, book, run_id: str, tasks: int = 1, group: int = 2, **orch: object):

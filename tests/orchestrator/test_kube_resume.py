@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import anyio
 import pytest
-from conftest import ImageAdapter, k8s_settings, orchestrator_settings, plan, run_with
-from fake_cluster import creates, fake_cluster, live_objects
 
 from rollwire.orchestrator.runtimes.kubernetes.api import api_client_from_settings
 from rollwire.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
 from rollwire.orchestrator.scheduler import Progress
+from tests.orchestrator.fake_cluster import creates, fake_cluster, live_objects
+from tests.orchestrator.runs import ImageAdapter, k8s_settings, orchestrator_settings, plan, run_with
 
 
 @pytest.mark.asyncio

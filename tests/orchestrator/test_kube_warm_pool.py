@@ -10,8 +10,6 @@ import subprocess
 
 import anyio
 import pytest
-from conftest import ImageAdapter, k8s_settings, orchestrator_settings, plan, run_with, statuses
-from fake_cluster import fake_cluster, live_objects
 
 from rollwire.errors import UpstreamError
 from rollwire.harness_adapters.base import Launch
@@ -20,6 +18,8 @@ from rollwire.orchestrator.runtimes.kubernetes.api import api_client_from_settin
 from rollwire.orchestrator.runtimes.kubernetes.pod_spec import WORKSPACE
 from rollwire.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
 from rollwire.orchestrator.runtimes.kubernetes.warm_pod import ANSWER, CLAIM_MOUNT, build_claim, launch_script
+from tests.orchestrator.fake_cluster import fake_cluster, live_objects
+from tests.orchestrator.runs import ImageAdapter, k8s_settings, orchestrator_settings, plan, run_with, statuses
 
 
 async def _run(book, run_id: str, image: str, rollouts: int, pool: int, prewarm: bool = True):

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import LAUNCH_MODES, ScriptAdapter, orchestrator_settings, plan, run_with
 
 from rollwire.orchestrator.runtimes.base import Ended, Handle
 from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
 from rollwire.orchestrator.scoring import ExpectedAnswerScorer
+from tests.orchestrator.runs import LAUNCH_MODES, ScriptAdapter, orchestrator_settings, plan, run_with
 
 HARNESS = """
 import os, pathlib, sys
@@ -52,7 +52,7 @@ async def test_local_run_stores_group_rewards_per_task(book, tmp_path, pool: boo
     rewards: dict[str, list[float]] = defaultdict(list)
     for row in book.rollouts("run-local"):
         assert row.status == "finished", (row.error, row.log_tail)
-        rewards[row.task_id or ""].append(row.reward)  # type: ignore[arg-type]
+        rewards[row.task_id or ""].append(row.reward)
         assert "thinking about prompt" in (row.log_tail or "") and row.exit_code == 0
         assert ("warm main" if pool and module else "cold main") in (row.log_tail or "")  # pooled: openai imported
     assert {task: sorted(values) for task, values in rewards.items()} == {"t0": [0.0, 1.0, 1.0], "t1": [0.0, 1.0, 1.0]}

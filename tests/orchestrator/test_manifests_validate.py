@@ -8,6 +8,7 @@ import sys
 import pytest
 import yaml
 from kubernetes import client
+from pydantic import BaseModel
 
 from rollwire.harness_adapters.base import Launch
 from rollwire.orchestrator.manifests import render
@@ -15,7 +16,7 @@ from rollwire.orchestrator.runtimes.base import RolloutJob
 from rollwire.orchestrator.runtimes.kubernetes.pod_spec import build_pod, build_secret, run_configmap
 from rollwire.settings import KubernetesSettings
 
-MODELS = {
+MODELS: dict[str, type[BaseModel]] = {
     "Namespace": client.V1Namespace, "ServiceAccount": client.V1ServiceAccount, "Role": client.V1Role,
     "RoleBinding": client.V1RoleBinding, "Service": client.V1Service, "Deployment": client.V1Deployment,
     "StatefulSet": client.V1StatefulSet, "NetworkPolicy": client.V1NetworkPolicy, "Job": client.V1Job,

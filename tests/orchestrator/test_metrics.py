@@ -10,7 +10,6 @@ from collections import Counter
 import anyio
 import httpx
 import pytest
-from conftest import ENDPOINTS, ScriptAdapter, orchestrator_settings, plan
 from prometheus_client.parser import text_string_to_metric_families
 
 from rollwire.metrics import MetricsServer
@@ -18,6 +17,7 @@ from rollwire.orchestrator.metrics import OrchestratorMetrics
 from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
 from rollwire.orchestrator.scheduler import Progress, Scheduler
 from rollwire.orchestrator.scoring import ExpectedAnswerScorer
+from tests.orchestrator.runs import ENDPOINTS, ScriptAdapter, orchestrator_settings, plan
 
 HARNESS = """
 import os, pathlib, sys

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import orchestrator_settings, plan, run_with
 
 from rollwire.harness_adapters.base import Launch, RolloutContext
 from rollwire.orchestrator.runtimes.kubernetes.api import api_client_from_settings
 from rollwire.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
 from rollwire.settings import KubernetesSettings
+from tests.orchestrator.runs import orchestrator_settings, plan, run_with
 
 KUBECONFIG = os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config"))
 pytestmark = [

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_stack import orchestrator_job, probe_pod, secrets_for, stack
 
+from tests.orchestrator.cluster_stack import orchestrator_job, probe_pod, secrets_for, stack
 from tests.polling import wait_until
 
 KUBECONFIG = os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config"))
@@ -41,14 +41,20 @@ def cluster() -> Iterator[tuple[Any, str]]:
     api = config.new_client_from_config(KUBECONFIG)
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     namespace = f"rollwire-e2e-{secrets.token_hex(3)}"
-    core.create_namespace({"metadata": {"name": namespace}})
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     try:
         for doc in [*secrets_for(namespace), *(d for d in stack(namespace, REGISTRY) if d["kind"] != "Namespace")]:
             utils.create_from_dict(api, doc, namespace=namespace)
         for kind, name in (("deployment", "proxy"), ("deployment", "gateway"), ("deployment", "mcp-envs"),
                            ("deployment", "vllm"), ("statefulset", "postgres")):  # fmt: skip
             read = apps.read_namespaced_deployment_status if kind == "deployment" else apps.read_namespaced_stateful_set_status
-            wait_until(lambda: (read(name, namespace).status.ready_replicas or 0) >= 1, f"{kind} {name} ready",
+
+            def ready_replicas() -> int:
+                status = read(name, namespace).status
+                assert status is not None, f"{kind} {name} has no status"
+                return status.ready_replicas or 0
+
+            wait_until(lambda: ready_replicas() >= 1, f"{kind} {name} ready",
                        timeout_s=600, every_s=2)  # a cluster pushes nothing to a test
         yield api, namespace
     finally:

@@ -9,12 +9,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from live_stack import live_stack
-from rollout_gate import RolloutGate
 
 from rollwire.orchestrator.scheduler import live_rows
 from rollwire.rollouts import RolloutBook
 from rollwire.store.db import open_engine
+from tests.orchestrator.live_stack import live_stack
+from tests.orchestrator.rollout_gate import RolloutGate
 from tests.polling import wait_until
 
 CLI = [sys.executable, "-m", "rollwire.app.cli", "rollouts"]

@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ScriptAdapter, orchestrator_settings, plan, run_with
 
 from rollwire import sandbox
 from rollwire.harness_adapters.base import Launch, RolloutContext
 from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
+from tests.orchestrator.runs import ScriptAdapter, orchestrator_settings, plan, run_with
 from tests.real_parts import needs_sandbox
 
 FAKE_BWRAP = "#!/bin/sh\necho 'bwrap: No permissions to create new namespace, likely because the kernel does not allow' >&2\nexit 1\n"

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import anyio
 import pytest
-from conftest import ScriptAdapter, orchestrator_settings, plan, run_with
 
 from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
 from rollwire.side_calls import SideCallRule, rules_from
+from tests.orchestrator.runs import ScriptAdapter, orchestrator_settings, plan, run_with
 
 
 @dataclass

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-from live_stack import live_stack
 from sqlmodel import func, select
 
 from rollwire.errors import InvalidRequest, NotFound
@@ -19,6 +18,7 @@ from rollwire.sandbox import SandboxUnavailable
 from rollwire.settings import OrchestratorSettings, Settings
 from rollwire.store import ModelCall, session_scope
 from rollwire.store.db import open_engine
+from tests.orchestrator.live_stack import live_stack
 
 
 @pytest.mark.slow

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import ScriptAdapter, orchestrator_settings, plan, run_with
 
 from rollwire.harness_adapters.base import Launch, RolloutContext
 from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
 from rollwire.orchestrator.scheduler import RunPlan, TaskSpec, live_rows
+from tests.orchestrator.runs import ScriptAdapter, orchestrator_settings, plan, run_with
 
 WARM = ["openai"]
 

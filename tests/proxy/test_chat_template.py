@@ -171,7 +171,7 @@ def test_attribute_lookups_on_messages_answer_as_the_sandbox_does(qwen_tokenizer
     tokenizer.chat_template = ATTRIBUTES_TEMPLATE
     template = ChatTemplate(tokenizer)
     assert template.quick
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "list the files", "name": "ada"},
         {"role": "assistant", "content": "ok", "items": "a key named like a method", "pop": 1},
     ]

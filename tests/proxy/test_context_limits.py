@@ -61,11 +61,11 @@ def _send(proxy: Proxy, served: str, dialect: str, text: str, cap: int | None) -
         return str(rollout["id"])
     client = openai.OpenAI(base_url=rollout["base_url"], api_key="unused", max_retries=0)
     if dialect == "chat":
-        extra = {} if cap is None else {"max_tokens": cap}
-        client.chat.completions.create(model=served, messages=messages, temperature=0.0, **extra)
+        max_tokens = openai.omit if cap is None else cap  # omitted: the field is left out of the request
+        client.chat.completions.create(model=served, messages=messages, temperature=0.0, max_tokens=max_tokens)
     else:
-        extra = {} if cap is None else {"max_output_tokens": cap}
-        client.responses.create(model=served, input=text, temperature=0.0, **extra)
+        max_output_tokens = openai.omit if cap is None else cap
+        client.responses.create(model=served, input=text, temperature=0.0, max_output_tokens=max_output_tokens)
     return str(rollout["id"])
 
 

@@ -12,6 +12,9 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from anthropic.types import MessageParam
+from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
+from openai.types.responses import FunctionToolParam
 from sqlmodel import Session, select
 
 from rollwire.store import ModelCall, open_engine
@@ -19,7 +22,10 @@ from tests.proxy.conftest import Proxy
 from tests.proxy.upstream_shim import UpstreamShim, shimmed_engine
 
 SCHEMA: dict[str, Any] = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-USER = [{"role": "user", "content": "Where is the Eiffel tower? Answer as JSON."}]
+QUESTION = "Where is the Eiffel tower? Answer as JSON."
+USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": QUESTION}]
+USER_MESSAGES: list[MessageParam] = [{"role": "user", "content": QUESTION}]
+"""``USER`` in the Messages dialect's types."""
 
 
 def _calls(proxy: Proxy) -> list[ModelCall]:
@@ -34,7 +40,7 @@ def _ask_for_json(dialect: str, rollout: dict[str, Any], model: str) -> None:
         client.messages.create(
             model=model,
             max_tokens=4,
-            messages=USER,  # type: ignore[arg-type]
+            messages=USER_MESSAGES,
             output_config={"format": {"type": "json_schema", "schema": SCHEMA}},
         )
         return
@@ -43,14 +49,14 @@ def _ask_for_json(dialect: str, rollout: dict[str, Any], model: str) -> None:
         openai_client.chat.completions.create(
             model=model,
             max_tokens=4,
-            messages=USER,  # type: ignore[arg-type]
+            messages=USER,
             response_format={"type": "json_schema", "json_schema": {"name": "place", "schema": SCHEMA}},
         )
     else:
         openai_client.responses.create(
             model=model,
             max_output_tokens=4,
-            input=USER[0]["content"],
+            input=QUESTION,
             text={"format": {"type": "json_schema", "name": "place", "schema": SCHEMA}},
         )
 
@@ -88,21 +94,22 @@ def test_structured_output_is_refused_by_name_where_the_upstream_cannot_enforce_
         param = FORMAT_PARAMS[dialect]
         assert param in str(caught.value) and "cannot enforce an output format" in str(caught.value)
         if dialect == "messages":
-            assert caught.value.body["type"] == "error"  # type: ignore[index]
+            assert isinstance(caught.value, anthropic.BadRequestError)
+            assert isinstance(caught.value.body, dict) and caught.value.body["type"] == "error"
         else:
-            assert caught.value.param == param  # type: ignore[union-attr]
+            assert isinstance(caught.value, openai.BadRequestError) and caught.value.param == param
         assert shim.formats == [] and _calls(proxy) == []  # refused before the engine was asked
 
 
 def test_plain_text_formats_are_accepted(proxy: Proxy, served_model: str) -> None:
     client = openai.OpenAI(base_url=proxy.new_rollout()["base_url"], api_key="x", max_retries=0)
     out = client.chat.completions.create(
-        model=served_model, max_tokens=2, messages=USER, response_format={"type": "text"}  # type: ignore[arg-type]
+        model=served_model, max_tokens=2, messages=USER, response_format={"type": "text"}
     )
     assert out.choices[0].message is not None
 
 
-TOOL_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
+TOOL_SCHEMA: dict[str, object] = {"type": "object", "properties": {"city": {"type": "string"}}}
 
 
 @pytest.mark.parametrize("dialect", list(FORMAT_PARAMS))
@@ -114,8 +121,8 @@ def test_a_forced_call_cut_off_by_length_is_not_text(proxy: Proxy, served_model:
         answer = client.messages.create(
             model=served_model,
             max_tokens=3,
-            messages=USER,  # type: ignore[arg-type]
-            tools=[{"name": "lookup", "input_schema": TOOL_SCHEMA}],  # type: ignore[list-item]
+            messages=USER_MESSAGES,
+            tools=[{"name": "lookup", "input_schema": TOOL_SCHEMA}],
             tool_choice={"type": "any"},
         )
         assert answer.stop_reason == "max_tokens"
@@ -123,17 +130,20 @@ def test_a_forced_call_cut_off_by_length_is_not_text(proxy: Proxy, served_model:
         assert all(b.type != "tool_use" for b in answer.content)
     elif dialect == "chat":
         openai_client = openai.OpenAI(base_url=rollout["base_url"], api_key="x", max_retries=0)
-        tool = {"type": "function", "function": {"name": "lookup", "parameters": TOOL_SCHEMA}}
+        chat_tool: ChatCompletionFunctionToolParam = {
+            "type": "function",
+            "function": {"name": "lookup", "parameters": TOOL_SCHEMA},
+        }
         out = openai_client.chat.completions.create(
-            model=served_model, max_tokens=3, messages=USER, tools=[tool], tool_choice="required"  # type: ignore
+            model=served_model, max_tokens=3, messages=USER, tools=[chat_tool], tool_choice="required"
         )
         assert out.choices[0].finish_reason == "length" and not out.choices[0].message.tool_calls
         texts = [out.choices[0].message.content or ""]
     else:
         openai_client = openai.OpenAI(base_url=rollout["base_url"], api_key="x", max_retries=0)
-        tool = {"type": "function", "name": "lookup", "parameters": TOOL_SCHEMA}
+        tool: FunctionToolParam = {"type": "function", "name": "lookup", "parameters": TOOL_SCHEMA, "strict": None}
         response = openai_client.responses.create(
-            model=served_model, max_output_tokens=3, input="Where?", tools=[tool], tool_choice="required"  # type: ignore
+            model=served_model, max_output_tokens=3, input="Where?", tools=[tool], tool_choice="required"
         )
         assert response.status == "incomplete"
         assert all(item.type != "function_call" for item in response.output)
@@ -146,10 +156,10 @@ def test_any_model_name_is_answered_and_recorded_as_requested(proxy: Proxy, serv
     """No alias table (as `rollwire proxy` alone): the names Claude Code and Codex send are answered."""
     rollout = proxy.new_rollout()
     chat = openai.OpenAI(base_url=rollout["base_url"], api_key="x", max_retries=0)
-    out = chat.chat.completions.create(model="gpt-5-codex", max_tokens=2, messages=USER)  # type: ignore[arg-type]
+    out = chat.chat.completions.create(model="gpt-5-codex", max_tokens=2, messages=USER)
     assert out.model == "gpt-5-codex"
     claude = anthropic.Anthropic(base_url=rollout["anthropic_base_url"], api_key="x", max_retries=0)
-    answer = claude.messages.create(model="claude-sonnet-4-5", max_tokens=2, messages=USER)  # type: ignore[arg-type]
+    answer = claude.messages.create(model="claude-sonnet-4-5", max_tokens=2, messages=USER_MESSAGES)
     assert answer.model == "claude-sonnet-4-5"
     calls = sorted(_calls(proxy), key=lambda c: c.id or 0)
     assert [(c.requested_model, c.served_model) for c in calls] == [
@@ -165,15 +175,15 @@ def test_strict_models_refuses_unknown_names_in_each_dialect_shape(
     rollout = proxy.new_rollout()
     chat = openai.OpenAI(base_url=rollout["base_url"], api_key="x", max_retries=0)
     with pytest.raises(openai.NotFoundError, match="gpt-5-codex") as chat_error:
-        chat.chat.completions.create(model="gpt-5-codex", max_tokens=2, messages=USER)  # type: ignore[arg-type]
-    assert chat_error.value.param == "model"  # type: ignore[union-attr]
+        chat.chat.completions.create(model="gpt-5-codex", max_tokens=2, messages=USER)
+    assert chat_error.value.param == "model"
     with pytest.raises(openai.NotFoundError, match="gpt-5-codex"):
         chat.responses.create(model="gpt-5-codex", max_output_tokens=2, input="hi")
     claude = anthropic.Anthropic(base_url=rollout["anthropic_base_url"], api_key="x", max_retries=0)
     with pytest.raises(anthropic.NotFoundError) as claude_error:
-        claude.messages.create(model="claude-sonnet-4-5", max_tokens=2, messages=USER)  # type: ignore[arg-type]
+        claude.messages.create(model="claude-sonnet-4-5", max_tokens=2, messages=USER_MESSAGES)
     body: Any = claude_error.value.body
     assert body["type"] == "error" and body["error"]["type"] == "not_found_error"
     assert "claude-sonnet-4-5" in body["error"]["message"]
-    out = chat.chat.completions.create(model=served_model, max_tokens=2, messages=USER)  # type: ignore[arg-type]
+    out = chat.chat.completions.create(model=served_model, max_tokens=2, messages=USER)
     assert out.model == served_model and len(_calls(proxy)) == 1

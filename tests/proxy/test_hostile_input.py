@@ -115,6 +115,7 @@ def buggy_app() -> Iterator[str]:
 
 def test_a_bug_is_a_500_in_the_dialect_shape_and_the_connection_stays_usable(buggy_app: str) -> None:
     url = urlsplit(buggy_app)
+    assert url.hostname is not None
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
     conn.connect()
     first = conn.sock
@@ -174,6 +175,7 @@ def test_a_non_streaming_client_that_hangs_up_stops_its_generation(
         assert shim.streaming.wait(60), "the engine never started"
     row = wait_until(lambda: next(iter(_calls(proxy.store_url)), None), "the call's row (recorded after the hang-up)",
                      timeout_s=60)
+    assert row is not None  # (wait_until returned it once it was there)
     assert row.status == "partial" and row.finish_reason == "abort", (row.status, row.error)
     assert "client left" in (row.error or "")
     assert 0 < len(decode_ids(row.completion_ids)) < 4000

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from rollwire.app.cli.__main__ import main
 from rollwire.app.serving import ServerThread
@@ -49,7 +50,7 @@ def recorded(engine_url: str, served_model: str, tiny_model_dir: Path, tmp_path:
         run = admin.post("/admin/v1/runs", json={}).json()["id"]
         rollout = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": 1}).json()[0]
         client = openai.OpenAI(base_url=rollout["base_url"], api_key="x", max_retries=0)
-        messages = [{"role": "user", "content": "hello"}]
+        messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
         for _ in range(2):
             out = client.chat.completions.create(model=served_model, messages=messages, max_tokens=6)
             messages += [{"role": "assistant", "content": out.choices[0].message.content or ""},

@@ -5,12 +5,13 @@ time, calls, tokens, splice reuse and segment breaks, in-flight requests and bud
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionAssistantMessageParam, ChatCompletionMessageParam
 from prometheus_client.parser import text_string_to_metric_families
 from sqlmodel import select
 
@@ -40,9 +41,11 @@ def total(samples: dict[Any, float], name: str, **labels: str) -> float:
 def test_proxy_metrics_match_the_store(proxy: Proxy, served_model: str) -> None:
     rollout = proxy.new_rollout()
     chat = openai.OpenAI(base_url=rollout["base_url"], api_key="unused", max_retries=0)
-    first = [{"role": "user", "content": "Say hi."}]
+    first: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hi."}]
     answer = chat.chat.completions.create(model=served_model, messages=first, max_tokens=4, seed=1)
-    follow = first + [answer.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "Again."}]
+    # the answer, dumped, is the assistant message the next request carries
+    said = cast(ChatCompletionAssistantMessageParam, answer.choices[0].message.model_dump(exclude_none=True))
+    follow: list[ChatCompletionMessageParam] = [*first, said, {"role": "user", "content": "Again."}]
     list(chat.chat.completions.create(model=served_model, messages=follow, max_tokens=4, seed=2, stream=True))
     chat.chat.completions.create(model=served_model, messages=[{"role": "user", "content": "New."}], max_tokens=3)
     chat.responses.create(model=served_model, input="Hello there.", max_output_tokens=3)

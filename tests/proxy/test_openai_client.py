@@ -8,6 +8,11 @@ from collections.abc import Callable
 import httpx
 import openai
 import pytest
+from openai.types.chat import (
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessageFunctionToolCall,
+    ChatCompletionMessageParam,
+)
 
 from tests.proxy.conftest import Proxy
 
@@ -22,7 +27,7 @@ def served_model(any_engine_url: str) -> str:
     return str(httpx.get(f"{any_engine_url}/v1/models", timeout=10).json()["data"][0]["id"])
 
 
-TOOLS = [
+TOOLS: list[ChatCompletionFunctionToolParam] = [
     {
         "type": "function",
         "function": {
@@ -32,7 +37,10 @@ TOOLS = [
         },
     }
 ]
-MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Weather in Paris?"}]
+MESSAGES: list[ChatCompletionMessageParam] = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Weather in Paris?"},
+]
 
 
 def _client(proxy: Proxy) -> openai.OpenAI:
@@ -95,7 +103,8 @@ def test_named_tool_choice_opens_the_call_in_the_prompt(proxy: Proxy, served_mod
     )
     message = out.choices[0].message
     if message.tool_calls:
-        assert message.tool_calls[0].function.name == "get_weather"
+        call = message.tool_calls[0]
+        assert isinstance(call, ChatCompletionMessageFunctionToolCall) and call.function.name == "get_weather"
     else:
         assert out.choices[0].finish_reason == "length"
         assert "<tool_call>" not in (message.content or "") and '"name"' not in (message.content or "")

@@ -112,9 +112,9 @@ def _put(body: Any, path: str, value: Any) -> Any:
         if not body:
             return [value] if not rest else body
         index = int(head) % len(body)
-        out = list(body)
-        out[index] = _put(body[index], rest, value) if rest else value
-        return out
+        items = list(body)
+        items[index] = _put(body[index], rest, value) if rest else value
+        return items
     out = dict(body) if isinstance(body, dict) else {}
     out[head] = _put(out.get(head, {}), rest, value) if rest else value
     return out

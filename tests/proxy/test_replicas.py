@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import openai
+from openai.types.chat import ChatCompletionFunctionToolParam
 
 from rollwire.app.serving import listening_socket
 from rollwire.reconstruct import load_calls
@@ -28,7 +29,7 @@ from rollwire.store.schema import ModelCall
 from tests.proxy.conftest import Proxy
 
 TURNS = 6
-TOOLS = [
+TOOLS: list[ChatCompletionFunctionToolParam] = [
     {
         "type": "function",
         "function": {
@@ -153,10 +154,14 @@ def test_cli_workers_splice_exactly(engine_url: str, served_model: str, tiny_mod
 
         def one(rollout: dict[str, Any]) -> tuple[int, int]:
             # a fresh client per call: a new connection each time, so the kernel may hand it to either worker
-            clients = [
-                openai.OpenAI(base_url=rollout["base_url"], api_key="u", http_client=httpx.Client(limits=NO_KEEPALIVE))
-                for _ in range(TURNS)
-            ]
+            clients = []
+            for _ in range(TURNS):
+                http = httpx.Client(limits=NO_KEEPALIVE)
+                # openai takes an httpx.Client as well as an httpx2.Client; its annotation names only the latter
+                client = openai.OpenAI(
+                    base_url=rollout["base_url"], api_key="u", http_client=http  # type: ignore[arg-type]
+                )
+                clients.append(client)
             _converse(clients, served_model)
             return exact_calls(store_url, rollout["id"])
 

@@ -12,6 +12,11 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from openai.types.chat import (
+    ChatCompletionAssistantMessageParam,
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessageParam,
+)
 from sqlmodel import Session, select
 
 from rollwire.errors import InvalidRequest
@@ -75,8 +80,13 @@ def test_rules_round_trip_and_bad_rules_are_named() -> None:
         assert caught.value.param == where
 
 
-TOOLS: Any = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object", "properties": {}}}}]
-TASK = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "List the files."}]
+TOOLS: list[ChatCompletionFunctionToolParam] = [
+    {"type": "function", "function": {"name": "ls", "parameters": {"type": "object", "properties": {}}}}
+]
+TASK: list[ChatCompletionMessageParam] = [
+    {"role": "system", "content": "You are an agent."},
+    {"role": "user", "content": "List the files."},
+]
 
 
 def _lines(proxy: Proxy, rollout_id: str) -> list[tuple[str, str]]:
@@ -93,9 +103,9 @@ def _agent_with_a_title_call(rollout: dict[str, Any], model: str) -> None:
     claude.messages.create(
         model="claude-haiku-4-5", max_tokens=4, system=CLAUDE_TITLE, messages=[{"role": "user", "content": "hi"}]
     )
-    turn = {"role": "assistant", "content": first.choices[0].message.content or ""}
-    again = [*TASK, turn, {"role": "user", "content": "Go on."}]
-    chat.chat.completions.create(model=model, messages=again, tools=TOOLS, max_tokens=4, seed=2)  # type: ignore
+    turn: ChatCompletionAssistantMessageParam = {"role": "assistant", "content": first.choices[0].message.content or ""}
+    again: list[ChatCompletionMessageParam] = [*TASK, turn, {"role": "user", "content": "Go on."}]
+    chat.chat.completions.create(model=model, messages=again, tools=TOOLS, max_tokens=4, seed=2)
 
 
 def test_side_calls_are_recorded_and_streamed_as_their_own_segments(proxy: Proxy, served_model: str) -> None:

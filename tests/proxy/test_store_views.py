@@ -16,6 +16,7 @@ import duckdb
 import openai
 import pandas
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 from sqlalchemy import create_engine, text
 
 from rollwire.app.cli.__main__ import main
@@ -31,7 +32,10 @@ GUIDANCE = "You are a careful assistant. " * 40  # long enough that a continuing
 def _record(proxy: Proxy, model: str, turns: int = 4) -> str:
     rollout = proxy.new_rollout()
     client = openai.OpenAI(base_url=rollout["base_url"], api_key="x", max_retries=0)
-    messages = [{"role": "system", "content": GUIDANCE}, {"role": "user", "content": "Name a colour."}]
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "system", "content": GUIDANCE},
+        {"role": "user", "content": "Name a colour."},
+    ]
     for turn in range(turns):
         out = client.chat.completions.create(model=model, messages=messages, max_tokens=6)
         messages += [{"role": "assistant", "content": out.choices[0].message.content or ""},
@@ -52,18 +56,21 @@ def test_views_give_whole_requests_and_prompts_back_in_plain_sql(
     assert any(c.request_base is not None for c in calls) and any(c.prompt_base is not None for c in calls)
     raw = create_engine(any_store_url)  # plain SQLAlchemy: no rollwire model, just SQL
     with raw.connect() as conn:
-        requests = dict(conn.execute(
+        requests: dict[int, str] = dict(conn.execute(
             text("SELECT call_id, request_json FROM call_requests WHERE rollout_id = :r"), {"r": rollout_id}
         ).all())  # fmt: skip
         query = text("SELECT call_id, prompt_ids, completion_ids FROM call_prompts WHERE rollout_id = :r")
         prompts = {row[0]: (bytes(row[1]), bytes(row[2])) for row in conn.execute(query, {"r": rollout_id})}
     raw.dispose()
-    ids = [c.id for c in calls]
+    ids: list[int] = []
+    for call in calls:  # read back from the store: each has its id
+        assert call.id is not None
+        ids.append(call.id)
     assert sorted(requests) == sorted(prompts) == sorted(ids)
     assert [requests[i] for i in ids] == whole_requests(calls)
     assert [prompts[i][0] for i in ids] == whole_prompts(calls)
-    for call in calls:  # each whole request is JSON, the conversation as that call sent it
-        body = json.loads(requests[call.id])
+    for call_id in ids:  # each whole request is JSON, the conversation as that call sent it
+        body = json.loads(requests[call_id])
         assert body["messages"][0]["content"] == GUIDANCE
     first, last = prompts[ids[0]], prompts[ids[-1]]
     assert _ids(last[0])[: len(_ids(first[0]) + _ids(first[1]))] == _ids(first[0]) + _ids(first[1])  # spliced

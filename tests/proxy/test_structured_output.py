@@ -63,7 +63,7 @@ def test_the_other_dialects_fields_reach_the_bundled_engine(
         client = anthropic.Anthropic(base_url=rollout["anthropic_base_url"], api_key="x", max_retries=0)
         message = client.messages.create(
             model=served_model, max_tokens=40, messages=[{"role": "user", "content": PROMPT}],
-            output_config={"format": {"type": "json_schema", "schema": SCHEMA}},  # type: ignore[call-arg]
+            output_config={"format": {"type": "json_schema", "schema": SCHEMA}},
         )  # fmt: skip
         text = "".join(block.text for block in message.content if block.type == "text")
     else:

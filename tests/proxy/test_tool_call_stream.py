@@ -12,6 +12,12 @@ from typing import Any
 import anyio.to_thread
 import openai
 import pytest
+from openai.types.chat import (
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessage,
+    ChatCompletionMessageFunctionToolCall,
+    ChatCompletionMessageParam,
+)
 from sqlmodel import select
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -32,11 +38,20 @@ TWO_CALLS = (
     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
     '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
 )
-TOOLS = [
+TOOLS: list[ChatCompletionFunctionToolParam] = [
     {"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
     for n in ("get_weather", "get_time")
 ]
-MESSAGES = [{"role": "user", "content": "Paris?"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Paris?"}]
+
+
+def _function_calls(message: ChatCompletionMessage) -> list[ChatCompletionMessageFunctionToolCall]:
+    """The message's tool calls, each a function call (the only kind of tool these tests declare)."""
+    calls = []
+    for call in message.tool_calls or []:
+        assert isinstance(call, ChatCompletionMessageFunctionToolCall), call
+        calls.append(call)
+    return calls
 
 
 class Script:
@@ -110,11 +125,11 @@ def test_parallel_calls_and_reasoning_non_streamed(
     out = client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS)
     message = out.choices[0].message
     assert out.choices[0].finish_reason == "tool_calls"
-    assert [(c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls or []] == [
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in _function_calls(message)] == [
         ("get_weather", {"city": "Paris"}),
         ("get_time", {}),
     ]
-    assert message.reasoning_content == "plan it"
+    assert getattr(message, "reasoning_content", None) == "plan it"  # a field the openai types lack
     assert out.usage is not None and out.usage.completion_tokens == len(script.ids())
     trajectory = proxy.admin.get(f"/admin/v1/rollouts/{rollout['id']}/trajectory").json()
     assert trajectory["segments"][0]["policy_versions"][-1] == 7
@@ -163,7 +178,7 @@ def test_tool_choice_none_and_parallel_off(openai_rollout: OpenAIRollout, script
     assert none.choices[0].message.tool_calls is None and "<tool_call>" in (none.choices[0].message.content or "")
     assert none.choices[0].finish_reason == "stop"
     single = client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS, parallel_tool_calls=False)
-    assert [c.function.name for c in single.choices[0].message.tool_calls or []] == ["get_weather"]
+    assert [c.function.name for c in _function_calls(single.choices[0].message)] == ["get_weather"]
 
 
 def test_required_prefills_the_prompt_and_unparseable_is_text(
@@ -173,7 +188,7 @@ def test_required_prefills_the_prompt_and_unparseable_is_text(
     _, client, _ = openai_rollout(url)
     script.text = 'get_time", "arguments": {}}\n</tool_call>'
     out = client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS, tool_choice="required")
-    assert [c.function.name for c in out.choices[0].message.tool_calls or []] == ["get_time"]
+    assert [c.function.name for c in _function_calls(out.choices[0].message)] == ["get_time"]
     prefill = script.tokenizer('<tool_call>\n{"name": "', add_special_tokens=False)["input_ids"]
     assert script.prompts[-1][-len(prefill) :] == prefill  # the opening is prompt, not sampled
     script.text = '<tool_call>\n{"name": "get_time", "arguments": {broken</tool_call>'

@@ -39,7 +39,7 @@ def batches(draw: st.DrawFn) -> list[bytes]:
     n_choices = draw(st.integers(1, 2))
     length = draw(st.integers(1, 6))
     with_tokens = draw(st.booleans())
-    out = []
+    out: list[dict[str, Any]] = []
     for step in range(length):
         for index in range(n_choices):
             ids = draw(st.lists(st.integers(0, 50_000), min_size=0, max_size=2))

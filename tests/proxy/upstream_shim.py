@@ -24,7 +24,7 @@ def _with_length(headers: list[tuple[bytes, bytes]], length: int) -> list[tuple[
     return [(k, v) for k, v in headers if k.lower() != b"content-length"] + [(b"content-length", str(length).encode())]
 
 
-OPENAPI = {"components": {"schemas": {"CompletionRequest": {"properties": {"stream_interval": {}}}}}}
+OPENAPI: dict[str, Any] = {"components": {"schemas": {"CompletionRequest": {"properties": {"stream_interval": {}}}}}}
 """What vLLM's OpenAPI schema says of its completions' ``stream_interval`` (the rest left out)."""
 
 

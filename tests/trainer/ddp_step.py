@@ -33,8 +33,7 @@ def step(ctx: DistContext, model_dir: Path, trajectories: Path, out: Path) -> No
     from rollwire.trajectory import Trajectory
 
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    model = wrap_model(model, ctx)
+    model = wrap_model(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), ctx)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)  # linear in the gradient: compares gradients exactly
     groups: dict[str, list[Trajectory]] = {}
     for line in trajectories.read_text().splitlines():

@@ -59,6 +59,12 @@ class _Logits(torch.nn.Module):
         return SimpleNamespace(logits=self.logits)
 
 
+def _grad(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s gradient, which the backward pass has filled in."""
+    assert tensor.grad is not None
+    return tensor.grad
+
+
 def _softmax(row: list[float]) -> list[float]:
     e = [math.exp(x - max(row)) for x in row]
     return [x / sum(e) for x in e]
@@ -90,7 +96,7 @@ def test_gspo_sequence_ratio_value_and_gradient() -> None:
         target, g = dlogp.get(pos, (0, 0.0))
         p = _softmax(row)
         want = [g * ((1.0 if v == target else 0.0) - p[v]) for v in range(3)]
-        assert torch.allclose(model.logits.grad[0, pos], torch.tensor(want), atol=1e-6), pos
+        assert torch.allclose(_grad(model.logits)[0, pos], torch.tensor(want), atol=1e-6), pos
 
     clipped = ppo_clip(torch.tensor([[0.0, 0.0]]), torch.tensor([[-0.5, -0.5]]), torch.tensor([[1.0, 1.0]]),
                        log_ratio=torch.tensor([[0.5, 0.5]]))
@@ -108,7 +114,7 @@ def test_entropy_term_value_and_gradient() -> None:
     assert math.isclose(float(loss.detach()), -0.1 * entropy, rel_tol=1e-6)
     # dH/dz_v = -p_v (log p_v + H); the loss is -0.1 H
     want = [0.1 * p[v] * (math.log(p[v]) + entropy) for v in range(3)]
-    assert torch.allclose(model.logits.grad[0, 0], torch.tensor(want), atol=1e-7)
+    assert torch.allclose(_grad(model.logits)[0, 0], torch.tensor(want), atol=1e-7)
     assert math.isclose(stats["entropy_sum"], entropy, rel_tol=1e-6)
 
 
@@ -144,7 +150,7 @@ def test_tis_loss_weights_the_policy_gradient_by_the_truncated_ratio() -> None:
     for pos, target in ((0, 1), (1, 2)):
         p = _softmax(rows[pos])
         want = [0.5 * w[pos] * -0.5 * ((1.0 if v == target else 0.0) - p[v]) for v in range(3)]
-        assert torch.allclose(model.logits.grad[0, pos], torch.tensor(want), atol=1e-7)
+        assert torch.allclose(_grad(model.logits)[0, pos], torch.tensor(want), atol=1e-7)
     assert math.isclose(stats["is_weight_sum"], w[0] + w[1], rel_tol=1e-6)
 
 
@@ -183,12 +189,12 @@ def test_passes_over_one_batch_clip_against_the_policy_before_the_first() -> Non
     loss.backward()
     # position 0: clipped at 1 + 0.2 (constant, no gradient); position 1: ratio 1, the plain weighted gradient
     assert math.isclose(float(loss.detach()), 0.5 * -0.5 * (w[0] * 1.2 + w[1] * 1.0), rel_tol=1e-6)
-    assert torch.equal(anchored.logits.grad[0, 0], torch.zeros(3))
+    assert torch.equal(_grad(anchored.logits)[0, 0], torch.zeros(3))
     p = _softmax(moved[1])
     want = [0.5 * w[1] * -0.5 * ((1.0 if v == 2 else 0.0) - p[v]) for v in range(3)]
-    assert torch.allclose(anchored.logits.grad[0, 1], torch.tensor(want), atol=1e-7)
+    assert torch.allclose(_grad(anchored.logits)[0, 1], torch.tensor(want), atol=1e-7)
 
     unanchored = _Logits([moved])  # no proximal logprobs: the ratio is 1 and position 0 keeps its gradient
     loss, _ = grpo_loss(config)(unanchored, _one_row([s], [0.5, 0.5]))
     loss.backward()
-    assert unanchored.logits.grad[0, 0].abs().sum() > 0
+    assert _grad(unanchored.logits)[0, 0].abs().sum() > 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -29,7 +30,7 @@ def source(tmp_path: Path) -> Path:
     return path
 
 
-def _read(path: Path, fmt: str) -> list[dict]:  # type: ignore[type-arg]
+def _read(path: Path, fmt: str) -> list[dict[str, Any]]:
     if fmt == "jsonl":
         return [json.loads(line) for line in path.read_text().splitlines()]
     return pq.read_table(path).to_pylist()

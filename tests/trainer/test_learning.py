@@ -18,7 +18,7 @@ GOOD = [40, 41, 42, 43]
 BAD = [60, 61, 62, 63]
 
 
-def _seq_logprob(model: torch.nn.Module, traj) -> float:  # type: ignore[no-untyped-def]
+def _seq_logprob(model: torch.nn.Module, traj: Trajectory) -> float:
     samples = samples_from(traj, 0.0)
     batch = micro_batches(samples, token_weights(samples, "token-mean"), capacity=256, packed=True, pad_id=0)[0]
     with torch.no_grad():
@@ -82,7 +82,7 @@ def test_sft_lowers_held_out_loss(tiny_model: torch.nn.Module, sampler: Callable
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     pattern = [30, 31, 32, 33, 34]
 
-    def trace(i: int, reward: float) -> object:
+    def trace(i: int, reward: float) -> Trajectory:
         return sample_trajectory(model, [100 + i, 101 + i], completion=pattern, reward=reward)
 
     train = [trace(i, 1.0) for i in range(6)] + [trace(i, 0.0) for i in range(6, 8)]

@@ -47,6 +47,7 @@ def test_ppo_clip_loss_and_gradient_match_hand_reference() -> None:
 
     assert math.isclose(float(loss.detach()), expected_loss, rel_tol=1e-6)
     assert terms.clipped.tolist() == [[1.0, 0.0]]
+    assert logits.grad is not None
     assert torch.allclose(logits.grad[0], torch.tensor(expected_grad), atol=1e-7)
 
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from rollwire.trainer.batching import micro_batches, pack, samples_from, token_weights
+from rollwire.trainer.batching import MicroBatch, micro_batches, pack, samples_from, token_weights
 from rollwire.trainer.forward import forward_logprobs
 from rollwire.trajectory import Trajectory
 
@@ -25,7 +25,7 @@ def test_packed_padded_and_single_logprobs_agree(tiny_model: torch.nn.Module, sa
     samples = [s for t in trajs for s in samples_from(t, 1.0)]
     weights = token_weights(samples, "token-mean")
 
-    def per_sample(batches: list) -> dict[int, list[float]]:  # type: ignore[type-arg]
+    def per_sample(batches: list[MicroBatch]) -> dict[int, list[float]]:
         out: dict[int, list[float]] = {}
         with torch.no_grad():
             for b in batches:

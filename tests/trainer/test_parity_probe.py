@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from transformers import Qwen3ForCausalLM
 
 from rollwire.app.serving import ServerThread
 from rollwire.settings import EngineSettings
@@ -28,6 +29,7 @@ TOLERANCE = 1e-3
 def _tied_change(tiny_model_dir: Path, out: Path, scale: float = 0.05) -> torch.nn.Module:
     """The tiny model with its tied embedding (and so its output head) perturbed, saved as HF saves it."""
     model = load_tiny(tiny_model_dir)
+    assert isinstance(model, Qwen3ForCausalLM)  # the tiny model's architecture
     assert model.config.tie_word_embeddings
     torch.manual_seed(1)
     with torch.no_grad():

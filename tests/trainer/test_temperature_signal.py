@@ -12,6 +12,7 @@ import httpx
 import openai
 import pytest
 import torch
+from openai.types.chat import ChatCompletionMessageParam
 
 from rollwire.app.serving import ServerThread
 from rollwire.engine import create_app as create_engine
@@ -66,7 +67,7 @@ def test_recorded_and_recomputed_agree_at_t05_top_p09(
     run = admin.post("/admin/v1/runs", json={}).json()["id"]
     rollout = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": 1}).json()[0]
     client = openai.OpenAI(base_url=rollout["base_url"], api_key="x", max_retries=0)
-    messages = [{"role": "user", "content": "Tell me a story about a lighthouse."}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Tell me a story about a lighthouse."}]
     for turn in range(3):  # a spliced multi-turn segment: every call's tokens carry its own parameters
         out = client.chat.completions.create(
             model=served, messages=messages, temperature=0.5, top_p=0.9, max_tokens=24, seed=turn

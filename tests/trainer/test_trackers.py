@@ -51,7 +51,8 @@ def _wandb_records(path: Path) -> list[bytes]:
 
 
 def read_wandb(folder: Path) -> dict[str, list[tuple[int, float]]]:
-    from wandb.proto.wandb_internal_pb2 import Record
+    # wandb's generated protobuf module builds its message classes at import: its types do not declare them
+    from wandb.proto.wandb_internal_pb2 import Record  # type: ignore[attr-defined]
 
     (run_file,) = folder.glob("wandb/offline-run-*/run-*.wandb")
     curves: dict[str, list[tuple[int, float]]] = {key: [] for key in CURVES}
@@ -72,6 +73,7 @@ def read_mlflow(folder: Path) -> dict[str, list[tuple[int, float]]]:
 
     client = MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("rollwire")
+    assert experiment is not None
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.status == "FINISHED" and run.data.params["algo"] == "grpo"
     return {key: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)] for key in CURVES}

@@ -203,7 +203,10 @@ def build_pod(job: RolloutJob, settings: KubernetesSettings, owner: Mapping[str,
     launch = job.launch
     image = pod_image(launch.image, settings)
     secret = secret_name(job.rollout_id)
-    env = [{"name": "ROLLWIRE_WORKSPACE", "value": WORKSPACE}, {"name": "HOME", "value": WORKSPACE}]
+    env: list[dict[str, Any]] = [
+        {"name": "ROLLWIRE_WORKSPACE", "value": WORKSPACE},
+        {"name": "HOME", "value": WORKSPACE},
+    ]
     env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}} for key in sorted(launch.env)]
     volumes = scratch_volumes(settings)
     init: list[dict[str, Any]] = []

@@ -90,9 +90,11 @@ def _exit_status(exc: SystemExit) -> int:
 
 
 def _reopen_std_streams() -> None:
-    sys.stdin = sys.__stdin__ = open(0, closefd=False)  # noqa: SIM115
-    sys.stdout = sys.__stdout__ = open(1, "w", closefd=False)  # noqa: SIM115
-    sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
+    for name in ("stdin", "stdout", "stderr"):  # sys.__stdin__ & co. too (typeshed declares them Final; they are not)
+        setattr(sys, f"__{name}__", getattr(sys, name))
 
 
 def run_child(request: dict[str, Any]) -> int:

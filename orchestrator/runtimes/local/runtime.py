@@ -211,7 +211,7 @@ class LocalRuntime:
         limit = self._settings.max_disk_mb << 20
         if not limit:
             return await proc.process.wait(), None
-        exited: list[int] = []
+        exited: list[int | None] = []  # a pooled rollout whose end was lost has no status
         async with anyio.create_task_group() as group:
 
             async def until_exit() -> None:

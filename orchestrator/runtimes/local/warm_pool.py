@@ -174,7 +174,7 @@ class WarmPool:
             raise PoolUnavailable(self._unavailable or "")
         assert self._group is not None
         self._group.start_soon(self._read)
-        logger.debug("warm pool ready (pid %s, preloaded %s)", self._process.pid, ", ".join(self._preload) or "nothing")
+        logger.debug("warm pool ready (pid %s, preloaded %s)", self.server_pid, ", ".join(self._preload) or "nothing")
 
     async def _start_plain(self) -> None:
         self._process = await anyio.open_process(

@@ -12,6 +12,7 @@ from typing import Any
 import anthropic
 import httpx
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 from sqlmodel import select
 from transformers import AutoTokenizer
 
@@ -31,7 +32,7 @@ def _engine_done(stack: Stack, first: int) -> bool:
 def test_chat_tokens_arrive_while_the_engine_generates(dialect_stack: Stack) -> None:
     rollout = dialect_stack.new_rollout()
     client = openai.OpenAI(base_url=rollout["base_url"], api_key="x", max_retries=0)
-    messages = [{"role": "user", "content": PROMPT}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": PROMPT}]
     first = len(dialect_stack.tap.calls)
     done_at_first_text, texts, usage = None, [], None
     with dialect_stack.tap.holding_ends() as release:  # the engine's end waits for the client's first text

@@ -7,6 +7,7 @@ from typing import Any
 
 import openai
 import pytest
+from openai.types.responses import ResponseInputParam
 
 from rollwire.reconstruct import load_calls
 from rollwire.store import open_engine
@@ -97,7 +98,7 @@ def test_previous_response_id_continues_the_stored_history(dialect_stack: Stack)
     client, rollout = _client(dialect_stack)
     first = len(dialect_stack.tap.calls)
     out = client.responses.create(model="m", input=ROUND_TRIP, tools=TOOLS, max_output_tokens=5, temperature=0.0)
-    follow = [{"role": "user", "content": "And Rome?"}]
+    follow: ResponseInputParam = [{"role": "user", "content": "And Rome?"}]
     again = client.responses.create(
         model="m", previous_response_id=out.id, input=follow, tools=TOOLS, max_output_tokens=5, temperature=0.0
     )

@@ -50,8 +50,12 @@ def test_responses_events_validate_and_assemble() -> None:
     for event in parsed:
         if event.type == "response.function_call_arguments.delta":
             args[event.item_id] = args.get(event.item_id, "") + event.delta
-    calls = [item for item in final.output if item.type == "function_call"]
-    assert [(c.call_id, c.name, args.get(c.id, "")) for c in calls] == [(c.id, c.name, c.arguments) for c in CALLS]
+    assembled = []
+    for item in final.output:
+        if item.type == "function_call":
+            assert item.id is not None  # every call item is named: its argument deltas carry the name
+            assembled.append((item.call_id, item.name, args.get(item.id, "")))
+    assert assembled == [(c.id, c.name, c.arguments) for c in CALLS]
     text = "".join(e.delta for e in parsed if e.type == "response.output_text.delta")
     assert text == final.output_text == "Let me check."
     assert final.usage is not None and final.usage.total_tokens == 14

@@ -7,8 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from bench.viewer import find_chromium
+from viewer import find_chromium
 
 BENCH = Path(__file__).resolve().parents[3] / "bench" / "viewer.py"
 

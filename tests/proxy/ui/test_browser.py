@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from viewer import DevTools, find_chromium, write_rollout
 
-from bench.viewer import DevTools, find_chromium, write_rollout
 from tests.proxy.conftest import OPERATOR_KEY, Proxy
 from tests.proxy.ui.conftest import Recorded
 
