@@ -6,8 +6,8 @@ past it is refused as the budget's, not failed as the engine's."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
+from contextvars import Token
 from typing import Any
 
 from rollwire.errors import Forbidden, UpstreamTimeout
@@ -26,6 +26,7 @@ class Admission:
         self.caller = caller
         self.dialect = dialect
         self.ticket = ticket
+        self._deadline: Token[float | None]  # set on entering
 
     @classmethod
     async def admit(
@@ -42,24 +43,21 @@ class Admission:
             raise
         return cls(budgets, caller, dialect, ticket), conv
 
-    @contextlib.asynccontextmanager
-    async def deadline(self) -> AsyncIterator[None]:
-        """The upstream's waits within this block end at the call's deadline; running past it is the rollout's
-        budget spent (recorded as its refusal), not an engine failure."""
-        token = DEADLINE.set(self.budgets.deadline(self.caller, None))
-        try:
-            yield
-        except UpstreamTimeout as exc:
+    async def __aenter__(self) -> None:
+        """Inside ``async with admission``, the upstream's waits end at the call's deadline; running past it is the
+        rollout's budget spent (recorded as its refusal), not an engine failure."""
+        self._deadline = DEADLINE.set(self.budgets.deadline(self.caller, None))
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        DEADLINE.reset(self._deadline)
+        if isinstance(exc, UpstreamTimeout):
             limit = self.caller.budgets.get("call_deadline_s")
-            if limit is None:
-                raise
-            spent = Forbidden(
-                f"rollout {self.caller.rollout_id} ran past its call deadline of {limit} s "
-                f"(budget call_deadline_s; {exc.message}); the generation was stopped"
-            )
-            raise await self.budgets.refuse(self.caller, "deadline", self.dialect, spent) from None
-        finally:
-            DEADLINE.reset(token)
+            if limit is not None:
+                spent = Forbidden(
+                    f"rollout {self.caller.rollout_id} ran past its call deadline of {limit} s "
+                    f"(budget call_deadline_s; {exc.message}); the generation was stopped"
+                )
+                raise await self.budgets.refuse(self.caller, "deadline", self.dialect, spent) from None
 
     async def held(self, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
         """A stream's events; the in-flight slot is given back when the stream ends (or is dropped)."""

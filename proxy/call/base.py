@@ -18,10 +18,11 @@ class RequestBody:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Call:
     """One model call: the rollout's caller, the request parsed (with the output cap admission granted), the
-    dialect that answers it and the body as sent."""
+    dialect that answers it and the body as sent. Not frozen: made once a call, where a frozen dataclass's
+    ``__init__`` costs three times as much."""
 
     caller: Caller
     conv: Conversation

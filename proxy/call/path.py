@@ -77,7 +77,7 @@ class CallPath:
         call = Call(caller, conv, dialect, RequestBody(raw, text if text is not None else json_text(raw)))
         streaming = False
         try:
-            async with admission.deadline():
+            async with admission:
                 live = await self._started(call)
                 if not conv.stream:
                     body = await whole_answer(live, partial(until_disconnect, http.receive))

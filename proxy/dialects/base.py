@@ -12,7 +12,7 @@ from rollwire.errors import RollwireError
 from rollwire.proxy.conversation import Conversation, Generation, Message, StreamEvent
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class History:
     """Where a dialect that lets a request name an earlier answer (Responses' ``previous_response_id``) reads
     the rollout's calls."""
