@@ -5,8 +5,10 @@ test and says what it waited for. One helper, so every such wait is bounded and 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
+
+import anyio
 
 T = TypeVar("T")
 
@@ -24,4 +26,21 @@ def wait_until(
     return found
 
 
-__all__ = ["wait_until"]
+async def wait_until_async(
+    read: Callable[[], T | Awaitable[T]], what: str, *, ok: Callable[[T], Any] = bool, timeout_s: float = 30.0,
+    every_s: float = 0.05,
+) -> T:  # fmt: skip
+    """``wait_until`` for a test that runs on an event loop: ``read`` may be a coroutine function, and the loop
+    runs other tasks between reads."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = read()
+        value: T = await found if isinstance(found, Awaitable) else found
+        if ok(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what} (last read: {value!r:.200})")
+        await anyio.sleep(every_s)
+
+
+__all__ = ["wait_until", "wait_until_async"]

@@ -10,7 +10,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 from rollwire.app.stack import free_port
 from rollwire.app.vllm_runtime import installed_python, serve_command, serve_env
 from rollwire.settings import Settings
+from tests.polling import wait_until
 
 REQUIRE_ENV = "ROLLWIRE_REQUIRE_VLLM"
 MAX_MODEL_LEN = 32768
@@ -48,18 +48,18 @@ def serve_vllm(model_dir: Path, log_dir: Path) -> Iterator[str]:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=serve_env(), start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
+        def healthy() -> bool:
             if process.poll() is not None:
                 pytest.fail(f"vLLM exited with status {process.returncode}: {_tail(log)}")
             try:
-                if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
-                    break
+                return httpx.get(f"{url}/health", timeout=2.0).status_code == 200
             except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM did not answer /health in {START_TIMEOUT_S:.0f}s: {_tail(log)}")
-            time.sleep(0.5)
+                return False
+
+        try:
+            wait_until(healthy, "vLLM to answer /health", timeout_s=START_TIMEOUT_S, every_s=0.5)
+        except AssertionError as exc:
+            pytest.fail(f"{exc}: {_tail(log)}")
         yield url
     finally:
         # its own process group: the API server and its engine-core worker go together

@@ -23,7 +23,7 @@ from rollwire.mcp_servers.server_config import UpstreamSpec
 from rollwire.store import McpMessage, ToolEvent, session_scope
 from tests.mcp_servers.env_stack import EnvServers, GatewayStack, gateway_stack, result_text
 from tests.mcp_servers.npm_servers import npm_server
-from tests.polling import wait_until
+from tests.polling import wait_until, wait_until_async
 
 
 def _messages(stack: GatewayStack, rollout_id: str) -> list[McpMessage]:
@@ -37,9 +37,10 @@ def _cancelled(events: list[ToolEvent]) -> bool:
 
 
 async def _cancel_recorded(stack: GatewayStack, rollout_id: str, deadline_s: float = 20.0) -> None:
-    with anyio.fail_after(deadline_s):
-        while not any(e.error == "cancelled by the harness" for e in await anyio.to_thread.run_sync(stack.events, rollout_id)):
-            await anyio.sleep(0.05)
+    await wait_until_async(
+        lambda: anyio.to_thread.run_sync(stack.events, rollout_id), "the cancel to be recorded", ok=_cancelled,
+        timeout_s=deadline_s,
+    )  # fmt: skip
 
 
 class Harness:

@@ -14,6 +14,7 @@ from rollwire.orchestrator.runtimes.base import Ended, Handle
 from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
 from rollwire.orchestrator.scoring import ExpectedAnswerScorer
 from tests.orchestrator.runs import LAUNCH_MODES, ScriptAdapter, orchestrator_settings, plan, run_with
+from tests.polling import wait_until_async
 
 HARNESS = """
 import os, pathlib, sys
@@ -93,8 +94,7 @@ class StartedFirst(LocalRuntime):
 
     async def wait(self, handle: Handle, timeout_s: float) -> Ended:
         log = self._procs[handle.rollout_id].folder / "output.log"
-        while "started" not in (log.read_text() if log.is_file() else ""):
-            await anyio.sleep(0.02)
+        await wait_until_async(lambda: log.is_file() and "started" in log.read_text(), "the harness to print started")
         return await super().wait(handle, timeout_s)
 
 

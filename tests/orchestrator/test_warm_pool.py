@@ -15,6 +15,7 @@ from rollwire.harness_adapters.base import Launch, RolloutContext
 from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
 from rollwire.orchestrator.scheduler import RunPlan, TaskSpec, live_rows
 from tests.orchestrator.runs import ScriptAdapter, orchestrator_settings, plan, run_with
+from tests.polling import wait_until_async
 
 WARM = ["openai"]
 
@@ -113,9 +114,11 @@ async def test_fork_server_death_loses_rollouts_which_retry_cold(book, tmp_path:
     settings = orchestrator_settings(workspace_root=str(tmp_path / "ws"), warm_preload=WARM, sandbox=False)
 
     async def kill_server() -> None:
-        while not flag.exists() or not flag.read_text():
-            await anyio.sleep(0.05)
-        os.kill(int(flag.read_text()), signal.SIGKILL)
+        def written() -> str:
+            return flag.read_text() if flag.exists() else ""
+
+        pid = await wait_until_async(written, "the fork server's pid", timeout_s=60)
+        os.kill(int(pid), signal.SIGKILL)
 
     with anyio.fail_after(60):
         async with LocalRuntime(settings, host_env=dict(os.environ)) as runtime, anyio.create_task_group() as group:

@@ -90,7 +90,7 @@ def test_chunked_lines_split_across_chunks() -> None:
         for piece in (b"data: one\n", b"\ndata: t", b"wo\n\nda", b"ta: [DONE]\n\n"):
             writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
             await writer.drain()
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # the server's pace: each piece leaves as a chunk of its own
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         await reader.read()  # until the client closes
@@ -107,7 +107,7 @@ def test_chunked_lines_split_across_chunks() -> None:
 def test_a_silent_upstream_times_out() -> None:
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_request(reader)
-        await asyncio.sleep(2)
+        await asyncio.sleep(2)  # a server that never answers (the client's 0.2 s timeout is what is tested)
 
     async def wait(pool: Pool) -> None:
         with pytest.raises(TimeoutError):

@@ -133,7 +133,7 @@ class FakeProxy:
             lines = self._after(after)
             while not lines and anyio.current_time() < deadline:
                 self.caught_up.set()
-                await anyio.sleep(0.02)
+                await anyio.sleep(0.02)  # the fake server's long poll, as the proxy's route waits for new lines
                 lines = self._after(after)
             if not lines:
                 self.caught_up.set()
