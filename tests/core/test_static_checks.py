@@ -25,6 +25,7 @@ def _run(*argv: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # a first run, with no cache, reads every installed package it follows (~2 min here)
 def test_mypy_passes_on_the_whole_tree(tmp_path: Path) -> None:
     done = _run("mypy", tmp_path=tmp_path)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
