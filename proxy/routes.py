@@ -3,7 +3,7 @@
 answers the trainer and operators: the operator API, the trajectory stream, the viewer and ``/metrics``.
 
 A dialect's routes render their errors in that dialect's shape; the route is the same for every dialect: auth,
-read the body, the dialect's own reading of it (``Dialect.incoming``), parse, and the call path's answer."""
+read the body, the dialect's reading of it (``Dialect.accept``), and the call path's answer."""
 
 from __future__ import annotations
 
@@ -63,9 +63,8 @@ def generate(dialect: Dialect) -> Handler:
         state = _state(request)
         caller = await state.auth.caller(request)
         raw, text = await state.read_json_text(request)
-        raw, text = await dialect.incoming(raw, text, History(state.engine, caller.rollout_id))
-        conv = dialect.parse_request(raw)
-        return await state.calls.answer(caller, conv, dialect.for_request(raw), raw, text, request)
+        accepted = await dialect.accept(raw, text, History(state.engine, caller.rollout_id))
+        return await state.calls.answer(caller, accepted, request)
 
     return _in_shape(dialect, route)
 

@@ -7,7 +7,6 @@ version its answers carry), the template, the parsers, the splice state, the rec
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
 
 import anyio
 from starlette.background import BackgroundTask
@@ -22,8 +21,7 @@ from rollwire.proxy.call.prepare import Prepared, prepare
 from rollwire.proxy.call.record import record_engine_failure
 from rollwire.proxy.call.run import ENGINE_ERRORS, LiveGeneration, start_live, whole_answer
 from rollwire.proxy.call.settle import Settling
-from rollwire.proxy.conversation import Conversation
-from rollwire.proxy.dialects.base import Dialect
+from rollwire.proxy.dialects.base import Accepted
 from rollwire.proxy.parsers.base import ReasoningParser, ToolParser
 from rollwire.proxy.recorder import Recorder
 from rollwire.proxy.render import Renderer
@@ -65,14 +63,12 @@ class CallPath:
         self.after_answer = BackgroundTask(self.settling.after_answer)
         """Every answer's background task: settles the call once its answer has left (one for all)."""
 
-    async def answer(
-        self, caller: Caller, conv: Conversation, dialect: Dialect, raw: dict[str, Any], text: str | None,
-        http: Request,
-    ) -> Response:  # fmt: skip
-        """``conv`` (parsed from ``raw`` by ``dialect``) answered. ``text`` is the body as sent (None when ``raw``
-        differs from it): stored as is."""
+    async def answer(self, caller: Caller, accepted: Accepted, http: Request) -> Response:
+        """The request a dialect accepted, answered in that dialect. The body's text as sent is stored as is
+        (serialized here only where the dialect changed the body)."""
+        dialect, raw, text = accepted.answering, accepted.body, accepted.text
         admission, conv = await Admission.admit(
-            self.budgets, caller, conv, dialect.name, self.settings.default_max_output_tokens
+            self.budgets, caller, accepted.conv, dialect.name, self.settings.default_max_output_tokens
         )
         call = Call(caller, conv, dialect, RequestBody(raw, text if text is not None else json_text(raw)))
         streaming = False

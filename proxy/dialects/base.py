@@ -13,6 +13,18 @@ from rollwire.proxy.conversation import Conversation, Generation, Message, Strea
 
 
 @dataclass(slots=True)
+class Accepted:
+    """A request a dialect has read: the conversation, the dialect object that answers it (one bound to the
+    request's tools, where the answer depends on them), and the body with its text as sent (``text``: None where
+    the body is no longer what was sent, as when it was expanded with stored history)."""
+
+    conv: Conversation
+    answering: Dialect
+    body: dict[str, Any]
+    text: str | None
+
+
+@dataclass(slots=True)
 class History:
     """Where a dialect that lets a request name an earlier answer (Responses' ``previous_response_id``) reads
     the rollout's calls."""
@@ -30,12 +42,9 @@ class Dialect(Protocol):
     count_tokens_path: str | None
     """Its token-counting route, where the dialect has one."""
 
-    async def incoming(self, raw: Any, text: str | None, history: History) -> tuple[Any, str | None]:
-        """The request as the call path takes it (``text``: None once it differs from the body as sent)."""
-        ...
-
-    def for_request(self, body: dict[str, Any]) -> Dialect:
-        """The dialect object that answers ``body`` (already checked by ``parse_request``)."""
+    async def accept(self, raw: Any, text: str | None, history: History) -> Accepted:
+        """A request body read as this dialect reads it (``InvalidRequest`` naming the field): the conversation,
+        and what the call path needs besides."""
         ...
 
     def parse_request(self, body: Any) -> Conversation:
@@ -63,4 +72,4 @@ class Dialect(Protocol):
         ...
 
 
-__all__ = ["Dialect", "History"]
+__all__ = ["Accepted", "Dialect", "History"]

@@ -22,7 +22,7 @@ from rollwire.proxy.conversation import (
     TokenLogprobs,
     ToolCall,
 )
-from rollwire.proxy.dialects.base import History
+from rollwire.proxy.dialects.base import Accepted, History
 from rollwire.proxy.dialects.fields import (
     checked_schema,
     flag,
@@ -150,11 +150,8 @@ class ChatDialect:
     path = "/chat/completions"
     count_tokens_path: str | None = None
 
-    async def incoming(self, raw: Any, text: str | None, history: History) -> tuple[Any, str | None]:
-        return raw, text
-
-    def for_request(self, body: dict[str, Any]) -> ChatDialect:
-        return self
+    async def accept(self, raw: Any, text: str | None, history: History) -> Accepted:
+        return Accepted(self.parse_request(raw), self, raw, text)
 
     def parse_request(self, body: Any) -> Conversation:
         model = requested_model(body)

@@ -22,7 +22,7 @@ from rollwire.proxy.conversation import (
     TextDelta,
     ToolCall,
 )
-from rollwire.proxy.dialects.base import History
+from rollwire.proxy.dialects.base import Accepted, History
 from rollwire.proxy.dialects.fields import (
     ANTHROPIC_TOOL_NAME,
     checked_schema,
@@ -275,11 +275,8 @@ class MessagesDialect:
     path = "/messages"
     count_tokens_path: str | None = "/messages/count_tokens"
 
-    async def incoming(self, raw: Any, text: str | None, history: History) -> tuple[Any, str | None]:
-        return raw, text
-
-    def for_request(self, body: dict[str, Any]) -> MessagesDialect:
-        return self
+    async def accept(self, raw: Any, text: str | None, history: History) -> Accepted:
+        return Accepted(self.parse_request(raw), self, raw, text)
 
     def parse_request(self, body: Any) -> Conversation:
         return parse_messages(body)

@@ -17,7 +17,7 @@ from rollwire.proxy.conversation import (
     StreamEvent,
     ToolCall,
 )
-from rollwire.proxy.dialects.base import History
+from rollwire.proxy.dialects.base import Accepted, History
 from rollwire.proxy.dialects.fields import (
     flag,
     named_choice,
@@ -88,10 +88,14 @@ class ResponsesDialect:
     def __init__(self, tools: ResponsesTools | None = None) -> None:
         self.tools = tools or ResponsesTools()
 
-    async def incoming(self, raw: Any, text: str | None, history: History) -> tuple[Any, str | None]:
-        """The request with the input of the answer it continues (``previous_response_id``) read from the store."""
+    async def accept(self, raw: Any, text: str | None, history: History) -> Accepted:
+        """The request with the input of the answer it continues (``previous_response_id``) read from the store,
+        answered by the dialect bound to its tools (``for_request``)."""
         expanded = await expand_previous(history.store, history.rollout_id, raw)
-        return (raw, text) if expanded is raw else (expanded, None)
+        if expanded is not raw:
+            raw, text = expanded, None
+        conv = self.parse_request(raw)
+        return Accepted(conv, self.for_request(raw), raw, text)
 
     def for_request(self, body: dict[str, Any]) -> ResponsesDialect:
         """The dialect that answers ``body`` (already checked by ``parse_request``)."""
