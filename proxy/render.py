@@ -26,7 +26,7 @@ RENDERED_CACHE_TOKENS = 1_000_000
 
 
 class Renderer:
-    """Sync template operations (session.py calls them); ``a*`` variants for the event loop."""
+    """Sync template operations (the splice planner calls them); ``a*`` variants for the event loop."""
 
     def __init__(self, tokenizer: Any) -> None:
         if not getattr(tokenizer, "chat_template", None):

@@ -1,6 +1,6 @@
 """A model call's prompt as the store keeps it: whole, or only what follows the earlier call it continues.
 
-A call that continues an earlier call of its rollout (a splice, ``proxy/session.py``) sends that call's prompt,
+A call that continues an earlier call of its rollout (a splice, ``proxy/splice/plan.py``) sends that call's prompt,
 then its sampled ids, then a new tail. Stored whole, each call of an agent's rollout would write its whole
 context again, so a rollout's rows grow with the square of its turns (30 calls at a 32k-token context: ~3.8 MB
 of ids, where ~130 kB hold them all) and every call writes, logs and checkpoints all of it. Such a call keeps

@@ -1,4 +1,4 @@
-"""session.py on its own (tiny model's template): splice reuses exact ids, rewrites and branches start a new
+"""The splice planner (proxy/splice/plan.py) on its own (tiny model's template): splice reuses exact ids, rewrites and branches start a new
 segment with a reason, and the tail is only the newly rendered messages."""
 
 from __future__ import annotations
