@@ -1,5 +1,5 @@
-"""The splice planner (proxy/splice/plan.py) on its own (tiny model's template): splice reuses exact ids, rewrites and branches start a new
-segment with a reason, and the tail is only the newly rendered messages."""
+"""The splice planner (proxy/splice/plan.py) on its own (tiny model's template): splice reuses exact ids,
+rewrites and branches start a new segment with a reason, and the tail is only the newly rendered messages."""
 
 from __future__ import annotations
 
