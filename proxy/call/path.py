@@ -1,5 +1,6 @@
-"""The call path's owner: one object takes a parsed request of any dialect through admission -> prepare -> run ->
-record (run records the answer at its end), and answers with a JSON body or the dialect's events streamed as tokens arrive.
+"""The call path's owner: one object takes a request any dialect accepted through admission -> prepare -> run ->
+record (run records the answer at its end), and answers with a JSON body or the dialect's events streamed as
+tokens arrive.
 
 Everything a call needs lives here, built once per process: the engine client, the served model (and the policy
 version its answers carry), the template, the parsers, the splice state, the recorder and the budgets."""
