@@ -1,11 +1,11 @@
 """Preparing a call: everything that can refuse it before the engine is asked. The served model resolved, the
 rollout's earlier calls read (``splice.priors``), the prompt planned (``splice.plan``), the output cap fitted to
-the context (``limits``), the seed chosen, and the engine's request body built."""
+the context (``limits``) and the seed chosen: all the engine's request is made of (``call.run`` sends it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio.to_thread
 
@@ -15,7 +15,6 @@ from rollwire.proxy.conversation import Conversation, Sampling
 from rollwire.proxy.limits import OutputCap, fit_output
 from rollwire.proxy.lines import call_line
 from rollwire.proxy.splice.plan import Plan, PriorCall, encode_work, plan_prompt
-from rollwire.proxy.upstream import completion_body
 from rollwire.side_calls import MAIN, rules_of
 from rollwire.store import now_ns
 
@@ -36,16 +35,21 @@ figures are in ``docs/bench-log.md``). The first chunk still comes at once; a pa
 few tokens sampled (fewer than this many)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Prepared:
-    """A call ready for the engine."""
+    """A call ready for the engine (not frozen: made once a call, where a frozen ``__init__`` costs 3x)."""
 
     started: int
     prefill: str
     plan: Plan
-    body: dict[str, Any]
+    model: str
+    """The served name the request goes to."""
+    sampling: Sampling
+    """As sent: the output cap fitted to the context, the seed where the run gives one."""
+    stream_interval: int | None
+    """Tokens an engine chunk may hold, where the engine takes the field (whole answers only)."""
     prompt_json: bytes
-    """``body``'s prompt as the request writes it (``Plan.json_prompt``): sent, then extended by what a later call
+    """The prompt's ids as the request writes them (``Plan.json_prompt``): sent, then extended by what a later call
     splices onto (``PriorCall.ids_json``)."""
     line: str = MAIN
     """The agent's main line, or ``side:<rule>`` (``rollwire.side_calls``)."""
@@ -57,7 +61,7 @@ class Prepared:
 
 
 async def prepare(path: CallPath, call: Call) -> Prepared:
-    """Model, prompt plan and engine body for ``call``."""
+    """Model, prompt plan and sampling for ``call``."""
     started = now_ns()
     conv = call.conv
     served = await path.served.resolve(conv.model)
@@ -73,10 +77,9 @@ async def prepare(path: CallPath, call: Call) -> Prepared:
     plan = await _plan(path, conv, priors, prefill)
     sampling, cap = _sampling(path, conv.sampling, plan.prompt_ids)
     interval = WHOLE_ANSWER_STREAM_INTERVAL if not conv.stream and path.served.stream_interval else None
-    body = completion_body(served, plan.prompt_ids, sampling, path.stop_ids, interval)
     line = call_line(conv, priors, rules_of(call.caller.meta))
     base = _request_of(priors, plan.spliced_from)
-    return Prepared(started, prefill, plan, body, plan.json_prompt(), line, cap, base)
+    return Prepared(started, prefill, plan, served, sampling, interval, plan.json_prompt(), line, cap, base)
 
 
 def _prefill(path: CallPath, conv: Conversation) -> str:

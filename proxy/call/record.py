@@ -120,7 +120,7 @@ def _call_fields(path: CallPath, call: Call, prepared: Prepared, prompt_blob: by
         "request_tail": kept.tail,
         "prompt_ids": stored_prompt(prompt_blob, plan.spliced_from, plan.reused_prefix_len),
         "prompt_base": plan.spliced_from,
-        "sampling": sampling_record(replace(conv.sampling, seed=prepared.body.get("seed"))),  # the seed sent
+        "sampling": sampling_record(replace(conv.sampling, seed=prepared.sampling.seed)),  # the seed sent
         "segment_index": plan.segment_index,
         "segment_break": plan.segment_break,
         "reused_prefix_len": plan.reused_prefix_len,

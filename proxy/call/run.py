@@ -40,7 +40,7 @@ from rollwire.proxy.conversation import (
 )
 from rollwire.proxy.parsers.base import new_id
 from rollwire.proxy.render import Renderer
-from rollwire.proxy.upstream import ChoiceChunk, Opened, Sampled, chunks, open_stream
+from rollwire.proxy.upstream import ChoiceChunk, Opened, Sampled, chunks, completion_body, open_stream
 from rollwire.store.schema import ENGINE_FAILED
 
 if TYPE_CHECKING:
@@ -270,8 +270,10 @@ async def whole_answer(live: LiveGeneration, client_left: Callable[[], Awaitable
 async def start_live(path: CallPath, call: Call, prepared: Prepared) -> LiveGeneration:
     """Open the engine's stream for a prepared call (errors so far are ordinary HTTP errors); ``events()``
     follow. A whole answer's text is parsed once at its end: nobody reads its deltas."""
+    plan, sampling = prepared.plan, prepared.sampling
+    body = completion_body(prepared.model, plan.prompt_ids, sampling, path.stop_ids, prepared.stream_interval)
     sent = time.perf_counter()
-    opened = await open_stream(path.client, prepared.body, prepared.prompt_json)
+    opened = await open_stream(path.client, body, prepared.prompt_json)
     return LiveGeneration(path, call, prepared, opened, deltas=call.conv.stream, sent=sent)
 
 
