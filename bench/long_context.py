@@ -1,11 +1,22 @@
-"""What a long context costs the bundled engine: time per call and memory at harness-sized prompts.
+"""What a long context costs the bundled engine: time per call and memory at harness-sized prompts, and what
+prefix caching saves a multi-turn session.
 
     python bench/long_context.py [--max-model-len 65536] [--lengths 1000,16000,44000,64000] [--model PATH]
+    python bench/long_context.py --sessions 16000,44000 [--turns 10] [--uncached-turns 2]
 
-Starts `rollwire engine` (the tiny model by default) with `--max-model-len`, as `rollwire up` does, and sends
-one token-id prompt of each length (Codex CLI's default prompt is ~15k tokens, Claude Code's ~45k), each
-generating --max-tokens tokens (ignore_eos), --repeat times. Prints one table: seconds per call, its ratio
-to the shortest prompt, and the engine process's resident memory (now and its peak so far, from /proc).
+Starts `rollwire engine` (the tiny model by default) with `--max-model-len`, as `rollwire up` does.
+
+Lengths: one token-id prompt of each length (Codex CLI's default prompt is ~15k tokens, Claude Code's ~45k), each
+generating --max-tokens tokens (ignore_eos), --repeat times, each call with a salt of its own so none reuses an
+earlier one's cached prefix. One table: seconds per call, its ratio to the shortest prompt, and the engine
+process's resident memory (now and its peak so far, from /proc).
+
+Sessions: an agent's conversation, as a harness sends it: turn 1 is a prompt of the prefix length, every later
+turn is the previous prompt + the previous answer's ids + --turn-tokens new ones (a tool result). Each session
+runs --turns turns on an engine with prefix caching (its default) and, side by side in the same run, its first
+--uncached-turns turns on a second engine started with `--prefix-cache-mib 0` (every uncached turn prefills the
+whole prompt again, so a few turns measure it). One table: seconds per turn with and without the cache, the ratio
+of turn 2+, the tokens the engine reused (its /metrics) and its memory: resident, and what the cache holds.
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -30,11 +42,11 @@ def _free_port() -> int:
 
 
 @contextmanager
-def engine(model: str | None, max_model_len: int) -> Iterator[tuple[str, int]]:
-    """A `rollwire engine` subprocess; yields (base URL, pid) once /health answers."""
+def engine(model: str | None, max_model_len: int, *extra: str) -> Iterator[tuple[str, int]]:
+    """A `rollwire engine` subprocess (``extra``: more of its flags); yields (base URL, pid) once /health answers."""
     port = _free_port()
     argv = [sys.executable, "-m", "rollwire.app.cli", "--log-level", "WARNING", "engine", "--port", str(port)]
-    argv += ["--max-model-len", str(max_model_len)] + (["--model", model] if model else [])
+    argv += ["--max-model-len", str(max_model_len), *extra] + (["--model", model] if model else [])
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -65,17 +77,24 @@ def memory_mib(pid: int) -> tuple[float, float]:
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--max-model-len", type=int, default=65536, help="the engine's context (default 65536)")
-    parser.add_argument("--lengths", default="1000,16000,44000,64000", help="prompt lengths in tokens")
-    parser.add_argument("--max-tokens", type=int, default=32, help="tokens generated per call (default 32)")
-    parser.add_argument("--repeat", type=int, default=2, help="calls per length (default 2)")
-    parser.add_argument("--model", default=None, help="local HF checkpoint folder (default: the tiny model)")
-    args = parser.parse_args(argv)
-    lengths = [int(n) for n in args.lengths.split(",")]
-    if max(lengths) + args.max_tokens > args.max_model_len:
-        raise SystemExit("every prompt length + --max-tokens must fit in --max-model-len")
+def metric(client: httpx.Client, name: str) -> int:
+    """One series of the engine's /metrics."""
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(name + "{"):
+            return int(float(line.rsplit(" ", 1)[1]))
+    raise SystemExit(f"the engine's /metrics has no {name}")
+
+
+def complete(client: httpx.Client, body: dict[str, Any]) -> tuple[float, list[int]]:
+    """(seconds, sampled ids) of one completion."""
+    start = time.perf_counter()
+    reply = client.post("/v1/completions", json=body)
+    if reply.status_code != 200:
+        raise SystemExit(f"the engine answered {reply.status_code}: {reply.text[:300]}")
+    return time.perf_counter() - start, list(reply.json()["choices"][0]["token_ids"])
+
+
+def lengths_table(args: argparse.Namespace, lengths: list[int]) -> None:
     rows: list[tuple[int, float, float, float]] = []
     with engine(args.model, args.max_model_len) as (url, pid), httpx.Client(base_url=url, timeout=1800) as client:
         served = client.get("/v1/models").json()["data"][0]["id"]
@@ -91,18 +110,94 @@ def main(argv: list[str] | None = None) -> int:
                 "return_token_ids": True,
             }
             print(f"prompt of {length} tokens x {args.repeat} ...", flush=True)
-            start = time.perf_counter()
-            for _ in range(args.repeat):
-                reply = client.post("/v1/completions", json=body)
-                if reply.status_code != 200:
-                    raise SystemExit(f"the engine answered {reply.status_code}: {reply.text[:300]}")
-            rows.append((length, (time.perf_counter() - start) / args.repeat, *memory_mib(pid)))
+            seconds = sum(complete(client, {**body, "cache_salt": f"call-{n}"})[0] for n in range(args.repeat))
+            rows.append((length, seconds / args.repeat, *memory_mib(pid)))
     base = rows[0][1]
     print(f"\n{'prompt tokens':>13} {'s per call':>10} {'x shortest':>10} {'RSS MiB':>8} {'peak RSS MiB':>12}")
     for length, seconds, rss, peak in rows:
         print(f"{length:>13} {seconds:>10.2f} {seconds / base:>10.2f} {rss:>8.0f} {peak:>12.0f}")
     print(f"(idle engine: {idle:.0f} MiB; {args.max_tokens} tokens generated per call; torch threads: "
           f"{os.environ.get('OMP_NUM_THREADS', 'default')})")  # fmt: skip
+
+
+def session(client: httpx.Client, prefix: int, turns: int, args: argparse.Namespace) -> list[tuple[float, int]]:
+    """(seconds, tokens reused) of each turn of one session; turn 1 is ``prefix`` tokens long."""
+    served = client.get("/v1/models").json()["data"][0]["id"]
+    prompt = [(7 * j) % 1000 + 20 for j in range(prefix)]
+    out: list[tuple[float, int]] = []
+    for turn in range(turns):
+        hits = metric(client, "vllm:prefix_cache_hits_total")
+        body = {"model": served, "prompt": prompt, "max_tokens": args.max_tokens, "ignore_eos": True,
+                "temperature": 1.0, "seed": turn, "return_token_ids": True, "cache_salt": f"session-{prefix}"}  # fmt: skip
+        seconds, sampled = complete(client, body)
+        out.append((seconds, metric(client, "vllm:prefix_cache_hits_total") - hits))
+        print(f"  turn {turn + 1}: {len(prompt)} tokens, {seconds:.2f} s", flush=True)
+        prompt = prompt + sampled + [(13 * j + turn) % 1000 + 20 for j in range(args.turn_tokens)]
+    return out
+
+
+def sessions_table(args: argparse.Namespace, prefixes: list[int]) -> None:
+    cached: dict[int, list[tuple[float, int]]] = {}
+    uncached: dict[int, list[tuple[float, int]]] = {}
+    memory: dict[int, tuple[float, float, float]] = {}
+    for label, flags, into in (("with", (), cached), ("without", ("--prefix-cache-mib", "0"), uncached)):
+        turns = args.turns if into is cached else args.uncached_turns
+        with engine(args.model, args.max_model_len, *flags) as (url, pid), httpx.Client(base_url=url, timeout=3600) as c:
+            for prefix in prefixes:
+                print(f"session at {prefix} tokens, {turns} turns, {label} the prefix cache ...", flush=True)
+                into[prefix] = session(c, prefix, turns, args)
+                if into is cached:
+                    memory[prefix] = (*memory_mib(pid), metric(c, "rollwire_engine_prefix_cache_bytes") / 2**20)
+    print(f"\n{'prefix':>7} {'turn':>5} {'s cached':>9} {'s uncached':>10} {'reused tokens':>13}")
+    for prefix in prefixes:
+        for turn, (seconds, reused) in enumerate(cached[prefix]):
+            other = f"{uncached[prefix][turn][0]:>10.2f}" if turn < len(uncached[prefix]) else f"{'':>10}"
+            print(f"{prefix:>7} {turn + 1:>5} {seconds:>9.2f} {other} {reused:>13}")
+    print(f"\n{'prefix':>7} {'turn 2+ cached s':>16} {'uncached s':>10} {'x faster':>8} {'worst x':>7} "
+          f"{'RSS MiB':>8} {'peak RSS MiB':>12} {'cache MiB':>9}")  # fmt: skip
+    for prefix in prefixes:
+        later = [seconds for seconds, _ in cached[prefix][1:]]
+        full = [seconds for seconds, _ in uncached[prefix][1:]] or [uncached[prefix][0][0]]
+        mean_full = sum(full) / len(full)
+        rss, peak, held = memory[prefix]
+        print(f"{prefix:>7} {sum(later) / len(later):>16.2f} {mean_full:>10.2f} "
+              f"{mean_full / (sum(later) / len(later)):>8.1f} {min(full) / max(later):>7.1f} "
+              f"{rss:>8.0f} {peak:>12.0f} {held:>9.1f}")  # fmt: skip
+    print(f"(turn 2+: mean of turns 2..{args.turns} cached vs turns 2..{args.uncached_turns} uncached; 'worst x': "
+          f"the fastest uncached turn over the slowest cached one; {args.max_tokens} tokens generated a turn, "
+          f"{args.turn_tokens} new tokens appended; memory is the cached engine's after the session)")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--max-model-len", type=int, default=65536, help="the engine's context (default 65536)")
+    parser.add_argument(
+        "--lengths", default=None, help="prompt lengths in tokens (default 1000,16000,44000,64000; none with --sessions)"
+    )
+    parser.add_argument("--max-tokens", type=int, default=32, help="tokens generated per call (default 32)")
+    parser.add_argument("--repeat", type=int, default=2, help="calls per length (default 2)")
+    parser.add_argument("--sessions", default="", help="prefix lengths of multi-turn sessions, e.g. 16000,44000")
+    parser.add_argument("--turns", type=int, default=10, help="turns of a session with the cache (default 10)")
+    parser.add_argument("--uncached-turns", type=int, default=2, help="turns of a session without it (default 2)")
+    parser.add_argument("--turn-tokens", type=int, default=200, help="new tokens a turn appends (default 200)")
+    parser.add_argument("--model", default=None, help="local HF checkpoint folder (default: the tiny model)")
+    args = parser.parse_args(argv)
+    prefixes = [int(n) for n in args.sessions.split(",") if n]
+    if args.lengths is None:
+        args.lengths = "" if prefixes else "1000,16000,44000,64000"
+    lengths = [int(n) for n in args.lengths.split(",") if n]
+    if lengths and max(lengths) + args.max_tokens > args.max_model_len:
+        raise SystemExit("every prompt length + --max-tokens must fit in --max-model-len")
+    if prefixes:
+        if args.turns < 2 or args.uncached_turns < 1:
+            raise SystemExit("--turns must be at least 2 and --uncached-turns at least 1")
+        longest = max(prefixes) + args.turns * (args.max_tokens + args.turn_tokens)
+        if longest > args.max_model_len:
+            raise SystemExit(f"a session grows to {longest} tokens: raise --max-model-len or shorten it")
+    if lengths:
+        lengths_table(args, lengths)
+    if prefixes:
+        sessions_table(args, prefixes)
     return 0
 
 

@@ -39,12 +39,14 @@ class _Engine:
         from rollwire.engine.batcher import Batcher
         from rollwire.engine.completions import CompletionService
         from rollwire.engine.model import LanguageModel
+        from rollwire.engine.prefix_cache import PrefixCache
         from rollwire.engine.weights import WeightManager
 
         self.settings = settings
         self.model = LanguageModel(model_path, settings.device, settings.max_model_len)
         self.served_name = settings.served_model_name or self.model.weights.path.name
-        self.batcher = Batcher(self.model, settings.max_batch_size)
+        prefix_cache = PrefixCache(settings.prefix_cache_mib * 1024 * 1024)
+        self.batcher = Batcher(self.model, settings.max_batch_size, prefix_cache)
         self.weights = WeightManager(self.model, self.batcher)
         self.completions = CompletionService(self.model, self.batcher, self.served_name)
         self.created = int(time.time())
@@ -125,15 +127,24 @@ async def openapi(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    """The two gauges of vLLM's Prometheus /metrics a router or test looks at (sequences, not requests)."""
+    """vLLM's scheduler gauges (sequences, not requests) and prefix-cache counters (tokens, under vLLM's names),
+    plus what the prefix cache holds."""
     engine = _engine(request)
     label = f'{{model_name="{engine.served_name}"}}'
-    lines = [
-        "# TYPE vllm:num_requests_running gauge",
-        f"vllm:num_requests_running{label} {engine.batcher.num_running}",
-        "# TYPE vllm:num_requests_waiting gauge",
-        f"vllm:num_requests_waiting{label} {engine.batcher.num_waiting}",
+    cache = engine.batcher.prefix_cache.stats
+    series = [
+        ("vllm:num_requests_running", "gauge", engine.batcher.num_running),
+        ("vllm:num_requests_waiting", "gauge", engine.batcher.num_waiting),
+        ("vllm:prefix_cache_queries_total", "counter", cache.queried_tokens),
+        ("vllm:prefix_cache_hits_total", "counter", cache.hit_tokens),
+        ("rollwire_engine_prefix_cache_requests_total", "counter", cache.queries),
+        ("rollwire_engine_prefix_cache_request_hits_total", "counter", cache.hits),
+        ("rollwire_engine_prefix_cache_evicted_blocks_total", "counter", cache.evicted_blocks),
+        ("rollwire_engine_prefix_cache_clears_total", "counter", cache.cleared),
+        ("rollwire_engine_prefix_cache_blocks", "gauge", cache.blocks),
+        ("rollwire_engine_prefix_cache_bytes", "gauge", cache.bytes),
     ]
+    lines = [line for name, kind, value in series for line in (f"# TYPE {name} {kind}", f"{name}{label} {value}")]
     return PlainTextResponse("\n".join(lines) + "\n")
 
 

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 import torch
 
 from rollwire.engine.grammar import Constraint
-from rollwire.engine.kv import KVBatch
+from rollwire.engine.kv import KVBatch, tensors
 from rollwire.engine.model import LanguageModel, Weights
+from rollwire.engine.prefix_cache import PrefixCache
 from rollwire.engine.sampling import Sample, SamplingParams, generator_for, sample_step
 from rollwire.engine.stopping import SequenceText
 
@@ -60,6 +61,8 @@ class GenerationRequest:
     sink: Sink
     n: int = 1
     first_index: int = 0
+    cache_salt: str | None = None
+    """Shares cached prefixes only with requests of the same salt (``prefix_cache``)."""
     cancelled: threading.Event = field(default_factory=threading.Event)
 
 
@@ -74,14 +77,17 @@ class _Sequence:
     last_token: int = -1
     length: int = 0
     """Tokens in the sequence including ``last_token``, which is not yet in the cache."""
+    sampled: list[int] = field(default_factory=list)
 
 
 class Batcher:
     """Owns the model's forward passes; started and stopped by the app's lifespan."""
 
-    def __init__(self, model: LanguageModel, max_batch_size: int) -> None:
+    def __init__(self, model: LanguageModel, max_batch_size: int, prefix_cache: PrefixCache | None = None) -> None:
         self.model = model
         self.max_batch_size = max(1, max_batch_size)
+        self.prefix_cache = prefix_cache if prefix_cache is not None and model.prefix_cacheable else PrefixCache(0)
+        """Keys and values of earlier sequences; emptied at every weight swap (off for sliding-window models)."""
         self._cv = threading.Condition()
         self._waiting: deque[GenerationRequest] = deque()
         self._swaps: deque[tuple[Weights, Future[None]]] = deque()
@@ -171,11 +177,14 @@ class Batcher:
         with self._cv:
             weights, done = self._swaps.popleft()
         self.model.weights = weights
+        self.prefix_cache.clear()
         if not done.done():
             done.set_result(None)
 
     def _admit(self, request: GenerationRequest) -> None:
-        logits, cache = self.model.prefill(request.prompt_ids)
+        salt, ids = request.cache_salt, request.prompt_ids
+        logits, cache = self.model.prefill(ids, self.prefix_cache.lookup(ids, salt))
+        self.prefix_cache.insert(ids, tensors(cache), salt)
         params = request.params
         sequences = [
             _Sequence(
@@ -218,6 +227,7 @@ class Batcher:
         )
         alive = self._advance(self._running, samples)
         if len(alive) < len(self._running):
+            self._keep_finished(alive)
             self._running = [self._running[i] for i in alive]
             self._kv = self._kv.keep(alive) if alive else None
 
@@ -231,6 +241,7 @@ class Batcher:
             if seq.constraint is not None:
                 seq.constraint.advance(sample.token_id)
             seq.last_token = sample.token_id
+            seq.sampled.append(sample.token_id)
             seq.length += 1
             event = TokenEvent(seq.index, sample, progress.text, progress.finish_reason, progress.stop_reason, version)
             batches.setdefault(id(seq.request), (seq.request, []))[1].append(event)
@@ -239,6 +250,16 @@ class Batcher:
         for request, events in batches.values():
             request.sink(events)
         return alive
+
+    def _keep_finished(self, alive: list[int]) -> None:
+        """Cache what the finished rows computed: a rollout's next call starts with this prompt and answer."""
+        if not self.prefix_cache.enabled or self._kv is None:
+            return
+        still = set(alive)
+        for row, seq in enumerate(self._running):
+            if row not in still and not seq.request.cancelled.is_set():
+                ids = seq.request.prompt_ids + seq.sampled[:-1]
+                self.prefix_cache.insert(ids, self._kv.row(row, len(ids)), seq.request.cache_salt)
 
     def _drop_cancelled(self) -> None:
         keep = [i for i, s in enumerate(self._running) if not s.request.cancelled.is_set()]

@@ -115,7 +115,7 @@ class CompletionService:
                 pass
 
         jobs = [
-            GenerationRequest(ids, p, sink, n=request.n, first_index=i * request.n)
+            GenerationRequest(ids, p, sink, n=request.n, first_index=i * request.n, cache_salt=request.cache_salt)
             for i, (ids, p) in enumerate(zip(prompts, params, strict=True))
         ]
         choices = [_Choice(prompt_ids=ids) for ids in prompts for _ in range(request.n)]

@@ -18,7 +18,7 @@ TRIM_MIN_COLUMNS = 16
 """Padding columns shared by every row are cut once at least this many have piled up."""
 
 
-def _tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
     if hasattr(cache, "layers"):
         return [(layer.keys, layer.values) for layer in cache.layers]
     return list(zip(cache.key_cache, cache.value_cache, strict=True))  # transformers < 4.56
@@ -40,7 +40,7 @@ class KVBatch:
     @classmethod
     def from_prefill(cls, cache: Any, rows: int) -> KVBatch:
         """A prompt's cache, repeated for ``rows`` choices sampled from the same prompt."""
-        layers = _tensors(cache)
+        layers = tensors(cache)
         if rows > 1:
             layers = [(k.repeat(rows, 1, 1, 1), v.repeat(rows, 1, 1, 1)) for k, v in layers]
         columns = layers[0][0].shape[-2]
@@ -58,13 +58,17 @@ class KVBatch:
 
     def join(self, other: KVBatch) -> KVBatch:
         """Both batches' rows in one cache, the shorter one left-padded."""
-        mine, theirs = _tensors(self.cache), _tensors(other.cache)
+        mine, theirs = tensors(self.cache), tensors(other.cache)
         width = max(self.mask.shape[1], other.mask.shape[1])
         pad_mine, pad_theirs = width - self.mask.shape[1], width - other.mask.shape[1]
         mine, theirs = _left_pad(mine, pad_mine), _left_pad(theirs, pad_theirs)
         layers = [(torch.cat([a[0], b[0]]), torch.cat([a[1], b[1]])) for a, b in zip(mine, theirs, strict=True)]
         mask = torch.cat([F.pad(self.mask, (pad_mine, 0)), F.pad(other.mask, (pad_theirs, 0))])
         return KVBatch(DynamicCache(ddp_cache_data=layers), mask)
+
+    def row(self, row: int, columns: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Row ``row``'s last ``columns`` positions (its real ones: rows are right-aligned), as views."""
+        return [(k[row : row + 1, :, -columns:], v[row : row + 1, :, -columns:]) for k, v in tensors(self.cache)]
 
     def keep(self, rows: list[int]) -> KVBatch:
         """Only ``rows`` (in that order), with shared leading padding cut when it has grown."""
@@ -76,9 +80,9 @@ class KVBatch:
             start = 0
         layers = [
             (k.index_select(0, index)[:, :, start:, :], v.index_select(0, index)[:, :, start:, :])
-            for k, v in _tensors(self.cache)
+            for k, v in tensors(self.cache)
         ]
         return KVBatch(DynamicCache(ddp_cache_data=layers), mask[:, start:])
 
 
-__all__ = ["KVBatch"]
+__all__ = ["KVBatch", "tensors"]

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import DynamicCache
 
 from rollwire.engine.grammar import Grammars
+from rollwire.engine.prefix_cache import CachedPrefix
 from rollwire.errors import InvalidRequest, NotFound
 
 logger = logging.getLogger(__name__)
@@ -61,6 +63,14 @@ def load_weights(path: str | Path, device: torch.device, version: int) -> Weight
     return Weights(module=module, path=folder, version=version)
 
 
+def _full_attention_only(config: Any) -> bool:
+    """No layer attends through a sliding window (whose cache keeps only the window, not the prefix)."""
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types:
+        return all(kind == "full_attention" for kind in layer_types)
+    return not (getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True))
+
+
 class LanguageModel:
     """Tokenizer + current weights + the forward calls; the batcher is the only caller of the forwards."""
 
@@ -77,6 +87,8 @@ class LanguageModel:
         self.eos_token_ids = self._eos_ids()
         self.grammars = Grammars(self.tokenizer, sorted(self.eos_token_ids), self.vocab_size)
         """``structured_outputs`` compiled for this tokenizer (``grammar``)."""
+        self.prefix_cacheable = _full_attention_only(config)
+        """Every layer keeps every position's keys and values, so a cached prefix is the whole truth."""
         params = inspect.signature(self.weights.module.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
@@ -112,10 +124,14 @@ class LanguageModel:
         return out.logits[:, -1, :].float(), new_cache
 
     @torch.inference_mode()
-    def prefill(self, prompt_ids: list[int]) -> tuple[torch.Tensor, Any]:
-        """Forward one prompt alone (no padding); returns last-position logits (1, V) and its KV cache."""
-        ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
-        return self._run(input_ids=ids, logits_to_keep=1)
+    def prefill(self, prompt_ids: list[int], prefix: CachedPrefix | None = None) -> tuple[torch.Tensor, Any]:
+        """Forward one prompt alone (no padding), after ``prefix``'s cached positions when given; returns the
+        last position's logits (1, V) and the whole prompt's KV cache."""
+        start = prefix.tokens if prefix else 0
+        ids = torch.tensor([prompt_ids[start:]], dtype=torch.long, device=self.device)
+        if prefix is None:
+            return self._run(input_ids=ids, logits_to_keep=1)
+        return self._run(input_ids=ids, logits_to_keep=1, cache=DynamicCache(ddp_cache_data=prefix.layers))
 
     @torch.inference_mode()
     def decode(

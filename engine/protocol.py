@@ -60,6 +60,9 @@ class CompletionRequest(WireModel):
     every this many tokens and at the end. Ignored for non-streamed requests."""
     user: str | None = None
     request_id: str | None = None
+    cache_salt: str | None = Field(None, min_length=1, max_length=128)
+    """Only requests with the same salt share cached prompt prefixes (vLLM's field): one tenant cannot learn
+    another's prompts from how fast its own are answered."""
     # Known vLLM fields this engine does not implement; accepted only at their neutral value.
     suffix: str | None = None
     logit_bias: dict[str, float] | None = None

@@ -21,6 +21,7 @@ from rollwire.errors import InvalidRequest, RollwireError
 from rollwire.listeners import Listeners
 from rollwire.metrics import HttpMetricsMiddleware
 from rollwire.proxy.auth import TokenAuth
+from rollwire.proxy.cache_salt import CacheSalts
 from rollwire.proxy.call import CallPath
 from rollwire.proxy.dialects.registry import READERS
 from rollwire.proxy.edge import ErrorEdge, http_error, rollwire_error
@@ -107,6 +108,7 @@ def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key
     tools, reasoning = tool_parser(settings.tool_parser), reasoning_parser(settings.reasoning_parser)
     client = make_client(settings.upstream, settings.upstream_timeout_s)
     key = operator_key or settings.operator_key or secrets.token_urlsafe(24)
+    salts = CacheSalts(settings.prefix_cache_scope, key.encode())
     metrics = ProxyMetrics()
 
     @contextlib.asynccontextmanager
@@ -123,7 +125,7 @@ def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key
         recorder.listeners.append(budgets.recorded)
         recorder.late_listeners.append(metrics.recorded)
         budgets.refused.append(metrics.refused)
-        calls = CallPath(settings, client, renderer, recorder, priors, budgets, tools, reasoning)
+        calls = CallPath(settings, client, renderer, recorder, priors, budgets, tools, reasoning, salts)
         auth = TokenAuth(engine, key, read_inline=read_inline)
         app.state.proxy = ProxyState(settings, engine, calls, auth, proxy.ports)
         app.state.viewer = ViewerState(key, engine, renderer)

@@ -42,10 +42,16 @@ class UpstreamResult:
 
 
 def completion_body(
-    model: str, prompt: list[int], sampling: Sampling, stop_ids: list[int], stream_interval: int | None = None
+    model: str,
+    prompt: list[int],
+    sampling: Sampling,
+    stop_ids: list[int],
+    stream_interval: int | None = None,
+    cache_salt: str | None = None,
 ) -> dict[str, Any]:
     """The engine's completion request; ``stream_interval``: tokens a streamed chunk may hold (vLLM's per-request
-    field, sent only to an engine that takes it: ``takes_stream_interval``)."""
+    field, sent only to an engine that takes it: ``takes_stream_interval``); ``cache_salt``: which requests may
+    share cached prefixes (``rollwire.proxy.cache_salt``)."""
     body: dict[str, Any] = {
         "model": model,
         "prompt": prompt,
@@ -67,6 +73,8 @@ def completion_body(
         body["structured_outputs"] = sampling.structured.spec
     if stream_interval is not None:
         body["stream_interval"] = stream_interval
+    if cache_salt is not None:
+        body["cache_salt"] = cache_salt
     return body
 
 

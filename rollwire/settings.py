@@ -29,6 +29,11 @@ class EngineSettings(BaseModel):
     max_model_len: int = Field(0, description="Context length; 0 means the model config's.")
     device: str = Field("auto", description="torch device: auto, cpu or cuda.")
     max_body_bytes: int = Field(8 * 1024 * 1024, description="Engine request bodies above this get 413.")
+    prefix_cache_mib: int = Field(
+        1024,
+        description="Memory kept for earlier prompts' keys and values (least recently used out), so a call that "
+        "continues a conversation prefills only its new tokens; 0 turns prefix caching off.",
+    )
     threads: int = Field(
         1, description="torch intra-op threads of an engine process (set by the CLI); 0 keeps torch's default."
     )
@@ -55,6 +60,11 @@ class ProxySettings(BaseModel):
         "can list); empty means a random one, printed at start.",
     )
     splice_policy: str = Field("splice", description="'splice' reuses earlier calls' exact ids; 'render' re-renders.")
+    prefix_cache_scope: str = Field(
+        "rollout",
+        description="Which calls may reuse each other's prompt prefixes cached in the engine (sent as vLLM's "
+        "cache_salt): 'rollout' (a rollout's own calls; no rollout can time another's prompts) or 'shared' (all calls).",
+    )
     sample_seed: int | None = Field(
         None,
         description="Seed for the requests that bring none: each gets one derived from this, its prompt tokens and "

@@ -25,6 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=None, help=fields["max_model_len"].description)
     parser.add_argument("--device", default=None, help=fields["device"].description)
     parser.add_argument("--threads", type=int, default=None, help=f"{fields['threads'].description} (default 1)")
+    parser.add_argument(
+        "--prefix-cache-mib", type=int, default=None, metavar="MIB",
+        help=f"{fields['prefix_cache_mib'].description} (default 1024)",
+    )  # fmt: skip
     add_fd_argument(parser)
 
 
@@ -41,6 +45,7 @@ def _engine_settings(args: argparse.Namespace, settings: Settings) -> EngineSett
             "max_model_len",
             "device",
             "threads",
+            "prefix_cache_mib",
         )
         if getattr(args, name) is not None
     }
@@ -61,6 +66,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         _check_model_dir(engine.model)
     if engine.max_batch_size < 1:
         raise InvalidRequest("--max-batch-size must be at least 1")
+    if engine.prefix_cache_mib < 0:
+        raise InvalidRequest("--prefix-cache-mib must be 0 (off) or more")
     if engine.threads < 0:
         raise InvalidRequest("--threads must be 0 (torch's default) or more")
     import torch

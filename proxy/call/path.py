@@ -7,6 +7,7 @@ version its answers carry), the template, the parsers, the splice state, the rec
 
 from __future__ import annotations
 
+import secrets
 from functools import partial
 
 import anyio
@@ -16,6 +17,7 @@ from starlette.responses import Response
 
 from rollwire.compact_json import json_text
 from rollwire.proxy.auth import Caller
+from rollwire.proxy.cache_salt import CacheSalts
 from rollwire.proxy.call.admission import Admission
 from rollwire.proxy.call.base import Call, RequestBody
 from rollwire.proxy.call.prepare import Prepared, prepare
@@ -47,6 +49,7 @@ class CallPath:
         budgets: Budgets,
         tools: ToolParser,
         reasoning: ReasoningParser,
+        cache_salts: CacheSalts | None = None,
     ) -> None:
         self.settings = settings
         self.client = client
@@ -59,6 +62,8 @@ class CallPath:
         self.tools = tools
         self.reasoning = reasoning
         self.served = ServedModel(settings, client)
+        self.cache_salts = cache_salts or CacheSalts(settings.prefix_cache_scope, secrets.token_bytes(32))
+        """Which calls share the engine's cached prefixes: a rollout's own, by default."""
         self.seeds = SampleSeeds(settings.sample_seed) if settings.sample_seed is not None else None
         self.settling = Settling()
         self.after_answer = BackgroundTask(self.settling.after_answer)

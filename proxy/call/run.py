@@ -271,7 +271,8 @@ async def start_live(path: CallPath, call: Call, prepared: Prepared) -> LiveGene
     """Open the engine's stream for a prepared call (errors so far are ordinary HTTP errors); ``events()``
     follow. A whole answer's text is parsed once at its end: nobody reads its deltas."""
     plan, sampling = prepared.plan, prepared.sampling
-    body = completion_body(prepared.model, plan.prompt_ids, sampling, path.stop_ids, prepared.stream_interval)
+    salt = path.cache_salts.salt(call.caller)
+    body = completion_body(prepared.model, plan.prompt_ids, sampling, path.stop_ids, prepared.stream_interval, salt)
     sent = time.perf_counter()
     opened = await open_stream(path.client, body, prepared.prompt_json)
     return LiveGeneration(path, call, prepared, opened, deltas=call.conv.stream, sent=sent)
