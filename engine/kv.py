@@ -3,7 +3,8 @@
 Continuous batching over a plain transformers model: a new sequence is prefilled alone, then its cache is
 left-padded (or the batch's is) to a common length and concatenated along the batch axis; a finished row is
 removed with an index select. The attention mask marks the padding, so every row computes exactly what it
-would compute alone.
+would compute alone. The batch's keys and values live in buffers with room to spare (``GrowingLayer``), so a
+decode step writes its one new column in place rather than copying the whole cache.
 """
 
 from __future__ import annotations
@@ -12,16 +13,58 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
 
 TRIM_MIN_COLUMNS = 16
 """Padding columns shared by every row are cut once at least this many have piled up."""
+SPARE_COLUMNS = 64
+"""Room a buffer keeps beyond what it holds, at least (and a quarter of it): a reallocation every so many steps."""
+
+
+class GrowingLayer(DynamicLayer):
+    """A layer's keys and values in buffers with spare columns; ``keys``/``values`` are views of the filled part.
+
+    transformers' ``DynamicLayer`` concatenates on every update, copying the whole cache once a decode step: at a
+    44k-token context that was most of the step's time.
+    """
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+            self._filled = 0
+            rows, heads, _, dim = key_states.shape
+            self._key_buffer = self._value_buffer = key_states.new_empty(rows, heads, 0, dim)
+        end = self._filled + key_states.shape[-2]
+        if end > self._key_buffer.shape[-2]:
+            self._key_buffer = self._grown(self._key_buffer, key_states, end)
+            self._value_buffer = self._grown(self._value_buffer, value_states, end)
+        self._key_buffer[:, :, self._filled : end] = key_states
+        self._value_buffer[:, :, self._filled : end] = value_states
+        self._filled = end
+        self.keys = self._key_buffer[:, :, :end]
+        self.values = self._value_buffer[:, :, :end]
+        return self.keys, self.values
+
+    def _grown(self, buffer: torch.Tensor, like: torch.Tensor, needed: int) -> torch.Tensor:
+        rows, heads, _, dim = like.shape
+        grown = like.new_empty(rows, heads, needed + max(SPARE_COLUMNS, needed // 4), dim)
+        if self._filled:
+            grown[:, :, : self._filled] = buffer[:, :, : self._filled]
+        return grown
+
+
+def growing_cache(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> Cache:
+    """A cache holding ``layers``' keys and values (copied into growing buffers)."""
+    growing = [GrowingLayer() for _ in layers]
+    for layer, (keys, values) in zip(growing, layers, strict=True):
+        layer.update(keys, values)
+    return Cache(layers=list(growing))
 
 
 def tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    if hasattr(cache, "layers"):
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    return list(zip(cache.key_cache, cache.value_cache, strict=True))  # transformers < 4.56
+    return [(layer.keys, layer.values) for layer in cache.layers]
 
 
 def _left_pad(layers: list[tuple[torch.Tensor, torch.Tensor]], columns: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -45,7 +88,7 @@ class KVBatch:
             layers = [(k.repeat(rows, 1, 1, 1), v.repeat(rows, 1, 1, 1)) for k, v in layers]
         columns = layers[0][0].shape[-2]
         mask = torch.ones(rows, columns, dtype=torch.long, device=layers[0][0].device)
-        return cls(DynamicCache(ddp_cache_data=layers), mask)
+        return cls(growing_cache(layers), mask)
 
     @property
     def rows(self) -> int:
@@ -64,7 +107,7 @@ class KVBatch:
         mine, theirs = _left_pad(mine, pad_mine), _left_pad(theirs, pad_theirs)
         layers = [(torch.cat([a[0], b[0]]), torch.cat([a[1], b[1]])) for a, b in zip(mine, theirs, strict=True)]
         mask = torch.cat([F.pad(self.mask, (pad_mine, 0)), F.pad(other.mask, (pad_theirs, 0))])
-        return KVBatch(DynamicCache(ddp_cache_data=layers), mask)
+        return KVBatch(growing_cache(layers), mask)
 
     def row(self, row: int, columns: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Row ``row``'s last ``columns`` positions (its real ones: rows are right-aligned), as views."""
@@ -82,7 +125,7 @@ class KVBatch:
             (k.index_select(0, index)[:, :, start:, :], v.index_select(0, index)[:, :, start:, :])
             for k, v in tensors(self.cache)
         ]
-        return KVBatch(DynamicCache(ddp_cache_data=layers), mask[:, start:])
+        return KVBatch(growing_cache(layers), mask[:, start:])
 
 
-__all__ = ["KVBatch", "tensors"]
+__all__ = ["GrowingLayer", "KVBatch", "growing_cache", "tensors"]
