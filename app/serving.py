@@ -4,10 +4,11 @@ one socket per listener."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -15,11 +16,15 @@ from rollwire.errors import Conflict, InvalidRequest
 from rollwire.listeners import Listeners
 
 
-def listening_socket(host: str, port: int, fd: int | None = None, backlog: int = 2048) -> socket.socket:
+def listening_socket(
+    host: str, port: int, fd: int | None = None, backlog: int = 2048, reuse_port: bool = False
+) -> socket.socket:
     """The socket a server accepts on: a new one bound to ``host:port``, or one its parent bound (``fd``).
 
     A parent that picks a free port and lets the child bind it leaves a window in which another process (or
     another child given the same number) takes the port; handing the child the bound socket leaves none.
+    ``reuse_port``: the new socket opens a SO_REUSEPORT group, where the system has them, so that
+    ``reuse_port_group`` can add one listener per worker process on its port (``rollwire.app.cli.workers``).
     """
     if fd is not None:
         try:
@@ -28,17 +33,54 @@ def listening_socket(host: str, port: int, fd: int | None = None, backlog: int =
             raise InvalidRequest(f"--fd {fd} is not an open socket: {exc.strerror or exc}", param="fd") from None
         sock.listen(backlog)  # a no-op if the parent already listens; needed if it only bound
         return sock
-    # IPPROTO_TCP (not 0): asyncio sets TCP_NODELAY only on sockets whose proto says TCP; without it every
-    # keep-alive response waits ~40 ms on delayed ACKs.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise Conflict(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    if reuse_port and hasattr(socket, "SO_REUSEPORT"):
+        # A plain bind first: with SO_REUSEPORT alone, a port another process of this user serves the same way
+        # would be joined (its connections shared) rather than refused. It also resolves port 0.
+        with _bound(socket.AF_INET, (host, port), reuse_port=False) as probe:  # never listens: nothing queued
+            port = int(probe.getsockname()[1])
+    sock = _bound(socket.AF_INET, (host, port), reuse_port)
     sock.listen(backlog)
     return sock
+
+
+def _bound(family: int, address: Any, reuse_port: bool) -> socket.socket:
+    # IPPROTO_TCP (not 0): asyncio sets TCP_NODELAY only on sockets whose proto says TCP; without it every
+    # keep-alive response waits ~40 ms on delayed ACKs.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            with contextlib.suppress(AttributeError, OSError):  # none here: a plain socket (``reuses_port`` says)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise Conflict(f"cannot listen on {address[0]}:{address[1]}: {exc.strerror or exc}") from None
+    return sock
+
+
+def reuses_port(sock: socket.socket) -> bool:
+    """Whether ``sock`` is in a SO_REUSEPORT group (an inherited ``--fd`` socket may not be)."""
+    try:
+        return bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT))
+    except (AttributeError, OSError):
+        return False
+
+
+def reuse_port_group(sock: socket.socket, backlog: int = 2048) -> Callable[[], socket.socket] | None:
+    """What makes another listening socket on ``sock``'s address, in its SO_REUSEPORT group: the kernel spreads
+    new connections over the group's sockets by a hash of their addresses. None where ``sock`` is in none. It
+    needs only the address, so it works on once ``sock`` is closed."""
+    if not reuses_port(sock):
+        return None
+    family, address = sock.family, sock.getsockname()
+
+    def another() -> socket.socket:
+        new = _bound(family, address, reuse_port=True)
+        new.listen(backlog)
+        return new
+
+    return another
 
 
 def _sockets(app: Any, sock: socket.socket, extra: Mapping[str, socket.socket] | None) -> list[socket.socket]:
@@ -191,5 +233,6 @@ class ServerThread:
 
 
 __all__ = [
-    "YOUNG_COLLECTION_EVERY", "ServerThread", "listening_socket", "serve", "settle_heap", "uvicorn_config",
+    "YOUNG_COLLECTION_EVERY", "ServerThread", "listening_socket", "reuse_port_group", "reuses_port", "serve",
+    "settle_heap", "uvicorn_config",
 ]  # fmt: skip

@@ -18,7 +18,9 @@ and commits the call to its SQLite store before answering. Rows come non-streame
 (one token per upstream chunk). ``cpu ms/req`` is the server processes' user + system CPU time (from
 /proc, children included) over the row divided by its requests: the per-core figure that the machine's
 other load does not distort; ``req/cpu-s`` is its inverse, and the closing lines compare rollwire's with
-LiteLLM's. ``--workers 2`` adds rows for `rollwire proxy --workers 2` (two processes, one store). ``kB/call``
+LiteLLM's. ``--workers 2`` adds rows for `rollwire proxy --workers 2` (two processes, one store), with the
+connections the busiest worker held during the row (``max share``, read from /proc: the load generator keeps
+one connection per concurrent conversation, and the kernel spreads them over the workers). ``kB/call``
 is what rollwire's store keeps for each call of the row (request, response, prompt and sampled ids, logprobs:
 the columns that grow with a conversation), read from its database after the row.
 
@@ -67,13 +69,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
+from connections import accepted_by
 
 HERE = Path(__file__).resolve().parent
 LITELLM = HERE.parent / ".venv-bench" / "litellm" / "bin" / "litellm"
@@ -202,6 +207,42 @@ def measure(spec: dict[str, Any], server: int | None, cores: set[int]) -> Row:
     return Row(latencies, wall, cpu_seconds(server) - before if server else None)
 
 
+class WorkerSpread:
+    """``with WorkerSpread(port, parent):`` which of ``parent``'s worker processes held each connection to ``port``
+    while the block ran (read from /proc a few times a second, on a thread of this process, not the servers')."""
+
+    EVERY_S = 0.25
+
+    def __init__(self, port: int, parent: int) -> None:
+        self.port, self.parent = port, parent
+        self.held: dict[int, int] = {}
+        """The worker's pid by the client's port, for every connection seen."""
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.EVERY_S):
+            children = Path(f"/proc/{self.parent}/task/{self.parent}/children")
+            with contextlib.suppress(OSError):
+                self.held.update(accepted_by(self.port, [int(p) for p in children.read_text().split()]))
+
+    def __enter__(self) -> WorkerSpread:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def max_share(self) -> str:
+        """The busiest worker's connections / all of them (and as a share), or "-" when none was seen."""
+        counts = Counter(self.held.values())
+        if not counts:
+            return "-"
+        top, total = max(counts.values()), sum(counts.values())
+        return f"{top}/{total} {top / total:.0%}"
+
+
 def stub_argv(port: int, ids: list[int], pace_ms: float = 0.0) -> list[str]:
     """The stub upstream (``proxy_stub.py``) on ``port``, sampling ``ids`` (``tool_call_ids``), one token every
     ``pace_ms`` (0: all at once)."""
@@ -280,11 +321,13 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
     base["tools"] = args.tools
     results: dict[tuple[int, str, str], list[Row | LoadFailed]] = {}
     head = f"{'conc':>5} {'mode':<6} {'path':<11} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} {'cpu ms/req':>10}"
-    print(f"{head} {'req/cpu-s':>9} {'added p50':>9} {'direct/x':>8} {'kB/call':>7}", flush=True)
+    print(f"{head} {'req/cpu-s':>9} {'added p50':>9} {'direct/x':>8} {'kB/call':>7} {'max share':>13}", flush=True)
 
     def show(c: int, mode: str, name: str, spec: dict[str, Any], server: Server | None) -> None:
+        spread = WorkerSpread(server.port, server.pid) if server and server.workers > 1 else None
         try:
-            row = measure(spec, server.pid if server else None, lc)
+            with spread or contextlib.nullcontext():
+                row = measure(spec, server.pid if server else None, lc)
         except LoadFailed as exc:
             results.setdefault((c, mode, name), []).append(exc)
             print(f"{c:>5} {mode:<6} {name:<11} failed: {exc}", flush=True)
@@ -298,6 +341,7 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
         extra = f"{row.p50 - d.p50:>9.2f} {d.rate / row.rate:>8.1f}" if d and name != "direct" else ""
         stored = server.stored_per_call() if server else None
         extra += f" {stored / 1e3:>7.1f}" if stored is not None else ""
+        extra += f" {spread.max_share():>13}" if spread else ""
         print(f"{c:>5} {mode:<6} {name:<11} {row.p50:>8.2f} {row.p99:>8.2f} {row.rate:>8.0f} {cpu} {extra}", flush=True)
 
     servers: list[Server] = []
@@ -307,7 +351,7 @@ def table(args: argparse.Namespace, tmp: str, up_port: int, lite_bin: str | None
         cores = sc | lc if w > 1 else sc  # several workers: every core
         name = "rollwire" if w == 1 else f"rollwire x{w}"
         argv = rollwire_argv(port, up_port, db, w, admin)
-        rollwire = Server(name, argv, port, "", "/health", cores, admin_port=admin)
+        rollwire = Server(name, argv, port, "", "/health", cores, admin_port=admin, workers=w)
         rollwire.db = db
         servers.append(rollwire)
     if args.passthrough:
@@ -373,8 +417,12 @@ class Server:
         cores: set[int],
         env: dict[str, str] | None = None,
         admin_port: int | None = None,
+        workers: int = 1,
     ) -> None:
         self.name, self.argv, self.port, self.headers, self.cores, self.env = name, argv, port, headers, cores, env
+        self.workers = workers
+        """Its worker processes (children of ``pid`` when more than one): the row shows how they shared its
+        connections."""
         self.health = f"http://127.0.0.1:{port}{health}"
         self.cold = True
         """No row has run on this process yet (the first is preceded by a few warming calls)."""

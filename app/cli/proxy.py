@@ -125,7 +125,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     key = proxy.operator_key or secrets.token_urlsafe(24)
     app = create_app(proxy, store_url, settings.home, operator_key=key)
     # bound before any run is recorded (a taken port leaves nothing behind) and before the URL is printed
-    sock = listening_socket(proxy.host, proxy.port, args.fd)
+    sock = listening_socket(proxy.host, proxy.port, args.fd, reuse_port=proxy.workers > 1)
     try:
         admin = listening_socket(admin_host, admin_port, args.admin_fd)
     except BaseException:
@@ -146,4 +146,4 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     from rollwire.app.cli.workers import run_workers
 
-    return run_workers(lambda: serve(app, sock, extra={ProxyApp.ADMIN: admin}), proxy.workers)
+    return run_workers(lambda listener: serve(app, listener, extra={ProxyApp.ADMIN: admin}), proxy.workers, sock)

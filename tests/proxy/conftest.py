@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,10 @@ from rollwire.settings import EngineSettings, ProxySettings
 from tests.sampling import SAMPLE_SEED
 
 OPERATOR_KEY = "test-operator-key"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+"""Bench modules the tests share (the viewer's Chromium driver, /proc connections), imported as the scripts do."""
+if str(BENCH) not in sys.path:
+    sys.path.append(str(BENCH))
 
 
 @pytest.fixture(scope="session")

@@ -4,19 +4,13 @@ events as the MCP gateway records them (one failing), and a finish with a reward
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
 
 from rollwire.store import ToolEvent, now_ns, open_engine, session_scope
 from tests.proxy.conftest import OPERATOR_KEY, Proxy
-
-BENCH = Path(__file__).resolve().parents[3] / "bench"
-if str(BENCH) not in sys.path:
-    sys.path.append(str(BENCH))  # the viewer bench's Chromium driver, imported as the bench scripts import it
 
 
 @dataclass
