@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from typing import TYPE_CHECKING
 
 from rollwire.errors import InvalidRequest
-from rollwire.rollouts import Identity
+
+if TYPE_CHECKING:
+    from rollwire.rollouts import Identity
 
 SCOPES = ("rollout", "shared")
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rollwire.app.cli.listen_args import add_fd_argument
 from rollwire.errors import InvalidRequest, NotFound
+from rollwire.proxy.cache_salt import SCOPES
 from rollwire.settings import ProxySettings, Settings
 
 HELP = "serve the token-faithful OpenAI-compatible proxy in front of an engine"
@@ -48,6 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--splice-policy", default=None, choices=["splice", "render"], help=fields["splice_policy"].description
     )
+    parser.add_argument(
+        "--prefix-cache-scope", default=None, choices=SCOPES, help=f"{fields['prefix_cache_scope'].description} "
+        "(default rollout)",
+    )  # fmt: skip
     parser.add_argument("--tool-parser", default=None, help=fields["tool_parser"].description)
     parser.add_argument("--reasoning-parser", default=None, help=fields["reasoning_parser"].description)
     parser.add_argument(
@@ -82,6 +87,7 @@ def _proxy_settings(args: argparse.Namespace, settings: Settings) -> ProxySettin
         "model",
         "operator_key",
         "splice_policy",
+        "prefix_cache_scope",
         "tool_parser",
         "reasoning_parser",
         "upstream_timeout_s",
