@@ -127,8 +127,8 @@ def session(client: httpx.Client, prefix: int, turns: int, args: argparse.Namesp
     out: list[tuple[float, int]] = []
     for turn in range(turns):
         hits = metric(client, "vllm:prefix_cache_hits_total")
-        body = {"model": served, "prompt": prompt, "max_tokens": args.max_tokens, "ignore_eos": True,
-                "temperature": 1.0, "seed": turn, "return_token_ids": True, "cache_salt": f"session-{prefix}"}  # fmt: skip
+        body = {"model": served, "prompt": prompt, "max_tokens": args.max_tokens, "ignore_eos": True, "seed": turn,
+                "temperature": 1.0, "return_token_ids": True, "cache_salt": f"session-{prefix}"}  # fmt: skip
         seconds, sampled = complete(client, body)
         out.append((seconds, metric(client, "vllm:prefix_cache_hits_total") - hits))
         print(f"  turn {turn + 1}: {len(prompt)} tokens, {seconds:.2f} s", flush=True)
@@ -142,12 +142,14 @@ def sessions_table(args: argparse.Namespace, prefixes: list[int]) -> None:
     memory: dict[int, tuple[float, float, float]] = {}
     for label, flags, into in (("with", (), cached), ("without", ("--prefix-cache-mib", "0"), uncached)):
         turns = args.turns if into is cached else args.uncached_turns
-        with engine(args.model, args.max_model_len, *flags) as (url, pid), httpx.Client(base_url=url, timeout=3600) as c:
+        started = engine(args.model, args.max_model_len, *flags)
+        with started as (url, pid), httpx.Client(base_url=url, timeout=3600) as client:
             for prefix in prefixes:
                 print(f"session at {prefix} tokens, {turns} turns, {label} the prefix cache ...", flush=True)
-                into[prefix] = session(c, prefix, turns, args)
+                into[prefix] = session(client, prefix, turns, args)
                 if into is cached:
-                    memory[prefix] = (*memory_mib(pid), metric(c, "rollwire_engine_prefix_cache_bytes") / 2**20)
+                    held = metric(client, "rollwire_engine_prefix_cache_bytes") / 2**20
+                    memory[prefix] = (*memory_mib(pid), held)
     print(f"\n{'prefix':>7} {'turn':>5} {'s cached':>9} {'s uncached':>10} {'reused tokens':>13}")
     for prefix in prefixes:
         for turn, (seconds, reused) in enumerate(cached[prefix]):
@@ -172,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-model-len", type=int, default=65536, help="the engine's context (default 65536)")
     parser.add_argument(
-        "--lengths", default=None, help="prompt lengths in tokens (default 1000,16000,44000,64000; none with --sessions)"
+        "--lengths", default=None,
+        help="prompt lengths in tokens (default 1000,16000,44000,64000; none with --sessions)",
     )
     parser.add_argument("--max-tokens", type=int, default=32, help="tokens generated per call (default 32)")
     parser.add_argument("--repeat", type=int, default=2, help="calls per length (default 2)")
