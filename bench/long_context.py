@@ -15,13 +15,16 @@ Sessions: an agent's conversation, as a harness sends it: turn 1 is a prompt of 
 turn is the previous prompt + the previous answer's ids + --turn-tokens new ones (a tool result). Each session
 runs --turns turns on an engine with prefix caching (its default) and, side by side in the same run, its first
 --uncached-turns turns on a second engine started with `--prefix-cache-mib 0` (every uncached turn prefills the
-whole prompt again, so a few turns measure it). One table: seconds per turn with and without the cache, the ratio
-of turn 2+, the tokens the engine reused (its /metrics) and its memory: resident, and what the cache holds.
+whole prompt again, so a few turns measure it). Turns are streamed: one table gives each turn's time to its
+first token (the prefill, which is what the cache shortens) and its whole time (decoding --max-tokens tokens at
+the full context costs the same with or without it), with and without the cache; the ratios of turn 2+; the
+tokens the engine reused (its /metrics) and its memory: resident, and what the cache holds.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import subprocess
@@ -29,6 +32,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -120,25 +124,56 @@ def lengths_table(args: argparse.Namespace, lengths: list[int]) -> None:
           f"{os.environ.get('OMP_NUM_THREADS', 'default')})")  # fmt: skip
 
 
-def session(client: httpx.Client, prefix: int, turns: int, args: argparse.Namespace) -> list[tuple[float, int]]:
-    """(seconds, tokens reused) of each turn of one session; turn 1 is ``prefix`` tokens long."""
+@dataclass(frozen=True)
+class Turn:
+    first_token_s: float
+    """Until the first token's event: the prefill, which the cache shortens."""
+    seconds: float
+    """The whole turn: the prefill and every token's decode step."""
+    reused: int
+    """Prompt tokens the engine took from its cache (its /metrics)."""
+
+
+def streamed(client: httpx.Client, body: dict[str, Any]) -> tuple[float, float, list[int]]:
+    """(seconds to the first token, seconds in all, sampled ids) of one streamed completion."""
+    start, first = time.perf_counter(), 0.0
+    ids: list[int] = []
+    with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as reply:
+        if reply.status_code != 200:
+            raise SystemExit(f"the engine answered {reply.status_code}: {reply.read()[:300]!r}")
+        for line in reply.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])["choices"][0].get("token_ids") or []
+            if chunk and not ids:
+                first = time.perf_counter() - start
+            ids += chunk
+    return first, time.perf_counter() - start, ids
+
+
+def session(client: httpx.Client, prefix: int, turns: int, args: argparse.Namespace) -> list[Turn]:
+    """Each turn of one session; turn 1 is ``prefix`` tokens long."""
     served = client.get("/v1/models").json()["data"][0]["id"]
     prompt = [(7 * j) % 1000 + 20 for j in range(prefix)]
-    out: list[tuple[float, int]] = []
+    out: list[Turn] = []
     for turn in range(turns):
         hits = metric(client, "vllm:prefix_cache_hits_total")
         body = {"model": served, "prompt": prompt, "max_tokens": args.max_tokens, "ignore_eos": True, "seed": turn,
                 "temperature": 1.0, "return_token_ids": True, "cache_salt": f"session-{prefix}"}  # fmt: skip
-        seconds, sampled = complete(client, body)
-        out.append((seconds, metric(client, "vllm:prefix_cache_hits_total") - hits))
-        print(f"  turn {turn + 1}: {len(prompt)} tokens, {seconds:.2f} s", flush=True)
+        first, seconds, sampled = streamed(client, body)
+        out.append(Turn(first, seconds, metric(client, "vllm:prefix_cache_hits_total") - hits))
+        print(f"  turn {turn + 1}: {len(prompt)} tokens, first token {first:.2f} s, {seconds:.2f} s", flush=True)
         prompt = prompt + sampled + [(13 * j + turn) % 1000 + 20 for j in range(args.turn_tokens)]
     return out
 
 
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
 def sessions_table(args: argparse.Namespace, prefixes: list[int]) -> None:
-    cached: dict[int, list[tuple[float, int]]] = {}
-    uncached: dict[int, list[tuple[float, int]]] = {}
+    cached: dict[int, list[Turn]] = {}
+    uncached: dict[int, list[Turn]] = {}
     memory: dict[int, tuple[float, float, float]] = {}
     for label, flags, into in (("with", (), cached), ("without", ("--prefix-cache-mib", "0"), uncached)):
         turns = args.turns if into is cached else args.uncached_turns
@@ -150,24 +185,31 @@ def sessions_table(args: argparse.Namespace, prefixes: list[int]) -> None:
                 if into is cached:
                     held = metric(client, "rollwire_engine_prefix_cache_bytes") / 2**20
                     memory[prefix] = (*memory_mib(pid), held)
-    print(f"\n{'prefix':>7} {'turn':>5} {'s cached':>9} {'s uncached':>10} {'reused tokens':>13}")
+    print(f"\n{'prefix':>7} {'turn':>5} {'first token s':>13} {'uncached':>8} {'turn s':>7} {'uncached':>8} "
+          f"{'reused tokens':>13}")  # fmt: skip
     for prefix in prefixes:
-        for turn, (seconds, reused) in enumerate(cached[prefix]):
-            other = f"{uncached[prefix][turn][0]:>10.2f}" if turn < len(uncached[prefix]) else f"{'':>10}"
-            print(f"{prefix:>7} {turn + 1:>5} {seconds:>9.2f} {other} {reused:>13}")
-    print(f"\n{'prefix':>7} {'turn 2+ cached s':>16} {'uncached s':>10} {'x faster':>8} {'worst x':>7} "
+        for n, turn in enumerate(cached[prefix]):
+            other = uncached[prefix][n] if n < len(uncached[prefix]) else None
+            first = f"{other.first_token_s:>8.2f}" if other else f"{'':>8}"
+            whole = f"{other.seconds:>8.2f}" if other else f"{'':>8}"
+            print(f"{prefix:>7} {n + 1:>5} {turn.first_token_s:>13.2f} {first} {turn.seconds:>7.2f} {whole} "
+                  f"{turn.reused:>13}")  # fmt: skip
+    print(f"\n{'prefix':>7} {'turn 2+:':>8} {'first token x':>13} {'worst x':>7} {'turn x':>6} {'worst x':>7} "
           f"{'RSS MiB':>8} {'peak RSS MiB':>12} {'cache MiB':>9}")  # fmt: skip
     for prefix in prefixes:
-        later = [seconds for seconds, _ in cached[prefix][1:]]
-        full = [seconds for seconds, _ in uncached[prefix][1:]] or [uncached[prefix][0][0]]
-        mean_full = sum(full) / len(full)
+        later = cached[prefix][1:]
+        full = uncached[prefix][1:] or uncached[prefix][:1]
+        first_x = _mean([t.first_token_s for t in full]) / _mean([t.first_token_s for t in later])
+        first_worst = min(t.first_token_s for t in full) / max(t.first_token_s for t in later)
+        turn_x = _mean([t.seconds for t in full]) / _mean([t.seconds for t in later])
+        turn_worst = min(t.seconds for t in full) / max(t.seconds for t in later)
         rss, peak, held = memory[prefix]
-        print(f"{prefix:>7} {sum(later) / len(later):>16.2f} {mean_full:>10.2f} "
-              f"{mean_full / (sum(later) / len(later)):>8.1f} {min(full) / max(later):>7.1f} "
+        print(f"{prefix:>7} {'':>8} {first_x:>13.1f} {first_worst:>7.1f} {turn_x:>6.1f} {turn_worst:>7.1f} "
               f"{rss:>8.0f} {peak:>12.0f} {held:>9.1f}")  # fmt: skip
-    print(f"(turn 2+: mean of turns 2..{args.turns} cached vs turns 2..{args.uncached_turns} uncached; 'worst x': "
-          f"the fastest uncached turn over the slowest cached one; {args.max_tokens} tokens generated a turn, "
-          f"{args.turn_tokens} new tokens appended; memory is the cached engine's after the session)")  # fmt: skip
+    print(f"(turn 2+: the mean of turns 2..{args.turns} with the cache against turns 2..{args.uncached_turns} "
+          f"without, 'worst x' the fastest turn without over the slowest with; {args.max_tokens} tokens generated "
+          f"a turn, {args.turn_tokens} new tokens appended; memory is the cached engine's after the session)"
+          )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
