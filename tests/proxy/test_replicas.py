@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,12 +16,12 @@ import httpx
 import openai
 from openai.types.chat import ChatCompletionFunctionToolParam
 
-from rollwire.app.serving import listening_socket
 from rollwire.reconstruct import load_calls
 from rollwire.store import decode_ids, open_engine
 from rollwire.store.prompts import whole_prompts
 from rollwire.store.requests import whole_requests
 from rollwire.store.schema import ModelCall
+from tests.proxy.cli_workers import cli_workers
 from tests.proxy.conftest import Proxy
 
 TURNS = 6
@@ -125,32 +121,12 @@ def test_without_a_shared_store_check_round_robin_is_not_exact(
 
 
 def test_cli_workers_splice_exactly(engine_url: str, served_model: str, tiny_model_dir: Path, store_url: str) -> None:
-    listener = listening_socket("127.0.0.1", 0)  # handed down: no window in which another process takes the port
-    admin_listener = listening_socket("127.0.0.1", 0)
-    port, admin_port = listener.getsockname()[1], admin_listener.getsockname()[1]
-    argv = [sys.executable, "-m", "rollwire.app.cli", "proxy", "--fd", str(listener.fileno()), "--port", str(port)]
-    argv += ["--admin-fd", str(admin_listener.fileno()), "--admin-port", str(admin_port)]
-    argv += ["--upstream", engine_url, "--db", store_url, "--model", str(tiny_model_dir), "--workers", "2"]
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "ROLLWIRE_PROXY__OPERATOR_KEY": "k"},
-        pass_fds=[listener.fileno(), admin_listener.fileno()],
-    )  # fmt: skip
-    listener.close()  # the proxy holds them now
-    admin_listener.close()
-    assert proc.stdout is not None
-    try:
-        for line in proc.stdout:
-            if line.startswith("  workers: 2"):
-                break
-        else:
-            raise AssertionError(f"proxy exited before it started its workers (rc {proc.wait()})")
-        admin_url = f"http://127.0.0.1:{admin_port}"
+    with cli_workers(engine_url, store_url, tiny_model_dir) as workers:
+        admin_url = f"http://127.0.0.1:{workers.admin_port}"
         admin = httpx.Client(base_url=admin_url, headers={"Authorization": "Bearer k"}, timeout=60)
         run = admin.post("/admin/v1/runs", json={}).json()["id"]
         rollouts = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": 8}).json()
-        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-        assert len(children) == 2
+        assert len(workers.pids()) == 2
 
         def one(rollout: dict[str, Any]) -> tuple[int, int]:
             # a fresh client per call: a new connection each time, so the kernel may hand it to either worker
@@ -168,13 +144,8 @@ def test_cli_workers_splice_exactly(engine_url: str, served_model: str, tiny_mod
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             results = list(pool.map(one, rollouts))
         assert results == [(TURNS, TURNS)] * len(rollouts)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        rest = proc.stdout.read()
-        rc = proc.wait(30)
-        proc.stdout.close()
-    assert rc == 0, rest
-    assert "Traceback" not in rest
+    assert workers.proc.returncode == 0, workers.output
+    assert "Traceback" not in workers.output
 
 
 NO_KEEPALIVE = httpx.Limits(max_keepalive_connections=0)

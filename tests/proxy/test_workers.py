@@ -12,12 +12,10 @@ import os
 import select
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ from rollwire.app.cli.workers import EARLY_EXIT_S
 from rollwire.app.serving import listening_socket, reuse_port_group, reuses_port
 from rollwire.errors import Conflict
 from tests.polling import wait_until
+from tests.proxy.cli_workers import CliWorkers, cli_workers
 
 
 def _linux_reuse_port() -> bool:
@@ -46,61 +45,18 @@ addresses, so one worker's count is binomial. Past 60% of 40 connections ~15% of
 MAX_SHARE = 0.6
 
 
-@dataclass
-class Workers:
-    proc: subprocess.Popen[str]
-    port: int
-    started: float
-    """When the workers were forked (``time.monotonic``): one that dies sooner than ``EARLY_EXIT_S`` after stops the
-    proxy instead of being replaced."""
-
-    def pids(self) -> list[int]:
-        path = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
-        return sorted(int(p) for p in path.read_text().split())
-
-
 @pytest.fixture(scope="module")
-def workers(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
-    """One ``rollwire proxy --workers 2`` for the module, handed its (SO_REUSEPORT) listening sockets as the replica
-    tests hand theirs; its upstream answers nothing, and /health needs none."""
-    listener = listening_socket("127.0.0.1", 0, reuse_port=True)
-    admin_listener = listening_socket("127.0.0.1", 0)
-    port, admin_port = listener.getsockname()[1], admin_listener.getsockname()[1]
+def workers(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliWorkers]:
+    """One ``rollwire proxy --workers 2`` for the module, handed a listening socket that opens a SO_REUSEPORT group;
+    its upstream answers nothing, and /health needs none."""
     store = f"sqlite:///{tmp_path_factory.mktemp('workers') / 'store.db'}"
-    argv = [sys.executable, "-m", "rollwire.app.cli", "proxy", "--fd", str(listener.fileno()), "--port", str(port)]
-    argv += ["--admin-fd", str(admin_listener.fileno()), "--admin-port", str(admin_port)]
-    argv += ["--upstream", "http://127.0.0.1:9", "--db", store, "--model", str(tiny_model_dir), "--workers", "2"]
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "ROLLWIRE_PROXY__OPERATOR_KEY": "k"},
-        pass_fds=[listener.fileno(), admin_listener.fileno()],
-    )  # fmt: skip
-    listener.close()  # the proxy holds them now
-    admin_listener.close()
-    assert proc.stdout is not None
-    try:
-        for line in proc.stdout:
-            if line.startswith("  workers: 2"):
-                break
-        else:
-            raise AssertionError(f"proxy exited before it started its workers (rc {proc.wait()})")
-        workers = Workers(proc, port, time.monotonic())  # "workers: 2" comes just before the forks
+    with cli_workers("http://127.0.0.1:9", store, tiny_model_dir, reuse_port=True) as workers:
+        proc = workers.proc
         wait_until(lambda: proc.poll() is not None or len(workers.pids()) == 2, "two workers (or the proxy's exit)")
         assert proc.poll() is None, f"proxy exited with {proc.returncode} as its workers started"
         yield workers
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            rest, _ = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            for pid in Workers(proc, port, 0).pids():
-                os.kill(pid, signal.SIGKILL)
-            proc.kill()
-            rest, _ = proc.communicate()
-            raise
-        rc = proc.returncode
-    assert rc == 0, rest
-    assert "Traceback" not in rest and "SO_REUSEPORT" not in rest, rest
+    assert workers.proc.returncode == 0, workers.output
+    assert "Traceback" not in workers.output and "SO_REUSEPORT" not in workers.output, workers.output
 
 
 def _health(port: int) -> http.client.HTTPConnection:
@@ -153,7 +109,7 @@ def test_the_group_makes_listeners_on_its_port_each_taking_connections() -> None
         assert reuse_port_group(plain) is None
 
 
-def test_connections_spread_over_both_workers(workers: Workers) -> None:
+def test_connections_spread_over_both_workers(workers: CliWorkers) -> None:
     pids = workers.pids()
     assert len(pids) == 2
     counts = Counter(served_by(workers.port, pids, CONNECTIONS))
@@ -161,7 +117,7 @@ def test_connections_spread_over_both_workers(workers: Workers) -> None:
     assert max(counts.values()) <= math.floor(MAX_SHARE * CONNECTIONS), counts
 
 
-def test_a_killed_worker_is_replaced_and_the_port_keeps_answering(workers: Workers) -> None:
+def test_a_killed_worker_is_replaced_and_the_port_keeps_answering(workers: CliWorkers) -> None:
     # one killed sooner stops the proxy (a start-up failure would only repeat); forked just after ``started``
     wait_until(
         lambda: time.monotonic() - workers.started, "workers past their start", ok=lambda s: s > EARLY_EXIT_S + 1,
