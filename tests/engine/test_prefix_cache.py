@@ -44,7 +44,7 @@ def _tokens_of(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> list[list[int
 
 
 def test_lookup_gives_back_whole_blocks_and_leaves_a_token_to_prefill() -> None:
-    cache = PrefixCache(1 << 20, block_tokens=4)
+    cache = PrefixCache(1 << 20, block_tokens=4, min_share=0)
     ids = list(range(100, 110))
     cache.insert(ids, _layers(ids))
     assert cache.stats.blocks == 2 and cache.stats.bytes == 2 * BLOCK_BYTES
@@ -63,7 +63,7 @@ def test_lookup_gives_back_whole_blocks_and_leaves_a_token_to_prefill() -> None:
 
 
 def test_a_sequence_in_a_padded_batch_row_is_cut_from_its_own_columns() -> None:
-    cache = PrefixCache(1 << 20, block_tokens=4)
+    cache = PrefixCache(1 << 20, block_tokens=4, min_share=0)
     ids = list(range(200, 208))
     cache.insert(ids, _layers(ids, padding=5))
     hit = cache.lookup(ids + [1])
@@ -73,7 +73,7 @@ def test_a_sequence_in_a_padded_batch_row_is_cut_from_its_own_columns() -> None:
 
 
 def test_branches_share_their_common_blocks() -> None:
-    cache = PrefixCache(1 << 20, block_tokens=4)
+    cache = PrefixCache(1 << 20, block_tokens=4, min_share=0)
     common = [1, 2, 3, 4]
     cache.insert(common + [5, 6, 7, 8], _layers(common + [5, 6, 7, 8]))
     cache.insert(common + [9, 9, 9, 9], _layers(common + [9, 9, 9, 9]))
@@ -83,7 +83,7 @@ def test_branches_share_their_common_blocks() -> None:
 
 
 def test_salts_keep_their_blocks_apart() -> None:
-    cache = PrefixCache(1 << 20, block_tokens=4)
+    cache = PrefixCache(1 << 20, block_tokens=4, min_share=0)
     ids = list(range(10))
     cache.insert(ids, _layers(ids), salt="rollout-a")
     assert cache.lookup(ids, salt="rollout-b") is None
@@ -93,7 +93,7 @@ def test_salts_keep_their_blocks_apart() -> None:
 
 
 def test_the_budget_evicts_least_recently_used_blocks_leaves_first() -> None:
-    cache = PrefixCache(3 * BLOCK_BYTES, block_tokens=4)
+    cache = PrefixCache(3 * BLOCK_BYTES, block_tokens=4, min_share=0)
     first, second = [1, 1, 1, 1, 2, 2, 2, 2], [3, 3, 3, 3, 4, 4, 4, 4]
     cache.insert(first, _layers(first))
     cache.insert(second, _layers(second))
@@ -110,8 +110,19 @@ def test_the_budget_evicts_least_recently_used_blocks_leaves_first() -> None:
     assert survivor is not None and survivor.tokens == 8
 
 
+def test_a_prefix_covering_too_little_of_a_prompt_is_not_served() -> None:
+    cache = PrefixCache(1 << 20, block_tokens=4, min_share=0.7)
+    ids = list(range(28))
+    cache.insert(ids[:20], _layers(ids[:20]))
+    assert cache.lookup(ids[:12]) is None, "8 of 12 usable: 67% of the prompt, below 70%"
+    mostly = cache.lookup(ids[:21])
+    assert mostly is not None and mostly.tokens == 20
+    assert cache.lookup(ids + [99] * 4) is None, "20 of 32 cached: a whole prefill is faster"
+    assert (cache.stats.queries, cache.stats.hits, cache.stats.hit_tokens) == (3, 1, 20)
+
+
 def test_clear_and_a_zero_budget_keep_nothing() -> None:
-    cache = PrefixCache(1 << 20, block_tokens=4)
+    cache = PrefixCache(1 << 20, block_tokens=4, min_share=0)
     cache.insert(list(range(8)), _layers(list(range(8))))
     cache.clear()
     assert (cache.stats.blocks, cache.stats.bytes, cache.stats.cleared) == (0, 0, 1)
@@ -174,6 +185,22 @@ def test_a_continuing_conversation_prefills_only_its_tail_with_exact_logprobs(
         prompt = prompt + sampled + _prompt(10 + turn, 40)  # the harness appends a tool result
     assert _metric(cached_engine, "rollwire_engine_prefix_cache_request_hits_total") == 3
     assert _metric(cached_engine, "rollwire_engine_prefix_cache_bytes") > 0
+
+
+def test_a_long_continuation_is_prefilled_in_passes_with_exact_logprobs(
+    cached_engine: httpx.Client, forward_logprobs: Callable[[list[int], list[int]], list[float]],
+    logprob_tolerance: float,
+) -> None:  # fmt: skip
+    from rollwire.engine.model import CONTINUED_CHUNK_TOKENS
+
+    head = _prompt(5, 1600)
+    _complete(cached_engine, head + [1], max_tokens=1)
+    prompt = head + _prompt(6, CONTINUED_CHUNK_TOKENS + 88)  # 73% cached, the rest in two passes
+    hits = _metric(cached_engine, "vllm:prefix_cache_hits_total")
+    choice = _complete(cached_engine, prompt)
+    assert _metric(cached_engine, "vllm:prefix_cache_hits_total") - hits == 1600
+    expected = forward_logprobs(prompt, choice["token_ids"])
+    assert choice["logprobs"]["token_logprobs"] == pytest.approx(expected, abs=logprob_tolerance)
 
 
 def test_concurrent_conversations_sharing_a_system_prompt_batch_together_exactly(
