@@ -114,7 +114,8 @@ def lengths_table(args: argparse.Namespace, lengths: list[int]) -> None:
                 "return_token_ids": True,
             }
             print(f"prompt of {length} tokens x {args.repeat} ...", flush=True)
-            seconds = sum(complete(client, {**body, "cache_salt": f"call-{n}"})[0] for n in range(args.repeat))
+            salts = [f"call-{length}-{n}" for n in range(args.repeat)]  # no call reuses another's prefix
+            seconds = sum(complete(client, {**body, "cache_salt": salt})[0] for salt in salts)
             rows.append((length, seconds / args.repeat, *memory_mib(pid)))
     base = rows[0][1]
     print(f"\n{'prompt tokens':>13} {'s per call':>10} {'x shortest':>10} {'RSS MiB':>8} {'peak RSS MiB':>12}")
