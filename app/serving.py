@@ -144,10 +144,14 @@ def serve(
     """Serve ``app`` with uvicorn on ``sock`` until a signal stops it; 0 if it started, 1 if not.
 
     A ``Listeners`` app serves its other listeners on ``extra`` (listener name -> socket), one server for all.
-    The heap is settled (``settle_heap``) once the app's start-up has run, before the first request.
+    The heap is settled (``settle_heap``) once the app's start-up has run, before the first request. The soft
+    open-files limit is raised to the hard one first (``rollwire.app.open_files``): a connection is a descriptor.
     """
     import uvicorn
 
+    from rollwire.app.open_files import raise_open_files_limit
+
+    raise_open_files_limit()
     sockets = _sockets(app, sock, extra)
 
     class _Server(uvicorn.Server):
