@@ -39,12 +39,18 @@ def _parse(body: bytearray) -> Any:
     """``body`` parsed: by orjson (~5x faster on a harness's request) where it parses to exactly what the standard
     library would; everything it refuses or may read differently (long numbers, UTF-16/32, a BOM, lone
     surrogates, ``NaN``) goes to the standard library, whose value or error is then the answer."""
+    return _parsed_by(body)[0]
+
+
+def _parsed_by(body: bytearray) -> tuple[Any, bool]:
+    """``_parse(body)``, and whether orjson read it: then every ``\\uD800``-``\\uDFFF`` escape in it was one half
+    of a pair (orjson refuses a lone one, and a body that is not strict UTF-8)."""
     if _LONG_NUMBER not in body.translate(_DIGITS):
         try:
-            return orjson.loads(body)
+            return orjson.loads(body), True
         except orjson.JSONDecodeError:
             pass
-    return json.loads(body, parse_constant=_no_constant)
+    return json.loads(body, parse_constant=_no_constant), False
 
 
 def _no_constant(name: str) -> Any:
@@ -66,12 +72,17 @@ def _depth_ok(value: dict[str, Any] | list[Any]) -> bool:
     return False
 
 
-def check_json_value(parsed: Any, raw: bytes, utf8: bool = True) -> None:
+def check_json_value(parsed: Any, raw: bytes, utf8: bool = True, paired: bool = False) -> None:
     """400 for a body that parsed but is no usable JSON text (see the module docstring); ``utf8``: ``raw`` is
-    strict UTF-8."""
+    strict UTF-8; ``paired``: orjson parsed it, so it holds no lone surrogate (``_parsed_by``).
+
+    Only a body that may hold one is serialized again to look: a client that escapes every character outside
+    ASCII (Python's ``json.dumps`` does) writes an emoji as a surrogate pair, and Claude Code's tool definitions
+    carry one (a robot face), so such a body always matched ``_SURROGATE_ESCAPE``, and serializing it again took a
+    quarter of the proxy's time a call at 128k tokens of context (``bench/proxy_context.py``)."""
     if isinstance(parsed, (dict, list)) and raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and not _depth_ok(parsed):
         raise InvalidRequest(f"the JSON body is nested deeper than {MAX_DEPTH} levels")
-    if not utf8 or _SURROGATE_ESCAPE.search(raw):
+    if not utf8 or (not paired and _SURROGATE_ESCAPE.search(raw)):
         try:
             json.dumps(parsed, ensure_ascii=False).encode()
         except UnicodeEncodeError as exc:
@@ -96,7 +107,7 @@ async def read_json_text(request: Request, limit: int) -> tuple[Any, str | None]
         if len(body) > limit:
             raise PayloadTooLarge(f"request body is over the {limit}-byte limit")
     try:
-        parsed = _parse(body)
+        parsed, paired = _parsed_by(body)
     except ValueError as exc:
         raise InvalidRequest(f"malformed JSON body: {exc}") from None
     except RecursionError:
@@ -105,7 +116,7 @@ async def read_json_text(request: Request, limit: int) -> tuple[Any, str | None]
         text: str | None = body.decode()
     except UnicodeDecodeError:  # JSON in UTF-16/32: parsed fine, stored re-serialized
         text = None
-    check_json_value(parsed, bytes(body), utf8=text is not None)
+    check_json_value(parsed, bytes(body), utf8=text is not None, paired=paired)
     return parsed, text
 
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollwire.errors import InvalidRequest
-from rollwire.request_body import MAX_DEPTH, _no_constant, _parse, check_json_value
+from rollwire.request_body import MAX_DEPTH, _no_constant, _parse, _parsed_by, check_json_value
 
 SCALARS = (
     st.none()
@@ -45,6 +45,41 @@ def test_a_body_parses_to_what_the_standard_library_reads(value: Any, ascii_only
     except UnicodeEncodeError:  # a lone surrogate cannot be UTF-8: no client can send that body
         return
     assert _same(_parse(bytearray(raw)), json.loads(raw, parse_constant=_no_constant))
+
+
+@settings(max_examples=400, deadline=None)
+@given(VALUES, st.booleans())
+def test_a_body_orjson_reads_holds_no_lone_surrogate(value: Any, ascii_only: bool) -> None:
+    """What lets ``check_json_value`` skip its look for lone surrogates in a body orjson parsed (``paired``)."""
+    try:
+        raw = json.dumps(value, ensure_ascii=ascii_only).encode()
+    except UnicodeEncodeError:
+        return
+    parsed, paired = _parsed_by(bytearray(raw))
+    if paired:
+        json.dumps(parsed, ensure_ascii=False).encode()  # no UnicodeEncodeError: every surrogate was paired
+
+
+@pytest.mark.parametrize(
+    ("raw", "refused"),
+    [
+        (b'{"s": "\\ud83e\\udd16 Generated"}', False),  # an emoji, escaped as Python's json.dumps writes it
+        (b'{"s": "\\ud800"}', True),
+        (b'{"s": "\\udd16\\ud83e"}', True),
+        (b'{"s": "\\ud83e\\u0041"}', True),
+        (b'{"s": "\\\\ud83e\\udd16"}', True),  # an escaped backslash, then a lone low surrogate
+        (b'{"\\ud800": 1}', True),
+    ],
+    ids=["pair", "lone high", "reversed pair", "high then a letter", "after an escaped backslash", "in a key"],
+)
+def test_lone_surrogates_are_refused_and_pairs_are_not(raw: bytes, refused: bool) -> None:
+    parsed, paired = _parsed_by(bytearray(raw))
+    assert paired is not refused  # orjson reads the pair and refuses every lone one
+    if refused:
+        with pytest.raises(InvalidRequest, match="lone UTF-16 surrogate"):
+            check_json_value(parsed, raw, paired=paired)
+    else:
+        check_json_value(parsed, raw, paired=paired)
 
 
 @pytest.mark.parametrize(
