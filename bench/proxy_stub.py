@@ -1,7 +1,7 @@
 """The bench's stub upstream: a bare asyncio HTTP/1.1 server (no framework), so it costs far less per call than
 the proxy in front of it and the rows measure the proxy, not the stub.
 
-    python bench/proxy_stub.py PORT IDS [PACE_MS]
+    python bench/proxy_stub.py PORT IDS [PACE_MS] [MAX_MODEL_LEN]
 
 Answers every call with the same tool call: on /v1/completions as the token ``IDS`` (comma-separated, the tiny
 model's tokens for a hermes tool call) with logprobs, on /v1/chat/completions (LiteLLM's way in) as a chat
@@ -15,6 +15,8 @@ HTTP chunk per token (vLLM's server sends chunked event streams), so each token 
 an answer that is not streamed goes out whole once its last token is sampled. Like vLLM since mid-2026 it
 takes a per-request ``stream_interval`` (and lists it in ``/openapi.json``): the first token's event goes out
 at once, then one event for that many tokens (their ids and logprobs together), paced or not.
+``/v1/models`` reports a context of ``MAX_MODEL_LEN`` tokens (default 32768): the proxy fits output caps to it and
+refuses a prompt that fills it, so a bench of longer conversations names a longer one.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ ECHO = b'"prompt_token_ids":0'
 
 
 class Stub:
-    def __init__(self, ids: list[int], pace_s: float = 0.0) -> None:
+    def __init__(self, ids: list[int], pace_s: float = 0.0, max_model_len: int = 32768) -> None:
         self.ids = ids
         self.pace_s = pace_s
         lp = {"token_logprobs": [-0.5] * len(ids), "tokens": None, "top_logprobs": None}
@@ -74,7 +76,8 @@ class Stub:
         whole = {"id": "c", "object": "text_completion", "choices": [{**choice, "prompt_token_ids": 0}]}
         self.echo_whole = _split(json.dumps(whole, separators=(",", ":")).encode(), ECHO)
         self._echo_events: dict[int, tuple[tuple[bytes, bytes], list[bytes], list[int]]] = {}
-        self.models = _response(b'{"object":"list","data":[{"id":"stub","object":"model","max_model_len":32768}]}')
+        card = {"id": "stub", "object": "model", "max_model_len": max_model_len}
+        self.models = _response(json.dumps({"object": "list", "data": [card]}).encode())
         self.calls = 0
 
     def echoing(self, body: bytes, stream: bool, interval: int) -> tuple[bytes, list[bytes] | None, list[int]]:
@@ -196,8 +199,8 @@ class Stub:
             writer.close()
 
 
-async def main(port: int, ids: list[int], pace_s: float) -> None:
-    stub = Stub(ids, pace_s)
+async def main(port: int, ids: list[int], pace_s: float, max_model_len: int = 32768) -> None:
+    stub = Stub(ids, pace_s, max_model_len)
     server = await asyncio.start_server(stub.serve, "127.0.0.1", port, backlog=4096)
     print("ready", flush=True)
     async with server:
@@ -206,4 +209,5 @@ async def main(port: int, ids: list[int], pace_s: float) -> None:
 
 if __name__ == "__main__":
     pace_ms = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
-    event_loop.run(main(int(sys.argv[1]), [int(t) for t in sys.argv[2].split(",")], pace_ms / 1000))
+    context = int(sys.argv[4]) if len(sys.argv) > 4 else 32768
+    event_loop.run(main(int(sys.argv[1]), [int(t) for t in sys.argv[2].split(",")], pace_ms / 1000, context))
