@@ -518,9 +518,10 @@ def summary(results: dict[tuple[int, str, str], list[Row | LoadFailed]], args: a
             for w in args.workers[1:]:
                 more = rows(c, mode, f"rollwire x{w}")
                 if isinstance(ours, list) and isinstance(more, list) and ours and more:
+                    each = [b.rate / a.rate for a, b in zip(ours, more)]
                     print(
                         f"{c:>5} {mode:<6} rollwire --workers {w} / --workers 1 requests per second: "
-                        f"{Row.pooled(more).rate / Row.pooled(ours).rate:.2f}x"
+                        f"{Row.pooled(more).rate / Row.pooled(ours).rate:.2f}x{spread(each, 'x')}"
                     )
 
 

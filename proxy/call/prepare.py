@@ -14,7 +14,7 @@ from rollwire.proxy.call.base import Call
 from rollwire.proxy.conversation import Conversation, Sampling
 from rollwire.proxy.limits import OutputCap, fit_output
 from rollwire.proxy.lines import call_line
-from rollwire.proxy.splice.plan import Plan, PriorCall, encode_work, plan_prompt
+from rollwire.proxy.splice.plan import Plan, PriorCall, continued_call, encode_work, plan_prompt
 from rollwire.side_calls import MAIN, rules_of
 from rollwire.store import now_ns
 
@@ -93,9 +93,10 @@ def _prefill(path: CallPath, conv: Conversation) -> str:
 
 async def _plan(path: CallPath, conv: Conversation, priors: list[PriorCall], prefill: str) -> Plan:
     policy = path.settings.splice_policy
-    if encode_work(conv, priors, policy, path.renderer, prefill) <= INLINE_PLAN_CHARS:
-        return plan_prompt(conv, priors, path.renderer, policy, prefill)
-    return await anyio.to_thread.run_sync(plan_prompt, conv, priors, path.renderer, policy, prefill)
+    continued = continued_call(conv, priors) if policy == "splice" else None
+    if encode_work(conv, priors, policy, path.renderer, prefill, continued) <= INLINE_PLAN_CHARS:
+        return plan_prompt(conv, priors, path.renderer, policy, prefill, continued)
+    return await anyio.to_thread.run_sync(plan_prompt, conv, priors, path.renderer, policy, prefill, continued)
 
 
 def _sampling(path: CallPath, sampling: Sampling, prompt_ids: list[int]) -> tuple[Sampling, OutputCap]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from types import EllipsisType
 from typing import Any, Protocol
 
 from rollwire.compact_json import json_bytes, json_ids_extended, json_text
@@ -141,17 +142,25 @@ def tail_text(ops: TemplateOps, conv: Conversation, start: int, ended: bool) -> 
     return close + after[close_end:]
 
 
-def _extended(conv: Conversation, priors: list[PriorCall]) -> PriorCall | None:
-    """The latest earlier call that ``conv`` continues (its messages and answer, then new ones), if any."""
+def continued_call(conv: Conversation, priors: list[PriorCall]) -> PriorCall | None:
+    """The latest earlier call that ``conv`` continues (its messages and answer, then new ones), if any: a walk
+    over the conversation's messages, so a caller that plans (``encode_work``, then ``plan_prompt``) finds it once
+    and hands it to both."""
     return next((p for p in reversed(priors) if _extends(conv, p)), None)
+
+
+Continued = PriorCall | None | EllipsisType
+"""The call a conversation continues, None for none, or ``...``: not looked for yet (``continued_call``)."""
 
 
 def _next_segment(priors: list[PriorCall]) -> int:
     return max((p.segment_index for p in priors), default=-1) + 1
 
 
-def _splice(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, prefill: str) -> Plan | None:
-    prior = _extended(conv, priors)
+def _splice(
+    conv: Conversation, priors: list[PriorCall], ops: TemplateOps, prefill: str, continued: Continued
+) -> Plan | None:
+    prior = continued_call(conv, priors) if continued is ... else continued
     if prior is None:
         return None
     ended = bool(prior.sampled_ids) and prior.sampled_ids[-1] in ops.end_ids
@@ -221,11 +230,13 @@ def _chars(messages: tuple[Any, ...] | list[Any]) -> int:
     return sum(len(m.content) + len(m.reasoning or "") + sum(len(c.arguments) for c in m.tool_calls) for m in messages)
 
 
-def encode_work(conv: Conversation, priors: list[PriorCall], policy: str, ops: TemplateOps, prefill: str) -> int:
+def encode_work(
+    conv: Conversation, priors: list[PriorCall], policy: str, ops: TemplateOps, prefill: str, continued: Continued = ...
+) -> int:
     """About how many characters planning ``conv`` will render and encode: a splice encodes only the new tail,
     a whole prompt already remembered nothing (a group's rollouts start from one prompt)."""
     if policy == "splice":
-        prior = _extended(conv, priors)
+        prior = continued_call(conv, priors) if continued is ... else continued
         if prior is not None:
             return _chars(conv.messages[len(prior.request_keys) + 1 :])
     if ops.remembers(_whole_key(conv, prefill)):
@@ -233,9 +244,13 @@ def encode_work(conv: Conversation, priors: list[PriorCall], policy: str, ops: T
     return _chars(conv.messages) + (len(conv.tools_key()) if conv.tools else 0)
 
 
-def plan_prompt(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, policy: str, prefill: str = "") -> Plan:
-    """The prompt ids for ``conv`` and the segment they belong to, under ``policy`` (splice or render)."""
-    plan = _splice(conv, priors, ops, prefill) if policy == "splice" else None
+def plan_prompt(
+    conv: Conversation, priors: list[PriorCall], ops: TemplateOps, policy: str, prefill: str = "",
+    continued: Continued = ...,
+) -> Plan:  # fmt: skip
+    """The prompt ids for ``conv`` and the segment they belong to, under ``policy`` (splice or render);
+    ``continued``: ``continued_call``'s answer, where the caller has it."""
+    plan = _splice(conv, priors, ops, prefill, continued) if policy == "splice" else None
     if plan is None:
         plan = _rendered(conv, priors, ops, prefill, policy)
     free = max(_next_segment(priors), plan.segment_index + 1)
@@ -245,4 +260,7 @@ def plan_prompt(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, p
     )  # fmt: skip
 
 
-__all__ = ["MARKER", "POLICIES", "Plan", "PriorCall", "TemplateOps", "encode_work", "plan_prompt", "tail_text", "whole_prompt"]
+__all__ = [
+    "MARKER", "POLICIES", "Continued", "Plan", "PriorCall", "TemplateOps", "continued_call", "encode_work", "plan_prompt",
+    "tail_text", "whole_prompt",
+]  # fmt: skip
