@@ -282,7 +282,14 @@ class engine_failures:  # lower case: used as a function is, ``with engine_failu
         if isinstance(exc, TimeoutError):
             raise UpstreamTimeout(f"upstream at {self.base_url} timed out ({exc.__class__.__name__})") from None
         if isinstance(exc, TRANSPORT_ERRORS):
-            raise UpstreamError(f"cannot reach the upstream at {self.base_url}: {exc.__class__.__name__}") from None
+            raise UpstreamError(f"cannot reach the upstream at {self.base_url}: {_transport_reason(exc)}") from None
+
+
+def _transport_reason(exc: BaseException) -> str:
+    """The failure's class and, for a system call's, what the system said: "OSError" alone hides whether the
+    engine refused the connection or this process ran out of file descriptors."""
+    reason = getattr(exc, "strerror", None) if isinstance(exc, OSError) else None
+    return f"{exc.__class__.__name__} ({reason})" if reason else exc.__class__.__name__
 
 
 async def exchange(client: Pool, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, bytes]:
