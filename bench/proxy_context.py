@@ -48,6 +48,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,19 +142,20 @@ def file_text(tokens: int, seed: int, chars_per_token: float) -> str:
     return "".join(lines)
 
 
-class Harness:
+class Harness(ABC):
     """A conversation as its harness sends it: ``body(result)`` is the next call, the last answer's tool call
     answered with ``result`` (the first call answers none); ``answered`` takes the proxy's answer in."""
 
     name = ""
     path = ""
 
+    @abstractmethod
     def body(self, result: str | None) -> bytes:
-        raise NotImplementedError
+        """The next call's request body."""
 
+    @abstractmethod
     def answered(self, data: bytes) -> tuple[int, int]:
         """(prompt tokens, completion tokens) of the answer, as its usage says."""
-        raise NotImplementedError
 
 
 class ClaudeCode(Harness):
