@@ -61,6 +61,7 @@ import httpx
 from proxy_load import Conn, Conversation, harness_tools, system_prompt
 
 import proxy as bench
+from rollwire.app.open_files import raise_open_files_limit
 
 CALL_TIMEOUT_S = 120.0
 """A call that takes longer is an error (a stalled proxy should not hang the row)."""
@@ -91,15 +92,6 @@ def nofile_limit(pid: int) -> str:
                 soft, hard = line.split()[3:5]
                 return f"{soft} / {hard}"
     return "?"
-
-
-def raise_nofile() -> int:
-    """This process's soft open-files limit raised to its hard limit (children inherit it); the soft limit it had."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return soft
 
 
 @contextlib.contextmanager
@@ -282,7 +274,8 @@ def main() -> None:
         return
     if args.turns < 1 or args.tools < 1:
         parser.error("--turns and --tools must be at least 1")
-    shell_soft = raise_nofile()  # the stub and load generator hold a connection per session
+    shell_soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    raise_open_files_limit()  # as rollwire's servers do: the stub and load generator hold a connection a session
     server_cores, load_cores = bench._cores()
     ids = bench.tool_call_ids()
     base = {"host": "127.0.0.1", "turns": args.turns, "think_ms": args.think_ms, "system_chars": args.system_chars}
