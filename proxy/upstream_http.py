@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -19,6 +19,10 @@ MAX_IDLE = 128
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BUFFER = 4 * 1024 * 1024
 """Received bytes held before the connection stops reading until they are taken."""
+
+
+Body = bytes | Sequence[bytes] | None
+"""A request body: bytes, or parts sent one after another (``Pool.request``)."""
 
 
 class UpstreamClosed(Exception):
@@ -108,14 +112,17 @@ class _Connection(asyncio.Protocol):
             self._waiter = None
 
     def take(self, end: int) -> bytes:
-        """The first ``end`` buffered bytes, removed from the buffer."""
-        data = bytes(self.buffer[:end])
+        """The first ``end`` buffered bytes, removed from the buffer (copied once: a slice of a bytearray is a copy
+        already, and an engine's first chunk echoes a long context's ids)."""
+        with memoryview(self.buffer) as view:
+            data = bytes(view[:end])
         del self.buffer[:end]
         return data
 
-    def write(self, data: bytes) -> None:
+    def write(self, parts: list[bytes]) -> None:
+        """``parts`` sent in order, none copied into one (a long context's prompt is most of a request)."""
         assert self.transport is not None
-        self.transport.write(data)
+        self.transport.writelines(parts)
 
     def usable(self) -> bool:
         return not self.ended and not self.buffer and self.transport is not None and not self.transport.is_closing()
@@ -150,7 +157,8 @@ def _take_chunks(conn: _Connection) -> tuple[list[bytes], bool]:
         start = nl + 1
         if len(buffer) < start + size + 2:  # the data and its CRLF
             break
-        out.append(bytes(buffer[start : start + size]))
+        with memoryview(buffer) as view:  # one copy of a chunk (a slice of a bytearray is a copy already)
+            out.append(bytes(view[start : start + size]))
         at = start + size + 2
     del buffer[:at]
     return out, False
@@ -213,14 +221,19 @@ class Response:
     async def batches(self) -> AsyncIterator[list[bytes]]:
         """The body's lines (without line ends, undecoded: a JSON parser reads bytes), in batches: each holds every
         whole line received by then, so lines that arrive together are handled without a wait in between."""
-        pending = b""
+        pending: list[bytes] = []  # a line's pieces so far: joined once it ends, not again at every piece
         async for parts in self._parts():
-            pending += b"".join(parts)
-            *lines, pending = pending.split(b"\n")
-            if lines:
-                yield [line.rstrip(b"\r") for line in lines]
-        if pending:
-            yield [pending]
+            data = b"".join(parts)
+            if b"\n" not in data:
+                pending.append(data)
+                continue
+            lines = data.split(b"\n")
+            if pending:
+                lines[0] = b"".join([*pending, lines[0]])
+            pending = [lines.pop()]
+            yield [line.rstrip(b"\r") for line in lines]
+        if rest := b"".join(pending):
+            yield [rest]
 
     async def iter_lines(self) -> AsyncIterator[bytes]:
         """The body's lines one at a time (``batches``, unbatched)."""
@@ -277,13 +290,14 @@ class Pool:
         at = asyncio.get_running_loop().time() + self.timeouts.read
         return at if deadline is None else min(at, deadline)
 
-    def _request(self, method: str, path: str, body: bytes | None) -> bytes:
+    def _request(self, method: str, path: str, body: Body) -> list[bytes]:
+        parts = [body] if isinstance(body, bytes) else list(body or ())
         lines = [f"{method} {self.prefix}{path} HTTP/1.1", f"host: {self.authority}", "user-agent: rollwire-proxy"]
         if body is not None:
-            lines += ["content-type: application/json", f"content-length: {len(body)}"]
-        return ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b"")
+            lines += ["content-type: application/json", f"content-length: {sum(map(len, parts))}"]
+        return [("\r\n".join(lines) + "\r\n\r\n").encode(), *parts]
 
-    async def _send(self, conn: _Connection, request: bytes, deadline: float | None) -> Response:
+    async def _send(self, conn: _Connection, request: list[bytes], deadline: float | None) -> Response:
         conn.write(request)
         while (end := _head_end(conn.buffer)) < 0:
             if len(conn.buffer) > MAX_HEADER_BYTES:
@@ -300,8 +314,9 @@ class Pool:
                 headers[name.strip().lower()] = value.strip()
         return Response(self, conn, int(parts[1]), headers, deadline)
 
-    async def request(self, method: str, path: str, body: bytes | None = None) -> Response:
+    async def request(self, method: str, path: str, body: Body = None) -> Response:
         """Send one request and read the status and headers; the caller reads the body and closes the response.
+        ``body``: its bytes, or its parts in order (sent as they are, not joined).
         A kept-alive connection the upstream closed meanwhile is retried once on a fresh one (it never read
         the request)."""
         request = self._request(method, path, body)

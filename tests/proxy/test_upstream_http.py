@@ -87,7 +87,7 @@ def test_chunked_lines_split_across_chunks() -> None:
     async def chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: text/event-stream\r\n\r\n")
-        for piece in (b"data: one\n", b"\ndata: t", b"wo\n\nda", b"ta: [DONE]\n\n"):
+        for piece in (b"data: one\n", b"\ndata: t", b"w", b"o\n\nda", b"ta: [DONE]\n\n"):  # "two" in three pieces
             writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
             await writer.drain()
             await asyncio.sleep(0.01)  # the server's pace: each piece leaves as a chunk of its own
