@@ -23,6 +23,7 @@ from rollwire.metrics import HttpMetricsMiddleware
 from rollwire.proxy.auth import TokenAuth
 from rollwire.proxy.cache_salt import CacheSalts
 from rollwire.proxy.call import CallPath
+from rollwire.proxy.dialects.parsed import ParsedMessages
 from rollwire.proxy.dialects.registry import READERS
 from rollwire.proxy.edge import ErrorEdge, http_error, rollwire_error
 from rollwire.proxy.metrics import ProxyMetrics, classify
@@ -34,7 +35,7 @@ from rollwire.proxy.splice.plan import POLICIES
 from rollwire.proxy.splice.priors import PriorCache
 from rollwire.proxy.ui.data import ViewerState
 from rollwire.proxy.upstream import make_client
-from rollwire.request_body import read_json_body, read_json_text
+from rollwire.request_body import read_json_body, read_json_sent
 from rollwire.rollouts.budgets import Budgets
 from rollwire.settings import ProxySettings
 from rollwire.store import open_engine
@@ -53,14 +54,16 @@ class ProxyState:
         self.engine = engine
         self.calls = calls
         self.auth = auth
+        self.parsed = ParsedMessages(settings.cache_message_bytes)
+        """Each rollout's latest messages, parsed (``dialects.parsed``)."""
         self._finished = anyio.Event()
 
     async def read_json(self, request: Request) -> Any:
         return await read_json_body(request, self.settings.max_body_bytes)
 
-    async def read_json_text(self, request: Request) -> tuple[Any, str | None]:
-        """The body and its text as sent (stored as the call's request without serializing it again)."""
-        return await read_json_text(request, self.settings.max_body_bytes)
+    async def read_json_sent(self, request: Request) -> tuple[Any, bytes | None]:
+        """The body and its bytes as sent (stored as the call's request without serializing it again)."""
+        return await read_json_sent(request, self.settings.max_body_bytes)
 
     def rollout_base(self, request: Request) -> str:
         """The base URL of the rollouts an admin request creates: the host it was sent to, on the main listener's

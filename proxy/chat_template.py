@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rollwire.compact_json import json_text
+from rollwire.compact_json import json_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +37,8 @@ TOOL_SETS = 8
 
 @dataclass(frozen=True, slots=True)
 class _ToolSet:
-    key: str
-    """The tools as sent, as JSON text."""
+    key: bytes
+    """The tools as sent, as JSON (bytes: never decoded, see ``Conversation.tools_key``)."""
     converted: Any
     parts: list[Any]
     """Every dict and list inside ``converted`` (and itself): what ``tojson`` may remember text for."""
@@ -213,7 +213,7 @@ class ChatTemplate:
     def _converted(self, steps: _Steps, tools: list[Any]) -> Any:
         """``tools`` as transformers converts them, kept by their JSON text in the order sent (templates print
         the keys in that order, so differently ordered tools are different text)."""
-        key = json_text(tools)
+        key = json_bytes(tools)
         with self._tools_lock:
             for i, kept in enumerate(self._tools):
                 if kept.key == key:

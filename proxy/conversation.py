@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollwire.compact_json import json_text
+from rollwire.compact_json import json_bytes, json_text
 from rollwire.errors import RollwireError
 from rollwire.text_memo import remember_short_texts
 
@@ -50,14 +50,20 @@ class Message:
     tool_call_id: str | None = None
     name: str | None = None
 
+    _key: tuple[Any, ...] | None = field(default=None, init=False, repr=False, compare=False)
+
     def key(self) -> tuple[Any, ...]:
-        """What must be unchanged for a message to count as carried back (reasoning is often dropped)."""
-        return (
-            self.role,
-            self.content.strip(),
-            tuple(c.key() for c in self.tool_calls),
-            self.tool_call_id if self.role == "tool" else None,
-        )
+        """What must be unchanged for a message to count as carried back (reasoning is often dropped). Worked out
+        once a message: a rollout's messages come back with every call, parsed once (``dialects.parsed``)."""
+        if self._key is None:
+            key = (
+                self.role,
+                self.content.strip(),
+                tuple(c.key() for c in self.tool_calls),
+                self.tool_call_id if self.role == "tool" else None,
+            )
+            object.__setattr__(self, "_key", key)
+        return self._key  # type: ignore[return-value]
 
     def to_template(self) -> dict[str, Any]:
         """The message as Hugging Face chat templates expect it."""
@@ -128,8 +134,9 @@ class Conversation:
         """Extra variables for the chat template (what vLLM's ``chat_template_kwargs`` carries)."""
         return {} if self.reasoning is None else {"enable_thinking": self.reasoning}
 
+    known_tools_key: bytes | None = field(default=None, repr=False, compare=False)
+    """``tools_key()``, where the dialect had it already (``dialects.parsed``: the same tools as a call before)."""
     _keys: tuple[tuple[Any, ...], ...] | None = field(default=None, init=False, repr=False, compare=False)
-    _tools_key: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def message_keys(self) -> tuple[tuple[Any, ...], ...]:
         """``Message.key()`` of every message, worked out once: a request is matched against its rollout's
@@ -138,11 +145,12 @@ class Conversation:
             object.__setattr__(self, "_keys", tuple(m.key() for m in self.messages))
         return self._keys  # type: ignore[return-value]
 
-    def tools_key(self) -> str:
-        """The tool definitions in canonical JSON: equal keys, equal tools (however a harness ordered them)."""
-        if self._tools_key is None:
-            object.__setattr__(self, "_tools_key", json_text(list(self.tools), sort_keys=True))
-        return self._tools_key  # type: ignore[return-value]
+    def tools_key(self) -> bytes:
+        """The tool definitions in canonical JSON: equal keys, equal tools (however a harness ordered them). Bytes,
+        never decoded: a tool description with one emoji makes the text 4 bytes a character (2x the cost)."""
+        if self.known_tools_key is None:
+            object.__setattr__(self, "known_tools_key", json_bytes(list(self.tools), sort_keys=True))
+        return self.known_tools_key  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from rollwire.proxy.conversation import Conversation
 from rollwire.proxy.splice.plan import PriorCall
 from rollwire.side_calls import CallFeatures, SideCallRule, classify
 
-NO_TOOLS = "[]"
+NO_TOOLS = b"[]"
 """``Conversation.tools_key()`` of a request without tools."""
 
 

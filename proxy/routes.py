@@ -62,8 +62,8 @@ def generate(dialect: Dialect) -> Handler:
     async def route(request: Request) -> Response:
         state = _state(request)
         caller = await state.auth.caller(request)
-        raw, text = await state.read_json_text(request)
-        accepted = await dialect.accept(raw, text, History(state.engine, caller.rollout_id))
+        raw, sent = await state.read_json_sent(request)
+        accepted = await dialect.accept(raw, sent, History(state.engine, caller.rollout_id, state.parsed))
         return await state.calls.answer(caller, accepted, request)
 
     return _in_shape(dialect, route)

@@ -11,9 +11,10 @@ seed of that prompt, the next the second (which rollout gets which may change; t
 from __future__ import annotations
 
 import hashlib
-from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
+
+from rollwire.store.codec import encode_ids
 
 SEED_BITS = 31
 """Seeds stay below 2**31: every engine takes them (vLLM, the bundled one)."""
@@ -30,7 +31,9 @@ class SampleSeeds:
         self._remembered = remembered
 
     def for_prompt(self, prompt_ids: Sequence[int]) -> int:
-        prompt = hashlib.blake2b(array("q", prompt_ids).tobytes(), key=self._key, digest_size=16).digest()
+        """The next seed of ``prompt_ids``, hashed in the store's encoding (a spliced prompt's is at hand already,
+        ``EncodedIds``: no list of a long context is made to seed it)."""
+        prompt = hashlib.blake2b(encode_ids(prompt_ids), key=self._key, digest_size=16).digest()
         count = self._seen.pop(prompt, 0)
         self._seen[prompt] = count + 1
         if len(self._seen) > self._remembered:

@@ -4,7 +4,7 @@ keep-alive client in ``upstream_http``); transport errors become ``UpstreamError
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +43,7 @@ class UpstreamResult:
 
 def completion_body(
     model: str,
-    prompt: list[int],
+    prompt: Sequence[int],
     sampling: Sampling,
     stop_ids: list[int],
     stream_interval: int | None = None,
@@ -320,12 +320,14 @@ class Opened:
     prompt: bytes
 
 
-def _request_bytes(body: dict[str, Any], prompt: bytes | None = None) -> tuple[bytes, bytes]:
-    """The streamed request's body, and the prompt's ids as they appear in it: ``prompt`` where the caller has them
-    written already (``json_bytes(body["prompt"])``), spliced in."""
+def _request_bytes(body: dict[str, Any], prompt: bytes | None = None) -> tuple[list[bytes], bytes]:
+    """The streamed request's body in parts, and the prompt's ids as they appear in it: ``prompt`` where the caller
+    has them written already (``json_bytes(body["prompt"])``), between the other fields. The parts are sent as
+    they are: joined, a 128k-token prompt (~700 kB) was copied twice a call."""
     prompt = json_bytes(body["prompt"]) if prompt is None else prompt
     head = json_bytes({**body, "prompt": 0, "stream": True})  # "model" comes first: the first "prompt":0 is ours
-    return head.replace(b'"prompt":0', b'"prompt":' + prompt, 1), prompt
+    at = head.index(b'"prompt":0') + len(b'"prompt":')
+    return [head[:at], prompt, head[at + 1 :]], prompt
 
 
 async def open_stream(client: Pool, body: dict[str, Any], prompt: bytes | None = None) -> Opened:
@@ -355,11 +357,12 @@ async def chunks(response: Response, base_url: str, prompt: bytes | None = None)
                 for line in lines:
                     if done or not line.startswith(b"data:"):
                         continue  # after [DONE], read to the body's end: the connection then goes back to the pool
-                    payload = line[5:].strip()
+                    # the echo goes first: what remains of a first chunk is short to cut and strip
+                    payload = (_without_echo(line, prompt) if prompt is not None else line)[5:].strip()
                     if payload == b"[DONE]":
                         done = True
                         continue
-                    payloads.append(_without_echo(payload, prompt) if prompt is not None else payload)
+                    payloads.append(payload)
                 batch, bad = _batch(payloads)
                 if batch:
                     yield batch

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import chain, compress, repeat
+from operator import is_
 from typing import Any
 
 import orjson
@@ -31,8 +33,14 @@ _DIGITS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
 """Every ASCII digit to ``0``, everything else to a space (``bytes.translate``)."""
 _LONG_NUMBER = b"0" * 19
 """A digit run orjson may not keep exact (it reads integers past 64 bits as floats; the standard library keeps
-them). Looked for in the body with its digits mapped to ``0``: a regular expression's scan of a harness's
+them). Looked for in a small body with its digits mapped to ``0``: a regular expression's scan of a harness's
 17 kB body took ~160 us (20x orjson's parse of it), the mapping and search ~7 us."""
+_WIDE = float(2**63)
+"""A parsed float at least this large may be an integer literal orjson read past 64 bits: in a large body it is
+looked for during the walk that checks the nesting (``_walk``), where mapping the body cost ~130 us at 230 kB."""
+WALKED_BYTES = 16 * 1024
+"""Past this size, a body's nesting is walked without counting its brackets first, and that walk also looks for
+numbers orjson may have read inexactly (in place of the digit search)."""
 
 
 def _parse(body: bytearray) -> Any:
@@ -43,44 +51,76 @@ def _parse(body: bytearray) -> Any:
 
 
 def _parsed_by(body: bytearray) -> tuple[Any, bool]:
-    """``_parse(body)``, and whether orjson read it: then every ``\\uD800``-``\\uDFFF`` escape in it was one half
+    """``_parse(body)``, and whether orjson read it: then every ``\uD800``-``\uDFFF`` escape in it was one half
     of a pair (orjson refuses a lone one, and a body that is not strict UTF-8)."""
-    if _LONG_NUMBER not in body.translate(_DIGITS):
+    value, by_orjson, _ = _read(body)
+    return value, by_orjson
+
+
+def _read(body: bytearray) -> tuple[Any, bool, bool | None]:
+    """``_parsed_by(body)``, and whether its nesting is within ``MAX_DEPTH`` where that was walked (a large body's,
+    None otherwise)."""
+    large = len(body) > WALKED_BYTES
+    if large or _LONG_NUMBER not in body.translate(_DIGITS):
         try:
-            return orjson.loads(body), True
+            value = orjson.loads(body)
         except orjson.JSONDecodeError:
             pass
-    return json.loads(body, parse_constant=_no_constant), False
+        else:
+            if not large:
+                return value, True, None
+            shallow, wide = _walk(value)
+            if not wide:
+                return value, True, shallow
+    return json.loads(body, parse_constant=_no_constant), False, None
 
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _depth_ok(value: dict[str, Any] | list[Any]) -> bool:
-    """Level by level, iterative (a recursive walk would fail the way the request would). A parsed body holds
-    plain dicts and lists only, so each level's containers are found by type, in one comprehension per node."""
-    level = [value]
+_CONTAINER = frozenset((dict, list)).__contains__
+
+
+def _walk(value: Any) -> tuple[bool, bool]:
+    """(nesting within ``MAX_DEPTH``, a float of magnitude ``_WIDE`` or more within those levels). Level by level,
+    iterative (a recursive walk would fail the way the request would). A parsed body holds plain dicts and lists
+    only, so each level's containers and floats are picked by type at C speed (``compress``): a harness's 230 kB
+    body has ~10k values, and a Python test of each cost a quarter more."""
+    if type(value) is float:
+        return True, abs(value) >= _WIDE
+    level, wide = [value] if _CONTAINER(type(value)) else [], False
     for _ in range(MAX_DEPTH):
-        nested: list[Any] = []
-        for node in level:
-            children = node.values() if type(node) is dict else node
-            nested += [c for c in children if type(c) is dict or type(c) is list]
-        if not nested:
-            return True
-        level = nested
-    return False
+        if not level:
+            return True, wide
+        values = list(chain.from_iterable([node.values() if type(node) is dict else node for node in level]))
+        types = list(map(type, values))
+        floats = list(compress(values, map(is_, types, repeat(float))))
+        wide = wide or (bool(floats) and max(map(abs, floats)) >= _WIDE)
+        level = list(compress(values, map(_CONTAINER, types)))
+    return not level, wide
 
 
-def check_json_value(parsed: Any, raw: bytes, utf8: bool = True, paired: bool = False) -> None:
+def _may_nest_deeply(raw: bytes) -> bool:
+    """Whether a body's nesting needs walking: a large one always (counting its brackets costs about what the
+    walk does, ~170 us at 230 kB), a small one past ``MAX_DEPTH`` brackets."""
+    return len(raw) > WALKED_BYTES or raw.count(b"[") + raw.count(b"{") > MAX_DEPTH
+
+
+def check_json_value(
+    parsed: Any, raw: bytes, utf8: bool = True, paired: bool = False, shallow: bool | None = None
+) -> None:
     """400 for a body that parsed but is no usable JSON text (see the module docstring); ``utf8``: ``raw`` is
-    strict UTF-8; ``paired``: orjson parsed it, so it holds no lone surrogate (``_parsed_by``).
+    strict UTF-8; ``paired``: orjson parsed it, so it holds no lone surrogate (``_parsed_by``); ``shallow``: its
+    nesting is within ``MAX_DEPTH``, where the parse walked it already (``_read``).
 
     Only a body that may hold one is serialized again to look: a client that escapes every character outside
     ASCII (Python's ``json.dumps`` does) writes an emoji as a surrogate pair, and Claude Code's tool definitions
     carry one (a robot face), so such a body always matched ``_SURROGATE_ESCAPE``, and serializing it again took a
     quarter of the proxy's time a call at 128k tokens of context (``bench/proxy_context.py``)."""
-    if isinstance(parsed, (dict, list)) and raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and not _depth_ok(parsed):
+    if shallow is None:
+        shallow = not isinstance(parsed, (dict, list)) or not _may_nest_deeply(raw) or _walk(parsed)[0]
+    if not shallow:
         raise InvalidRequest(f"the JSON body is nested deeper than {MAX_DEPTH} levels")
     if not utf8 or (not paired and _SURROGATE_ESCAPE.search(raw)):
         try:
@@ -92,12 +132,14 @@ def check_json_value(parsed: Any, raw: bytes, utf8: bool = True, paired: bool = 
 
 async def read_json_body(request: Request, limit: int) -> Any:
     """The parsed JSON body; PayloadTooLarge (413) over ``limit`` bytes, InvalidRequest (400) if malformed."""
-    return (await read_json_text(request, limit))[0]
+    return (await read_json_sent(request, limit))[0]
 
 
-async def read_json_text(request: Request, limit: int) -> tuple[Any, str | None]:
-    """The parsed JSON body and its text as sent (None if not UTF-8), for callers that store the body: keeping
-    the text saves serializing a large request again."""
+async def read_json_sent(request: Request, limit: int) -> tuple[Any, bytes | None]:
+    """The parsed JSON body and its bytes as sent (None if not UTF-8), for callers that store the body: keeping
+    them saves serializing a large request again. Kept as bytes: a text holding one character past U+FFFF (an
+    emoji in a tool's description) takes 4 bytes a character, and decoding, comparing and slicing such a text
+    cost ~0.5 ms a call at 128k tokens of context (``bench/proxy_context.py``)."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"request body of {declared} bytes is over the {limit}-byte limit")
@@ -107,17 +149,23 @@ async def read_json_text(request: Request, limit: int) -> tuple[Any, str | None]
         if len(body) > limit:
             raise PayloadTooLarge(f"request body is over the {limit}-byte limit")
     try:
-        parsed, paired = _parsed_by(body)
+        parsed, paired, shallow = _read(body)
     except ValueError as exc:
         raise InvalidRequest(f"malformed JSON body: {exc}") from None
     except RecursionError:
         raise InvalidRequest(f"the JSON body is nested deeper than {MAX_DEPTH} levels") from None
+    sent = bytes(body)
+    utf8 = paired or _is_utf8(sent)  # orjson reads strict UTF-8 only; JSON in UTF-16/32 is stored re-serialized
+    check_json_value(parsed, sent, utf8=utf8, paired=paired, shallow=shallow)
+    return parsed, sent if utf8 else None
+
+
+def _is_utf8(data: bytes) -> bool:
     try:
-        text: str | None = body.decode()
-    except UnicodeDecodeError:  # JSON in UTF-16/32: parsed fine, stored re-serialized
-        text = None
-    check_json_value(parsed, bytes(body), utf8=text is not None, paired=paired)
-    return parsed, text
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
-__all__ = ["MAX_DEPTH", "check_json_value", "read_json_body", "read_json_text"]
+__all__ = ["MAX_DEPTH", "check_json_value", "read_json_body", "read_json_sent"]

@@ -96,6 +96,11 @@ class ProxySettings(BaseModel):
     cache_tokens: int = Field(
         20_000_000, description="Prompt + sampled token ids those cached calls may hold in all (oldest dropped first)."
     )
+    cache_message_bytes: int = Field(
+        256 * 1024 * 1024,
+        description="Bytes of JSON messages kept parsed, each rollout's latest request's (least recently called "
+        "rollouts dropped first; a call parses only what its rollout did not send before). 0: parse every request whole.",
+    )
 
 
 QUANTITY = r"^[0-9]*[1-9][0-9]*(\.[0-9]+)?([KMGTPE]i|[kMGTPE])?$"

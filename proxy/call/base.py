@@ -12,10 +12,10 @@ from rollwire.proxy.dialects.base import Dialect
 
 @dataclass(frozen=True, slots=True)
 class RequestBody:
-    """The client's request: parsed, and the JSON text stored with its calls (the body as sent, when it is)."""
+    """The client's request: parsed, and the UTF-8 JSON stored with its calls (the body as sent, when it is)."""
 
     data: dict[str, Any]
-    text: str
+    sent: bytes
 
 
 @dataclass(slots=True)

@@ -15,7 +15,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
 
-from rollwire.compact_json import json_text
+from rollwire.compact_json import json_bytes
 from rollwire.proxy.auth import Caller
 from rollwire.proxy.cache_salt import CacheSalts
 from rollwire.proxy.call.admission import Admission
@@ -72,11 +72,11 @@ class CallPath:
     async def answer(self, caller: Caller, accepted: Accepted, http: Request) -> Response:
         """The request a dialect accepted, answered in that dialect. The body's text as sent is stored as is
         (serialized here only where the dialect changed the body)."""
-        dialect, raw, text = accepted.answering, accepted.body, accepted.text
+        dialect, raw, sent = accepted.answering, accepted.body, accepted.sent
         admission, conv = await Admission.admit(
             self.budgets, caller, accepted.conv, dialect.name, self.settings.default_max_output_tokens
         )
-        call = Call(caller, conv, dialect, RequestBody(raw, text if text is not None else json_text(raw)))
+        call = Call(caller, conv, dialect, RequestBody(raw, sent if sent is not None else json_bytes(raw)))
         streaming = False
         try:
             async with admission:

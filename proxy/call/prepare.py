@@ -4,6 +4,7 @@ the context (``limits``) and the seed chosen: all the engine's request is made o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ from rollwire.proxy.lines import call_line
 from rollwire.proxy.splice.plan import Plan, PriorCall, continued_call, encode_work, plan_prompt
 from rollwire.side_calls import MAIN, rules_of
 from rollwire.store import now_ns
+from rollwire.store.requests import SentRequest
 
 if TYPE_CHECKING:
     from rollwire.proxy.call.path import CallPath
@@ -50,12 +52,12 @@ class Prepared:
     """Tokens an engine chunk may hold, where the engine takes the field (whole answers only)."""
     prompt_json: bytes
     """The prompt's ids as the request writes them (``Plan.json_prompt``): sent, then extended by what a later call
-    splices onto (``PriorCall.ids_json``)."""
+    splices onto (``PriorCall.prompt_json``)."""
     line: str = MAIN
     """The agent's main line, or ``side:<rule>`` (``rollwire.side_calls``)."""
     cap: OutputCap = OutputCap(None, None)
     """The output cap asked for and the one sent (recorded on the call)."""
-    base_request: str | None = None
+    base_request: SentRequest | None = None
     """The whole request of the call the plan continues, where held: this call's request is stored as an edit of
     it (``rollwire.store.requests``)."""
 
@@ -99,7 +101,7 @@ async def _plan(path: CallPath, conv: Conversation, priors: list[PriorCall], pre
     return await anyio.to_thread.run_sync(plan_prompt, conv, priors, path.renderer, policy, prefill, continued)
 
 
-def _sampling(path: CallPath, sampling: Sampling, prompt_ids: list[int]) -> tuple[Sampling, OutputCap]:
+def _sampling(path: CallPath, sampling: Sampling, prompt_ids: Sequence[int]) -> tuple[Sampling, OutputCap]:
     """The output cap fitted to what the context leaves (``limits``: the one rule of every dialect), and the
     seed of a request that brings none where the run has a seed (``seeds``)."""
     cap = fit_output(sampling.max_tokens, len(prompt_ids), path.served.max_model_len)
@@ -109,12 +111,12 @@ def _sampling(path: CallPath, sampling: Sampling, prompt_ids: list[int]) -> tupl
     return replace(sampling, max_tokens=cap.granted, seed=seed), cap
 
 
-def _request_of(priors: list[PriorCall], call_id: int | None) -> str | None:
+def _request_of(priors: list[PriorCall], call_id: int | None) -> SentRequest | None:
     """The whole request held for call ``call_id`` (None: no such call, or its request is not held)."""
     if call_id is not None:
         for prior in reversed(priors):  # the call a plan continues is most often the latest
             if prior.call_id == call_id:
-                return prior.request_text
+                return prior.request_sent
     return None
 
 

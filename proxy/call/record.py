@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from rollwire.compact_json import json_ids_extended
 from rollwire.proxy.call.base import Call
 from rollwire.proxy.call.prepare import Prepared
 from rollwire.proxy.conversation import Generation, Sampling
@@ -17,7 +16,7 @@ from rollwire.proxy.splice.learn import from_answer
 from rollwire.proxy.splice.plan import PriorCall
 from rollwire.store import encode_floats, encode_ids, now_ns
 from rollwire.store.prompts import stored_prompt
-from rollwire.store.requests import stored_request
+from rollwire.store.requests import SentRequest, StoredRequest, stored_request
 from rollwire.store.schema import ENGINE_FAILED
 
 if TYPE_CHECKING:
@@ -49,7 +48,8 @@ async def record_answer(
     """One committed row per choice of ``generation`` (``body`` its answer as sent); the ids of the rows."""
     plan, ended = prepared.plan, now_ns()
     prompt_blob = plan.encoded_prompt()
-    shared = _call_fields(path, call, prepared, prompt_blob, ended)
+    kept = stored_request(call.request.sent, plan.spliced_from, prepared.base_request)
+    shared = _call_fields(path, call, prepared, prompt_blob, ended, kept)
     rows: list[dict[str, Any]] = []
     for choice in generation.choices:
         first = choice.index == 0
@@ -72,11 +72,11 @@ async def record_answer(
 
     def learnt() -> list[PriorCall | None]:
         conv, answer = call.conv, call.dialect.answer_message
-        request = (conv.message_keys(), conv.tools_key(), call.request.text)
+        request = (conv.message_keys(), conv.tools_key(), SentRequest(call.request.sent, kept.chars))
         return [
             from_answer(
                 answer, body, choice.index, request, plan.prompt_ids, choice.sampled_ids, row["segment_index"],
-                (prompt_blob + row["completion_ids"], json_ids_extended(prepared.prompt_json, choice.sampled_ids)),
+                (prompt_blob, prepared.prompt_json),
             )  # fmt: skip
             for choice, row in zip(generation.choices, rows)
         ]
@@ -104,11 +104,12 @@ def learn_later(
     path.settling.defer(settle)
 
 
-def _call_fields(path: CallPath, call: Call, prepared: Prepared, prompt_blob: bytes, ended: int) -> dict[str, Any]:
-    """What every row of one call records alike: who asked, what was sent (the request as an edit of its base,
-    the prompt as the rest of the call it continues), the sampling asked for, its line, output cap and timing."""
+def _call_fields(
+    path: CallPath, call: Call, prepared: Prepared, prompt_blob: bytes, ended: int, kept: StoredRequest
+) -> dict[str, Any]:
+    """What every row of one call records alike: who asked, what was sent (the request as ``kept``, an edit of its
+    base; the prompt as the rest of the call it continues), the sampling asked for, its line, cap and timing."""
     plan, conv = prepared.plan, call.conv
-    kept = stored_request(call.request.text, plan.spliced_from, prepared.base_request)
     return {
         "rollout_id": call.caller.rollout_id,
         "dialect": call.dialect.name,
@@ -144,14 +145,15 @@ async def record_engine_failure(path: CallPath, call: Call, prepared: Prepared |
         "dialect": call.dialect.name,
         "requested_model": conv.model,
         "served_model": path.served.name or "",
-        "request_json": call.request.text,
+        "request_json": call.request.sent.decode(),
         "prompt_ids": b"",
         "sampling": sampling_record(conv.sampling),
         "started_ns": ended,
         "ended_ns": ended,
     }
     if prepared is not None:
-        row = _call_fields(path, call, prepared, prepared.plan.encoded_prompt(), ended)
+        kept = stored_request(call.request.sent, prepared.plan.spliced_from, prepared.base_request)
+        row = _call_fields(path, call, prepared, prepared.plan.encoded_prompt(), ended, kept)
     row |= {
         "response_json": "",
         "completion_ids": b"",

@@ -10,27 +10,35 @@ from sqlalchemy.engine import Engine
 
 from rollwire.errors import RollwireError
 from rollwire.proxy.conversation import Conversation, Generation, Message, StreamEvent
+from rollwire.proxy.dialects.parsed import WHOLE, ParsedMessages, Reading
 
 
 @dataclass(slots=True)
 class Accepted:
     """A request a dialect has read: the conversation, the dialect object that answers it (one bound to the
-    request's tools, where the answer depends on them), and the body with its text as sent (``text``: None where
+    request's tools, where the answer depends on them), and the body with its bytes as sent (``sent``: None where
     the body is no longer what was sent, as when it was expanded with stored history)."""
 
     conv: Conversation
     answering: Dialect
     body: dict[str, Any]
-    text: str | None
+    sent: bytes | None
 
 
 @dataclass(slots=True)
 class History:
-    """Where a dialect that lets a request name an earlier answer (Responses' ``previous_response_id``) reads
-    the rollout's calls."""
+    """The rollout a request comes from, as its dialect reads the request: where a dialect that lets a request
+    name an earlier answer (Responses' ``previous_response_id``) reads the rollout's calls, and the messages its
+    last request had, parsed (``parsed``)."""
 
     store: Engine
     rollout_id: str
+    parsed: ParsedMessages | None = None
+    """The proxy's memo of each rollout's messages, parsed (None: every request is parsed whole)."""
+
+    def reading(self, dialect: str) -> Reading:
+        """How ``dialect`` reads this request's messages and tools: through the proxy's memo where there is one."""
+        return WHOLE if self.parsed is None else self.parsed.reading(self.rollout_id, dialect)
 
 
 class Dialect(Protocol):
@@ -42,7 +50,7 @@ class Dialect(Protocol):
     count_tokens_path: str | None
     """Its token-counting route, where the dialect has one."""
 
-    async def accept(self, raw: Any, text: str | None, history: History) -> Accepted:
+    async def accept(self, raw: Any, sent: bytes | None, history: History) -> Accepted:
         """A request body read as this dialect reads it (``InvalidRequest`` naming the field): the conversation,
         and what the call path needs besides."""
         ...

@@ -32,6 +32,7 @@ from rollwire.proxy.dialects.fields import (
     output_format,
     requested_model,
 )
+from rollwire.proxy.dialects.parsed import WHOLE, Reading
 from rollwire.proxy.dialects.streaming import render, rendered, replay
 from rollwire.proxy.sse import DONE, data_event
 
@@ -71,7 +72,8 @@ def _tool_calls(raw: Any, where: str) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
-def _message(raw: Any, i: int) -> Message:
+def _message(raw: Any, i: int) -> tuple[Message]:
+    """Entry ``i`` of ``messages`` (one message: the shape ``Reading.messages`` takes, where an entry may be several)."""
     where = f"messages[{i}]"
     if not isinstance(raw, dict):
         raise InvalidRequest(f"{where} must be an object", param=where)
@@ -81,13 +83,15 @@ def _message(raw: Any, i: int) -> Message:
     if role == "tool" and not isinstance(raw.get("tool_call_id"), str):
         raise InvalidRequest(f"{where}: a tool message needs tool_call_id", param=f"{where}.tool_call_id")
     reasoning = raw.get("reasoning_content", raw.get("reasoning"))
-    return Message(
-        role="system" if role == "developer" else role,
-        content=_text(raw.get("content"), where),
-        reasoning=reasoning if isinstance(reasoning, str) and reasoning else None,
-        tool_calls=_tool_calls(raw.get("tool_calls"), where) if role == "assistant" else (),
-        tool_call_id=raw.get("tool_call_id") if role == "tool" else None,
-        name=raw.get("name") if isinstance(raw.get("name"), str) else None,
+    return (
+        Message(
+            role="system" if role == "developer" else role,
+            content=_text(raw.get("content"), where),
+            reasoning=reasoning if isinstance(reasoning, str) and reasoning else None,
+            tool_calls=_tool_calls(raw.get("tool_calls"), where) if role == "assistant" else (),
+            tool_call_id=raw.get("tool_call_id") if role == "tool" else None,
+            name=raw.get("name") if isinstance(raw.get("name"), str) else None,
+        ),
     )
 
 
@@ -150,25 +154,26 @@ class ChatDialect:
     path = "/chat/completions"
     count_tokens_path: str | None = None
 
-    async def accept(self, raw: Any, text: str | None, history: History) -> Accepted:
-        return Accepted(self.parse_request(raw), self, raw, text)
+    async def accept(self, raw: Any, sent: bytes | None, history: History) -> Accepted:
+        return Accepted(self.parse_request(raw, history.reading(self.name)), self, raw, sent)
 
-    def parse_request(self, body: Any) -> Conversation:
+    def parse_request(self, body: Any, reading: Reading = WHOLE) -> Conversation:
         model = requested_model(body)
         raw = body.get("messages")
         if not isinstance(raw, list) or not raw:
             raise InvalidRequest("messages must be a non-empty list", param="messages")
-        tools = _tools(body.get("tools"))
+        tools, tools_key = reading.tools(body.get("tools"), _tools)
         options = body.get("stream_options") or {}
         return Conversation(
             model=model,
-            messages=tuple(_message(m, i) for i, m in enumerate(raw)),
+            messages=reading.messages(raw, _message),
             tools=tools,
             tool_choice=_tool_choice(body.get("tool_choice"), tools),
             sampling=_sampling(body),
             stream=flag(body, "stream"),
             include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
             parallel_tool_calls=body.get("parallel_tool_calls") is not False,
+            known_tools_key=tools_key,
         )
 
     def _message_body(self, message: Message) -> dict[str, Any]:
@@ -229,7 +234,8 @@ class ChatDialect:
 
     def answer_message(self, response_body: dict[str, Any], index: int) -> Message:
         raw = next(c for c in response_body["choices"] if c["index"] == index)["message"]
-        return _message(raw, index)
+        (message,) = _message(raw, index)
+        return message
 
     def stream(self, events: AsyncIterator[StreamEvent], conv: Conversation) -> AsyncIterator[str]:
         return render(_ChatStream(self, conv), events)

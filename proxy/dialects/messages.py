@@ -32,6 +32,7 @@ from rollwire.proxy.dialects.fields import (
     output_format,
     requested_model,
 )
+from rollwire.proxy.dialects.parsed import WHOLE, Reading
 from rollwire.proxy.dialects.streaming import render, rendered, replay
 from rollwire.proxy.sse import named_event
 
@@ -103,27 +104,29 @@ def _assistant(content: Any, where: str) -> Message:
     return Message("assistant", "".join(texts), "".join(thinking) or None, tuple(calls))
 
 
-def _messages(raw: Any, system: Any) -> tuple[Message, ...]:
+def _messages(raw: Any, system: Any, reading: Reading) -> tuple[Message, ...]:
     """The top-level ``system`` first; a ``system`` message inside ``messages`` (Claude Code sends its reminders
     so) stays where it stands, as a system message the template renders in place."""
     if not isinstance(raw, list) or not raw:
         raise InvalidRequest("messages must be a non-empty list", param="messages")
-    out = [Message("system", _plain(system, "system"))] if system else []
-    for i, message in enumerate(raw):
-        where = f"messages[{i}]"
-        role = message.get("role") if isinstance(message, dict) else None
-        if role not in ("user", "assistant", "system"):
-            raise InvalidRequest(
-                f"{where}.role must be 'user', 'assistant' or 'system', got {role!r}", param=f"{where}.role"
-            )
-        content = message.get("content")
-        if role == "user":
-            out.extend(_user(content, f"{where}.content"))
-        elif role == "system":
-            out.append(Message("system", _plain(content, f"{where}.content")))
-        else:
-            out.append(_assistant(content, f"{where}.content"))
-    return tuple(out)
+    head = (Message("system", _plain(system, "system")),) if system else ()
+    return head + reading.messages(raw, _message)
+
+
+def _message(message: Any, i: int) -> tuple[Message, ...]:
+    """Entry ``i`` of ``messages``: a user turn may be several messages (``_user``)."""
+    where = f"messages[{i}]"
+    role = message.get("role") if isinstance(message, dict) else None
+    if role not in ("user", "assistant", "system"):
+        raise InvalidRequest(
+            f"{where}.role must be 'user', 'assistant' or 'system', got {role!r}", param=f"{where}.role"
+        )
+    content = message.get("content")
+    if role == "user":
+        return tuple(_user(content, f"{where}.content"))
+    if role == "system":
+        return (Message("system", _plain(content, f"{where}.content")),)
+    return (_assistant(content, f"{where}.content"),)
 
 
 def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
@@ -232,22 +235,24 @@ def _accepted(body: dict[str, Any]) -> None:
             raise InvalidRequest(f"{name} must be an object", param=name)
 
 
-def parse_messages(body: Any, need_max_tokens: bool = True) -> Conversation:
-    """The request as a Conversation; ``count_tokens`` bodies carry no ``max_tokens``."""
+def parse_messages(body: Any, need_max_tokens: bool = True, reading: Reading = WHOLE) -> Conversation:
+    """The request as a Conversation; ``count_tokens`` bodies carry no ``max_tokens``; ``reading``: how messages
+    and tools are read (through the proxy's memo: ``History.reading``)."""
     model = requested_model(body)
-    tools = _tools(body.get("tools"))
+    tools, tools_key = reading.tools(body.get("tools"), _tools)
     choice, parallel = _tool_choice(body.get("tool_choice"), tools)
     sampling = _sampling(body if need_max_tokens else {"max_tokens": 1, **body})
     _accepted(body)
     return Conversation(
         model=model,
-        messages=_messages(body.get("messages"), body.get("system")),
+        messages=_messages(body.get("messages"), body.get("system"), reading),
         tools=tools,
         tool_choice=choice,
         sampling=sampling,
         stream=flag(body, "stream"),
         parallel_tool_calls=parallel,
         reasoning=_reasoning(body.get("thinking")),
+        known_tools_key=tools_key,
     )
 
 
@@ -275,11 +280,11 @@ class MessagesDialect:
     path = "/messages"
     count_tokens_path: str | None = "/messages/count_tokens"
 
-    async def accept(self, raw: Any, text: str | None, history: History) -> Accepted:
-        return Accepted(self.parse_request(raw), self, raw, text)
+    async def accept(self, raw: Any, sent: bytes | None, history: History) -> Accepted:
+        return Accepted(self.parse_request(raw, history.reading(self.name)), self, raw, sent)
 
-    def parse_request(self, body: Any) -> Conversation:
-        return parse_messages(body)
+    def parse_request(self, body: Any, reading: Reading = WHOLE) -> Conversation:
+        return parse_messages(body, reading=reading)
 
     def _head(self, generation: Generation) -> dict[str, Any]:
         return {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from typing import Any
 
 from rollwire.errors import InvalidRequest, RollwireError, openai_error
@@ -26,6 +27,7 @@ from rollwire.proxy.dialects.fields import (
     output_format,
     requested_model,
 )
+from rollwire.proxy.dialects.parsed import WHOLE, Reading
 from rollwire.proxy.dialects.responses_history import expand_previous
 from rollwire.proxy.dialects.responses_items import Items
 from rollwire.proxy.dialects.responses_stream import ResponsesStream, message_item, reasoning_item
@@ -88,34 +90,31 @@ class ResponsesDialect:
     def __init__(self, tools: ResponsesTools | None = None) -> None:
         self.tools = tools or ResponsesTools()
 
-    async def accept(self, raw: Any, text: str | None, history: History) -> Accepted:
+    async def accept(self, raw: Any, sent: bytes | None, history: History) -> Accepted:
         """The request with the input of the answer it continues (``previous_response_id``) read from the store,
         answered by the dialect bound to its tools (``for_request``)."""
         expanded = await expand_previous(history.store, history.rollout_id, raw)
         if expanded is not raw:
-            raw, text = expanded, None
-        conv = self.parse_request(raw)
-        return Accepted(conv, self.for_request(raw), raw, text)
+            raw, sent = expanded, None
+        conv = self.parse_request(raw, history.reading(self.name))
+        return Accepted(conv, self.for_request(raw), raw, sent)
 
     def for_request(self, body: dict[str, Any]) -> ResponsesDialect:
         """The dialect that answers ``body`` (already checked by ``parse_request``)."""
         return ResponsesDialect(parse_tools(body))
 
-    def parse_request(self, body: Any) -> Conversation:
+    def parse_request(self, body: Any, reading: Reading = WHOLE) -> Conversation:
         model = requested_model(body)
         _check_unsupported(body)
-        items = Items()
         instructions = body.get("instructions")
-        if instructions is not None:
-            if not isinstance(instructions, str):
-                raise InvalidRequest("instructions must be a string", param="instructions")
-            items.messages.append(Message("system", instructions))
+        if instructions is not None and not isinstance(instructions, str):
+            raise InvalidRequest("instructions must be a string", param="instructions")
+        opening = (Message("system", instructions),) if instructions is not None else ()
         raw = body.get("input")
         if isinstance(raw, str):
-            items.messages.append(Message("user", raw))
+            items = Items(opening=(*opening, Message("user", raw)))
         elif isinstance(raw, list) and raw:
-            for i, item in enumerate(raw):
-                items.add(item, f"input[{i}]")
+            items = reading.folded(instructions, raw, partial(Items, "input", opening))
         else:
             raise InvalidRequest("input must be a string or a non-empty list of items", param="input")
         tools = parse_tools(body).functions
@@ -205,9 +204,9 @@ class ResponsesDialect:
         return self.envelope(generation, self._status(generation), self.output(generation))
 
     def answer_message(self, response_body: dict[str, Any], index: int) -> Message:
-        items = Items()
+        items = Items("output")
         for i, item in enumerate(response_body["output"]):
-            items.add(item, f"output[{i}]")
+            items.add(item, i)
         messages = [m for m in items.messages if m.role == "assistant"]
         return messages[0] if messages else Message("assistant", "")
 

@@ -55,11 +55,19 @@ def _called_name(item: dict[str, Any], where: str, what: str) -> str:
 
 
 class Items:
-    """Folds items into ``messages`` in order; ``add`` raises InvalidRequest naming the item's field."""
+    """Folds the items of ``field`` (``input``, or a stored answer's ``output``) into ``messages`` in order, after
+    ``opening`` (the instructions); ``add`` raises InvalidRequest naming the item's field. A ``Fold``
+    (``dialects.parsed``): a rollout's next request resumes from a copy of where its last one ended."""
 
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
+    def __init__(self, field: str = "input", opening: tuple[Message, ...] = ()) -> None:
+        self.field = field
+        self.messages: list[Message] = list(opening)
         self.reasoning: str | None = None
+
+    def copy(self) -> Items:
+        copied = Items(self.field, tuple(self.messages))
+        copied.reasoning = self.reasoning
+        return copied
 
     def _assistant(self, content: str = "", calls: tuple[ToolCall, ...] = ()) -> None:
         last = self.messages[-1] if self.messages else None
@@ -71,7 +79,8 @@ class Items:
         self.messages.append(Message("assistant", content, self.reasoning, calls))
         self.reasoning = None
 
-    def add(self, item: Any, where: str) -> None:
+    def add(self, item: Any, i: int) -> None:
+        where = f"{self.field}[{i}]"
         if not isinstance(item, dict):
             raise InvalidRequest(f"{where} must be an object", param=where)
         kind = item.get("type", "message")

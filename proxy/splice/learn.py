@@ -4,13 +4,15 @@ has just sent (its own calls), or from a stored row (another process's calls, or
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rollwire.errors import InvalidRequest
 from rollwire.proxy.conversation import Conversation, Message
 from rollwire.proxy.splice.plan import PriorCall
 from rollwire.store import ModelCall, decode_ids
+from rollwire.store.codec import EncodedIds
+from rollwire.store.requests import SentRequest
 
 RequestParser = Callable[[dict[str, Any]], Conversation]
 """A dialect's request parser (``Dialect.parse_request``)."""
@@ -24,21 +26,21 @@ def from_answer(
     answer: AnswerParser,
     body: dict[str, Any],
     index: int,
-    request: tuple[tuple[Any, ...], str, str],
-    prompt_ids: list[int],
+    request: tuple[tuple[Any, ...], bytes, SentRequest],
+    prompt_ids: Sequence[int],
     sampled_ids: list[int],
     segment: int,
-    ids: tuple[bytes, bytes],
+    prompt: tuple[bytes, bytes],
 ) -> PriorCall | None:
     """Choice ``index`` of a call this process answered: its message as the dialect reads it back from ``body``,
-    ``request`` the call's (message keys, tools key, whole request text), ``ids`` its prompt + sampled ids as
-    stored and as the upstream request writes them."""
+    ``request`` the call's (message keys, tools key, whole request as sent), ``prompt`` its prompt's ids as stored
+    and as the upstream request wrote them."""
     try:
         message = answer(body, index)
     except UNREADABLE:
         return None
     keys, tools_key, text = request
-    blob, written = ids
+    blob, written = prompt
     return PriorCall(
         call_id=0,
         request_keys=keys,
@@ -48,9 +50,9 @@ def from_answer(
         sampled_ids=sampled_ids,
         segment_index=segment,
         continued=False,
-        ids_blob=blob,
-        ids_json=written,
-        request_text=text,
+        prompt_blob=blob,
+        prompt_json=written,
+        request_sent=text,
     )
 
 
@@ -67,12 +69,12 @@ def from_row(row: ModelCall, prompt: bytes, request: str, parse: RequestParser, 
         request_keys=conv.message_keys(),
         tools_key=conv.tools_key(),
         answer_key=message.key(),
-        prompt_ids=decode_ids(prompt),
+        prompt_ids=EncodedIds(prompt),
         sampled_ids=decode_ids(row.completion_ids),
         segment_index=row.segment_index,
         continued=False,
-        ids_blob=prompt + bytes(row.completion_ids or b""),
-        request_text=request,
+        prompt_blob=prompt,
+        request_sent=SentRequest.of_text(request),
     )
 
 

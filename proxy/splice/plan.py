@@ -10,14 +10,15 @@ as an object.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from types import EllipsisType
 from typing import Any, Protocol
 
 from rollwire.compact_json import json_bytes, json_ids_extended, json_text
 from rollwire.proxy.conversation import Conversation
-from rollwire.store.codec import encode_ids
+from rollwire.store.codec import EncodedIds, encode_ids
+from rollwire.store.requests import SentRequest
 
 POLICIES = ("splice", "render")
 
@@ -51,29 +52,37 @@ class PriorCall:
 
     call_id: int
     request_keys: tuple[Any, ...]
-    tools_key: str
+    tools_key: bytes
     answer_key: Any
-    prompt_ids: list[int]
+    prompt_ids: Sequence[int]
+    """A list, or the ids' encoding (``EncodedIds``) where the call was spliced or read back."""
     sampled_ids: list[int]
     segment_index: int
     continued: bool
     """A later call already continues this one's segment."""
-    ids_blob: bytes | None = None
-    """``prompt_ids + sampled_ids`` as the store encodes them (``rollwire.store.codec``), where known: a call
-    that splices onto this one encodes its whole prompt as this + its tail's encoding (what it holds as a prior
-    in turn), not the whole prompt encoded again (~10 ns an id: 0.3 ms a call at a 32k-token context)."""
-    ids_json: bytes | None = None
-    """``prompt_ids + sampled_ids`` as the upstream request writes them (a JSON array), where known: a call that
-    splices onto this one writes its prompt as this + its tail (``json_ids_extended``). Held only while the call
-    is its segment's latest (``Known.learn``), the one a next call continues."""
-    request_text: str | None = None
+    prompt_blob: bytes | None = None
+    """``prompt_ids`` as the store encodes them (``rollwire.store.codec``), where known: a call that splices onto
+    this one encodes its whole prompt as this + the sampled ids' and its tail's encodings, in one copy (what it
+    holds as a prior in turn, uncopied), not the whole prompt encoded again (~10 ns an id: 0.3 ms a call at a
+    32k-token context)."""
+    prompt_json: bytes | None = None
+    """``prompt_ids`` as the upstream request wrote them (a JSON array), where known: a call that splices onto this
+    one writes its prompt as this + the sampled ids and its tail (``json_ids_extended``, one copy). Held only while
+    the call is its segment's latest (``Known.learn``), the one a next call continues."""
+    request_sent: SentRequest | None = None
     """The call's whole request as sent, where known: a call that continues this one stores its own request as an
-    edit of it (``rollwire.store.requests``). Held, as ``ids_json``, only while the call is its segment's latest."""
+    edit of it (``rollwire.store.requests``). Held, as ``prompt_json``, only while the call is its segment's latest."""
+
+    def ids_blob(self) -> bytes | None:
+        """``prompt_ids + sampled_ids`` as the store encodes them, where the prompt's encoding is held."""
+        return None if self.prompt_blob is None else self.prompt_blob + encode_ids(self.sampled_ids)
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    prompt_ids: list[int]
+    prompt_ids: Sequence[int]
+    """A list, or for a splice the encoding ``prompt_blob`` holds (``EncodedIds``: no list is made of a long
+    context that is only measured, sent and stored)."""
     segment_index: int
     segment_break: str | None
     reused_prefix_len: int
@@ -81,9 +90,9 @@ class Plan:
     next_free: int = 0
     """The lowest segment index no call uses yet (for sibling choices of an n>1 request)."""
     prompt_blob: bytes | None = None
-    """``prompt_ids`` as the store encodes them, where a splice made them cheaply (see ``PriorCall.ids_blob``)."""
+    """``prompt_ids`` as the store encodes them, where a splice made them cheaply (see ``PriorCall.prompt_blob``)."""
     prompt_json: bytes | None = None
-    """``prompt_ids`` as a JSON array, where a splice made them cheaply (see ``PriorCall.ids_json``)."""
+    """``prompt_ids`` as a JSON array, where a splice made them cheaply (see ``PriorCall.prompt_json``)."""
 
     def encoded_prompt(self) -> bytes:
         """The whole prompt's ids in the store's encoding (``rollwire.store.codec``)."""
@@ -91,7 +100,10 @@ class Plan:
 
     def json_prompt(self) -> bytes:
         """The whole prompt's ids as the upstream request writes them (``json_bytes``)."""
-        return self.prompt_json if self.prompt_json is not None else json_bytes(self.prompt_ids)
+        if self.prompt_json is not None:
+            return self.prompt_json
+        ids = self.prompt_ids
+        return json_bytes(ids.as_list() if isinstance(ids, EncodedIds) else ids)
 
 
 def _extends(conv: Conversation, prior: PriorCall) -> bool:
@@ -168,10 +180,11 @@ def _splice(
     if text is None:
         return None
     tail = ops.encode(text + prefill)
-    prompt = [*prior.prompt_ids, *prior.sampled_ids, *tail]  # one copy of a long context, not two
     reused = len(prior.prompt_ids) + len(prior.sampled_ids)
-    blob = prior.ids_blob + encode_ids(tail) if prior.ids_blob is not None else None
-    written = json_ids_extended(prior.ids_json, tail) if prior.ids_json is not None else None
+    added = [*prior.sampled_ids, *tail]
+    blob = b"".join((prior.prompt_blob, encode_ids(added))) if prior.prompt_blob is not None else None
+    prompt = EncodedIds(blob) if blob is not None else [*prior.prompt_ids, *added]
+    written = json_ids_extended(prior.prompt_json, added) if prior.prompt_json is not None else None
     if prior.continued:
         reason = f"branches from call {prior.call_id}, whose segment was already continued"
         return Plan(prompt, _next_segment(priors), reason, reused, prior.call_id, prompt_blob=blob, prompt_json=written)
@@ -214,14 +227,14 @@ def _rendered(conv: Conversation, priors: list[PriorCall], ops: TemplateOps, pre
         return Plan(prompt, 0, None, 0, prompt_blob=blob)
     heads = [p for p in priors if not p.continued]
     for prior in reversed(heads):
-        reused = prior.prompt_ids + prior.sampled_ids
+        reused = [*prior.prompt_ids, *prior.sampled_ids]
         if prompt[: len(reused)] == reused:
             return Plan(prompt, prior.segment_index, None, len(reused), prior.call_id, prompt_blob=blob)
     last = priors[-1]
     if policy == "splice":
         reason = _why_not(conv, last)
     else:
-        at = _common_prefix(prompt, last.prompt_ids + last.sampled_ids)
+        at = _common_prefix(prompt, [*last.prompt_ids, *last.sampled_ids])
         reason = f"re-rendered prompt diverges from call {last.call_id}'s tokens at position {at}"
     return Plan(prompt, _next_segment(priors), reason, 0, prompt_blob=blob)
 

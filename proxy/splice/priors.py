@@ -8,10 +8,10 @@ of that one query (``bench/proxy.py --workers 2`` measures it). Without a shared
 off) the query is skipped: the process's own writes are all there is.
 
 Memory is bounded twice: by the number of rollouts kept and by the prompt + sampled token ids they hold
-(an agent's calls each hold their whole context, so a long rollout weighs far more than a short one; each id is
-held as a list item and as its 4 stored bytes, ``PriorCall.ids_blob``; each segment's latest call also holds its
-ids as JSON text, ``PriorCall.ids_json``, ~6 bytes an id); the least recently used rollouts go first and are
-read back from the store when they call again.
+(an agent's calls each hold their whole context, so a long rollout weighs far more than a short one; a prompt is
+held as its 4 stored bytes an id, ``PriorCall.prompt_blob``, made a list only where one is read id by id,
+``EncodedIds``; each segment's latest call also holds its prompt as JSON text, ``PriorCall.prompt_json``, ~6
+bytes an id); the least recently used rollouts go first and are read back from the store when they call again.
 """
 
 from __future__ import annotations
@@ -77,11 +77,11 @@ class Known:
 
     def opened(self) -> dict[int, bytes]:
         """Call id -> the ids a call continuing it starts with (its prompt + sampled ids, stored bytes)."""
-        return {p.call_id: p.ids_blob for p in self.priors if p.ids_blob is not None}
+        return {p.call_id: blob for p in self.priors if (blob := p.ids_blob()) is not None}
 
     def requests(self) -> dict[int, str]:
         """Call id -> its whole request, for the calls that hold it (each segment's latest)."""
-        return {p.call_id: p.request_text for p in self.priors if p.request_text is not None}
+        return {p.call_id: p.request_sent.data.decode() for p in self.priors if p.request_sent is not None}
 
     def learn(self, found: list[tuple[int, int, PriorCall | None]]) -> None:
         """Add (call id, segment index, prior or None) triples and mark what they continue."""
@@ -99,11 +99,11 @@ class Known:
 
 
 def _flipped(prior: PriorCall) -> PriorCall:
-    """``prior`` with its ``continued`` flag turned; a continued call lets go of its JSON ids (``ids_json``) and its
+    """``prior`` with its ``continued`` flag turned; a continued call lets go of its JSON ids (``prompt_json``) and its
     request: only a branch splices onto it again, and that one writes its prompt and request afresh."""
     if prior.continued:
         return replace(prior, continued=False)
-    return replace(prior, continued=True, ids_json=None, request_text=None)
+    return replace(prior, continued=True, prompt_json=None, request_sent=None)
 
 
 Found = list[tuple[int, int, PriorCall | None]]

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollwire.errors import InvalidRequest
-from rollwire.request_body import MAX_DEPTH, _no_constant, _parse, _parsed_by, check_json_value
+from rollwire.request_body import MAX_DEPTH, WALKED_BYTES, _no_constant, _parse, _parsed_by, _read, check_json_value
 
 SCALARS = (
     st.none()
@@ -45,6 +45,39 @@ def test_a_body_parses_to_what_the_standard_library_reads(value: Any, ascii_only
     except UnicodeEncodeError:  # a lone surrogate cannot be UTF-8: no client can send that body
         return
     assert _same(_parse(bytearray(raw)), json.loads(raw, parse_constant=_no_constant))
+
+
+def _large(raw: bytes) -> bytes:
+    """``raw`` (a JSON value) inside a body past ``WALKED_BYTES``, where the parse looks for inexact numbers in its
+    walk of the nesting instead of in the bytes."""
+    return b'{"pad": "' + b"x" * WALKED_BYTES + b'", "v": ' + raw + b"}"
+
+
+@settings(max_examples=200, deadline=None)
+@given(VALUES, st.booleans())
+def test_a_large_body_parses_to_what_the_standard_library_reads(value: Any, ascii_only: bool) -> None:
+    try:
+        raw = _large(json.dumps(value, ensure_ascii=ascii_only).encode())
+    except UnicodeEncodeError:
+        return
+    assert _same(_parse(bytearray(raw)), json.loads(raw, parse_constant=_no_constant))
+
+
+@pytest.mark.parametrize(
+    ("number", "by_orjson"),
+    [
+        (b"123456789012345678901234567890", False),  # past 64 bits: orjson would read a float
+        (b"-9223372036854775809", False),
+        (b"18446744073709551615", True),  # the widest integer orjson keeps exact
+        (b"-9223372036854775808", True),
+        (b"1e19", False),  # a float as wide: read again by the standard library, to the same value
+        (b"12345.5", True),
+    ],
+)
+def test_a_large_body_with_wide_numbers_deep_inside_is_the_standard_librarys(number: bytes, by_orjson: bool) -> None:
+    raw = _large(b'[{"a": [[' + number + b"]]}]")
+    value, paired, shallow = _read(bytearray(raw))
+    assert _same(value, json.loads(raw)) and (paired, shallow) == (by_orjson, True if by_orjson else None)
 
 
 @settings(max_examples=400, deadline=None)
@@ -130,11 +163,16 @@ def _nested(depth: int) -> str:
 
 
 @pytest.mark.parametrize(("depth", "refused"), [(MAX_DEPTH, False), (MAX_DEPTH + 1, True), (MAX_DEPTH + 40, True)])
-def test_nesting_is_refused_just_past_the_limit(depth: int, refused: bool) -> None:
+@pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
+def test_nesting_is_refused_just_past_the_limit(depth: int, refused: bool, large: bool) -> None:
+    """A small body's nesting is walked by the check, a large one's by the parse (``_read``): the same limit."""
     raw = _nested(depth).encode()
-    parsed = _parse(bytearray(raw))
+    if large:
+        raw = raw[:-1] + b', "pad": "' + b"x" * WALKED_BYTES + b'"}'
+    parsed, paired, shallow = _read(bytearray(raw))
+    assert shallow is (None if not large else not refused)
     if refused:
         with pytest.raises(InvalidRequest, match=f"nested deeper than {MAX_DEPTH} levels"):
-            check_json_value(parsed, raw)
+            check_json_value(parsed, raw, paired=paired, shallow=shallow)
     else:
-        check_json_value(parsed, raw)
+        check_json_value(parsed, raw, paired=paired, shallow=shallow)

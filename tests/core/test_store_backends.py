@@ -26,7 +26,7 @@ from rollwire.store import (
     versions,
 )
 from rollwire.store.prompts import whole_prompts
-from rollwire.store.requests import stored_request, whole_requests
+from rollwire.store.requests import SentRequest, stored_request, whole_requests
 from rollwire.store.schema import CALLS_BY_ROLLOUT
 from rollwire.store.versions import SCHEMA_VERSION
 from rollwire.store.views import VIEWS
@@ -191,7 +191,7 @@ def test_a_version_4_store_keeps_its_whole_requests_and_gains_edited_ones(any_st
     new_request = old_request.replace('"hi"}]', '"hi"}, {"role": "assistant", "content": "ok"}]')
     with session_scope(engine) as session:
         (old,) = session.exec(select(ModelCall)).all()
-        kept = stored_request(new_request, old.id, old_request)
+        kept = stored_request(new_request.encode(), old.id, SentRequest.of_text(old_request))
         session.add(ModelCall(
             rollout_id=rollout.id, request_json=kept.text, request_base=kept.base, request_head=kept.head,
             request_tail=kept.tail, started_ns=3,

@@ -10,7 +10,15 @@ import pytest
 
 from rollwire.errors import StoreError
 from rollwire.store import ModelCall
-from rollwire.store.requests import MIN_SAVED, common_prefix, common_suffix, stored_request, whole_requests
+from rollwire.store.requests import (
+    MIN_SAVED,
+    SentRequest,
+    StoredRequest,
+    common_prefix,
+    common_suffix,
+    stored_request,
+    whole_requests,
+)  # fmt: skip
 
 TOOLS = [{"type": "function", "function": {"name": f"tool_{i}", "description": "x" * 200}} for i in range(3)]
 
@@ -20,9 +28,14 @@ def _body(messages: list[dict[str, str]]) -> str:
     return json.dumps({"messages": messages, "model": "m", "tools": TOOLS, "max_tokens": 6})
 
 
+def _kept(whole: str, base: int | None, base_text: str | None) -> StoredRequest:
+    """``stored_request`` as the proxy calls it: the request's bytes as sent, its base's as held."""
+    return stored_request(whole.encode(), base, SentRequest.of_text(base_text) if base_text is not None else None)
+
+
 def _call(call_id: int, whole: str, base: int | None = None, base_text: str | None = None) -> ModelCall:
     """A row as the proxy writes it: ``whole`` is the call's whole request."""
-    kept = stored_request(whole, base, base_text)
+    kept = _kept(whole, base, base_text)
     return ModelCall(
         id=call_id, rollout_id="r", request_json=kept.text, request_base=kept.base, request_head=kept.head,
         request_tail=kept.tail,
@@ -73,11 +86,33 @@ def test_a_missing_or_shorter_base_is_a_clear_store_error() -> None:
 
 def test_an_edit_that_saves_little_or_has_no_base_is_stored_whole() -> None:
     short = "x" * (MIN_SAVED - 1)
-    assert stored_request(short + "y", 1, short).base is None  # saves fewer than MIN_SAVED characters
-    assert stored_request("abc", None, "abc").base is None
-    assert stored_request("abc" * 200, 1, None).base is None  # the base's request is not held
-    kept = stored_request("a" * 300 + "b" * 300, 1, "a" * 300 + "c" + "b" * 300)
+    assert _kept(short + "y", 1, short).base is None  # saves fewer than MIN_SAVED bytes
+    assert _kept("abc", None, "abc").base is None
+    assert _kept("abc" * 200, 1, None).base is None  # the base's request is not held
+    kept = _kept("a" * 300 + "b" * 300, 1, "a" * 300 + "c" + "b" * 300)
     assert (kept.text, kept.base, kept.head, kept.tail) == ("", 1, 300, 300)  # a deletion: nothing between
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("\U0001f600", "\U0001f601"),  # 4-byte characters alike but for their last byte: the head is cut before
+        ("\u00e9", "\u00a9"),  # 2-byte characters alike but for their first byte: the tail starts after
+        ("\U0001f600x", "y\U0001f600"),  # a character that moved
+        ("", "\u4e2d\u6587"),  # an insertion between two 3-byte characters' neighbours
+    ],
+)
+def test_an_edit_is_cut_at_whole_characters_and_counted_in_characters(old: str, new: str) -> None:
+    """The edit is found on UTF-8 bytes, where characters past ASCII are several bytes alike in part: it must still
+    cut at whole characters and count them as the stored text does, or a request would read back wrong."""
+    head, tail = "a\u00fc\U0001f916" * 100, "b\u20ac" * 100
+    base_text, whole = head + old + tail, head + new + tail
+    kept = _kept(whole, 1, base_text)
+    assert kept.base == 1 and kept.chars == len(whole)
+    assert kept.head + len(kept.text) + kept.tail == len(whole)
+    assert base_text[: kept.head] + kept.text + base_text[len(base_text) - kept.tail :] == whole
+    row = ModelCall(id=2, rollout_id="r", request_json=kept.text, request_base=1, request_head=kept.head, request_tail=kept.tail)
+    assert whole_requests([row], {1: base_text}) == [whole]
 
 
 def test_common_prefix_and_suffix_match_a_character_by_character_count() -> None:

@@ -24,7 +24,7 @@ from starlette.routing import Route
 
 from rollwire.app.serving import ServerThread
 from rollwire.proxy.edge import ErrorEdge
-from rollwire.request_body import read_json_text
+from rollwire.request_body import read_json_sent
 from rollwire.store import ModelCall, decode_ids, open_engine
 from tests.polling import wait_until
 from tests.proxy.conftest import Proxy
@@ -134,7 +134,7 @@ def test_a_client_that_leaves_mid_body_is_noted_not_an_error(caplog: pytest.LogC
 
     async def read(request: Request) -> Response:
         try:
-            await read_json_text(request, 1 << 20)
+            await read_json_sent(request, 1 << 20)
         finally:
             done.set()
         return JSONResponse({})

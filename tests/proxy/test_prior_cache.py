@@ -23,7 +23,7 @@ from rollwire.rollouts import RolloutBook
 from rollwire.settings import ProxySettings
 from rollwire.store import ModelCall, encode_ids, open_engine, session_scope
 from rollwire.store.prompts import stored_prompt
-from rollwire.store.requests import stored_request
+from rollwire.store.requests import SentRequest, stored_request
 from tests.proxy.conftest import OPERATOR_KEY, admin_client
 from tests.proxy.test_replicas import TOOLS, exact_calls
 
@@ -69,8 +69,8 @@ def test_cache_stays_bounded_and_evicted_rollouts_splice_exactly(
 def test_only_each_segments_latest_call_holds_its_ids_as_json(
     engine_url: str, served_model: str, tiny_model_dir: Path, store_url: str
 ) -> None:
-    """The next call splices onto a segment's latest call by appending to its ids as sent (``ids_json``); an
-    earlier call lets go of them, so a rollout holds one such copy per segment, and its splices stay exact."""
+    """The next call splices onto a segment's latest call by appending to its prompt as sent (``prompt_json``); an
+    earlier call lets go of it, so a rollout holds one such copy per segment, and its splices stay exact."""
     settings = ProxySettings(upstream=engine_url, model=str(tiny_model_dir))
     app = create_app(settings, store_url, tiny_model_dir.parent, operator_key=OPERATOR_KEY)
     with ServerThread(app) as server:
@@ -80,11 +80,11 @@ def test_only_each_segments_latest_call_holds_its_ids_as_json(
         for _ in _steps(openai.OpenAI(base_url=rollout["base_url"], api_key="u", max_retries=0), served_model):
             pass
         *earlier, latest = app.state.proxy.calls.splice._known[rollout["id"]].priors
-    assert len(earlier) == TURNS - 1 and all(p.continued and p.ids_json is None for p in earlier)
-    assert not latest.continued and latest.ids_json == json_bytes(latest.prompt_ids + latest.sampled_ids)
+    assert len(earlier) == TURNS - 1 and all(p.continued and p.prompt_json is None for p in earlier)
+    assert not latest.continued and latest.prompt_json == json_bytes(list(latest.prompt_ids))
     # the same for its request, which the next call's row keeps as an edit of
-    assert all(p.request_text is None for p in earlier) and latest.request_text is not None
-    assert len(json.loads(latest.request_text)["messages"]) == 2 * TURNS - 1
+    assert all(p.request_sent is None for p in earlier) and latest.request_sent is not None
+    assert len(json.loads(latest.request_sent.data)["messages"]) == 2 * TURNS - 1
     assert exact_calls(store_url, rollout["id"]) == (TURNS, TURNS)
 
 
@@ -116,7 +116,7 @@ def test_a_call_another_process_wrote_reads_back_whole(store_url: str) -> None:
         assert (second.call_id, second.prompt_ids, second.sampled_ids) == (2, [1, 2, 3, 4], [5])
         write("chat", [1, 2, 3, 4, 5, 6], [7], base=2, reused=5)  # call 3, continuing call 2 (held)
         third = (await cache.priors(rollout.id))[-1]
-        assert (third.call_id, third.prompt_ids, third.ids_blob) == (
+        assert (third.call_id, third.prompt_ids, third.ids_blob()) == (
             3,
             [1, 2, 3, 4, 5, 6],
             encode_ids(list(range(1, 8))),
@@ -142,7 +142,7 @@ def test_a_request_another_process_edited_reads_back_whole(store_url: str) -> No
         return json.dumps({"q": question, "tools": tools})
 
     def write(whole: str, segment: int = 0, base: int | None = None, base_text: str | None = None) -> None:
-        kept = stored_request(whole, base, base_text)
+        kept = stored_request(whole.encode(), base, SentRequest.of_text(base_text) if base_text else None)
         row = ModelCall(
             rollout_id=rollout.id, request_json=kept.text, request_base=kept.base, request_head=kept.head,
             request_tail=kept.tail, response_json="{}", prompt_ids=encode_ids([1]), completion_ids=encode_ids([2]),
@@ -153,13 +153,14 @@ def test_a_request_another_process_edited_reads_back_whole(store_url: str) -> No
 
     async def main() -> None:
         write(body("a"))  # call 1
-        assert [p.request_text for p in await cache.priors(rollout.id)] == [body("a")]
+        assert [p.request_sent for p in await cache.priors(rollout.id)] == [SentRequest.of_text(body("a"))]
         write(body("ab"), base=1, base_text=body("a"))  # call 2 edits call 1 (held with its request)
         first, second = await cache.priors(rollout.id)
-        assert (first.request_text, second.request_text) == (None, body("ab"))  # call 1 is continued now
+        assert (first.request_sent, second.request_sent) == (None, SentRequest.of_text(body("ab")))  # 1 continued
         write(body("ac"), segment=1, base=1, base_text=body("a"))  # call 3, a branch: edits call 1 (not held)
         priors = await cache.priors(rollout.id)
-        assert [(p.call_id, p.request_text) for p in priors] == [(1, None), (2, body("ab")), (3, body("ac"))]
+        held = [(p.call_id, p.request_sent and p.request_sent.data.decode()) for p in priors]
+        assert held == [(1, None), (2, body("ab")), (3, body("ac"))]
 
     anyio.run(main)
     with session_scope(engine) as session:

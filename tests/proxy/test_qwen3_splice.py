@@ -110,7 +110,7 @@ def test_naive_rerender_diverges_from_sampled_tokens(renderer: Renderer) -> None
     plans, _, samples = _drive(renderer, "splice")
     third = _conversations(renderer, samples)[2]
     naive = renderer.encode(renderer.render([m.to_template() for m in third.messages], list(TOOLS), True))
-    sampled_so_far = plans[1].prompt_ids + samples[1]
+    sampled_so_far = [*plans[1].prompt_ids, *samples[1]]
     assert naive[: len(sampled_so_far)] != sampled_so_far
 
 
@@ -118,7 +118,7 @@ def test_splice_keeps_one_exact_segment(renderer: Renderer) -> None:
     plans, segments, samples = _drive(renderer, "splice")
     assert len(segments) == 1 and segments[0].break_reason is None
     segment = segments[0]
-    assert segment.token_ids == plans[2].prompt_ids + samples[2]
+    assert segment.token_ids == [*plans[2].prompt_ids, *samples[2]]
     for plan, sampled in zip(plans, samples):
         start = len(plan.prompt_ids)
         assert segment.token_ids[:start] == plan.prompt_ids  # every call's prompt is a prefix, exactly

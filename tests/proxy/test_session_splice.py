@@ -49,29 +49,29 @@ def _setup(renderer: Renderer) -> tuple[Conversation, Message, PriorCall]:
     assert plan.segment_index == 0 and plan.segment_break is None and plan.reused_prefix_len == 0
     answer = Message("assistant", "hello there")
     sampled = renderer.encode("hello there") + [min(renderer.end_ids)]
-    return first, answer, _prior(1, first, answer, plan.prompt_ids, sampled)
+    return first, answer, _prior(1, first, answer, list(plan.prompt_ids), sampled)
 
 
 def test_splice_is_prompt_plus_sampled_plus_tail(renderer: Renderer) -> None:
     first, answer, prior = _setup(renderer)
     nxt = Conversation("m", first.messages + (answer, Message("user", "more")))
     plan = plan_prompt(nxt, [prior], renderer, "splice")
-    reused = prior.prompt_ids + prior.sampled_ids
+    reused = [*prior.prompt_ids, *prior.sampled_ids]
     assert plan.prompt_ids[: len(reused)] == reused and plan.reused_prefix_len == len(reused)
     assert (
-        renderer.decode(plan.prompt_ids[len(reused) :]) == "\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n"
+        renderer.decode(list(plan.prompt_ids[len(reused) :]))
+        == "\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n"
     )
     assert plan.segment_index == 0 and plan.segment_break is None and plan.spliced_from == 1
 
 
 def test_a_spliced_prompt_is_the_earlier_calls_bytes_plus_its_tail(renderer: Renderer) -> None:
-    """A prior that carries its ids as stored (``ids_blob``) and as the upstream request writes them
-    (``ids_json``) makes the splice's stored and sent prompt by appending the tail: the same bytes as encoding
-    and writing the whole prompt; without them, the whole prompt is encoded and written."""
+    """A prior that carries its prompt as stored (``prompt_blob``) and as the upstream request wrote it
+    (``prompt_json``) makes the splice's stored and sent prompt by appending its answer and the tail: the same
+    bytes as encoding and writing the whole prompt; without them, the whole prompt is encoded and written."""
     first, answer, prior = _setup(renderer)
     nxt = Conversation("m", first.messages + (answer, Message("user", "more")))
-    whole = prior.prompt_ids + prior.sampled_ids
-    carried = replace(prior, ids_blob=encode_ids(whole), ids_json=json_bytes(whole))
+    carried = replace(prior, prompt_blob=encode_ids(prior.prompt_ids), prompt_json=json_bytes(prior.prompt_ids))
     appended = plan_prompt(nxt, [carried], renderer, "splice")
     without = plan_prompt(nxt, [prior], renderer, "splice")
     assert appended.prompt_blob is not None and appended.prompt_json is not None
@@ -89,7 +89,7 @@ def test_a_length_cut_answer_gets_its_end_of_turn_in_the_tail(renderer: Renderer
         prior.sampled_ids[:-1], 0, False,
     )  # fmt: skip
     plan = plan_prompt(Conversation("m", first.messages + (answer, Message("user", "x"))), [cut], renderer, "splice")
-    assert renderer.decode(plan.prompt_ids[plan.reused_prefix_len :]).startswith("<|im_end|>\n<|im_start|>user")
+    assert renderer.decode(list(plan.prompt_ids[plan.reused_prefix_len :])).startswith("<|im_end|>\n<|im_start|>user")
 
 
 @pytest.mark.parametrize(
@@ -201,6 +201,6 @@ def test_a_whole_prompt_carries_its_stored_ids_rendered_or_remembered(renderer: 
     assert first.prompt_blob == again.prompt_blob == encode_ids(first.prompt_ids)
     assert again.prompt_ids == first.prompt_ids
     answer = Message("assistant", "ok")
-    prior = _prior(1, conv, answer, first.prompt_ids[:-3], [])  # a prefix of the prompt: continued by a re-render
+    prior = _prior(1, conv, answer, list(first.prompt_ids[:-3]), [])  # a prefix of the prompt: continued by a re-render
     rerendered = plan_prompt(conv, [prior], renderer, "render")
     assert rerendered.spliced_from == 1 and rerendered.encoded_prompt() == encode_ids(rerendered.prompt_ids)

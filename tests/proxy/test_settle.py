@@ -26,6 +26,7 @@ from rollwire.rollouts import RolloutBook
 from rollwire.rollouts.budgets import Budgets
 from rollwire.settings import ProxySettings
 from rollwire.store import encode_ids, open_engine
+from rollwire.store.requests import SentRequest
 from tests.core.test_store_writer import _full_row
 from tests.proxy.asgi_log import SentLog
 from tests.proxy.conftest import OPERATOR_KEY, Proxy, admin_client
@@ -92,7 +93,7 @@ def test_a_call_not_yet_settled_is_a_prior_all_the_same(tmp_path: Path, tiny_mod
 
     def learnt() -> list[PriorCall | None]:
         taught.append(1)
-        return [PriorCall(0, (), "[]", (), [1, 2], [3], 0, False, encode_ids([1, 2, 3]), b"[1,2,3]", "{}")]
+        return [PriorCall(0, (), b"[]", (), [1, 2], [3], 0, False, encode_ids([1, 2]), b"[1,2]", SentRequest(b"{}", 2))]
 
     async def main() -> None:
         assert await path.earlier_calls(rollout.id) == []  # the rollout is held now, with no calls

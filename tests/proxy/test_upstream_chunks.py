@@ -150,6 +150,7 @@ def test_the_same_ids_in_another_layout_are_parsed_and_compared() -> None:
 
 def test_the_request_carries_the_prompt_bytes_it_reports() -> None:
     body = {"model": 'm "prompt":0', "prompt": SENT, "structured_outputs": {"json": {"prompt": 0}}, "n": 1}
-    data, prompt = _request_bytes(body)
-    assert orjson.loads(data) == {**body, "stream": True}
+    parts, prompt = _request_bytes(body)
+    data = b"".join(parts)
+    assert orjson.loads(data) == {**body, "stream": True} and prompt in parts  # sent as is, not copied
     assert prompt == orjson.dumps(SENT) and b'"prompt":' + prompt in data
