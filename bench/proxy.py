@@ -71,11 +71,12 @@ import sys
 import tempfile
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 from connections import accepted_by
@@ -207,32 +208,47 @@ def measure(spec: dict[str, Any], server: int | None, cores: set[int]) -> Row:
     return Row(latencies, wall, cpu_seconds(server) - before if server else None)
 
 
-class WorkerSpread:
-    """``with WorkerSpread(port, parent):`` which of ``parent``'s worker processes held each connection to ``port``
-    while the block ran (read from /proc a few times a second, on a thread of this process, not the servers')."""
+class Watcher(ABC):
+    """``with`` a watcher: ``read()`` every ``every_s`` while the block runs, on a thread of this process (not the
+    servers'), from the block's start to its end."""
 
-    EVERY_S = 0.25
-
-    def __init__(self, port: int, parent: int) -> None:
-        self.port, self.parent = port, parent
-        self.held: dict[int, int] = {}
-        """The worker's pid by the client's port, for every connection seen."""
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
-    def _watch(self) -> None:
-        while not self._done.wait(self.EVERY_S):
-            children = Path(f"/proc/{self.parent}/task/{self.parent}/children")
-            with contextlib.suppress(OSError):
-                self.held.update(accepted_by(self.port, [int(p) for p in children.read_text().split()]))
+    @abstractmethod
+    def read(self) -> None:
+        """One reading, kept on ``self``."""
 
-    def __enter__(self) -> WorkerSpread:
+    def _watch(self) -> None:
+        while not self._done.is_set():
+            self.read()
+            self._done.wait(self.every_s)
+
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._done.set()
         self._thread.join()
+
+
+class WorkerSpread(Watcher):
+    """``with WorkerSpread(port, parent):`` which of ``parent``'s worker processes held each connection to ``port``
+    while the block ran (read from /proc a few times a second)."""
+
+    def __init__(self, port: int, parent: int) -> None:
+        super().__init__(every_s=0.25)
+        self.port, self.parent = port, parent
+        self.held: dict[int, int] = {}
+        """The worker's pid by the client's port, for every connection seen."""
+
+    def read(self) -> None:
+        children = Path(f"/proc/{self.parent}/task/{self.parent}/children")
+        with contextlib.suppress(OSError):
+            self.held.update(accepted_by(self.port, [int(p) for p in children.read_text().split()]))
 
     def max_share(self) -> str:
         """The busiest worker's connections / all of them (and as a share), or "-" when none was seen."""

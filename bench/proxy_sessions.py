@@ -50,7 +50,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,27 +104,16 @@ def soft_nofile(soft: int) -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_NOFILE, was)
 
 
-class Sampler:
+class Sampler(bench.Watcher):
     """The proxy's RSS and open descriptors, sampled on a thread while a row runs: the peaks."""
 
     def __init__(self, pid: int, every_s: float = 0.2) -> None:
-        self.pid, self.every_s = pid, every_s
+        super().__init__(every_s)
+        self.pid = pid
         self.rss = self.fds = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.rss, self.fds = max(self.rss, rss_mib(self.pid)), max(self.fds, open_fds(self.pid))
-            self._stop.wait(self.every_s)
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def read(self) -> None:
+        self.rss, self.fds = max(self.rss, rss_mib(self.pid)), max(self.fds, open_fds(self.pid))
 
 
 # --- the load generator (its own process: ``python bench/proxy_sessions.py --load -``, the spec on stdin) ---------

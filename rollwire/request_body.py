@@ -47,19 +47,13 @@ def _parse(body: bytearray) -> Any:
     """``body`` parsed: by orjson (~5x faster on a harness's request) where it parses to exactly what the standard
     library would; everything it refuses or may read differently (long numbers, UTF-16/32, a BOM, lone
     surrogates, ``NaN``) goes to the standard library, whose value or error is then the answer."""
-    return _parsed_by(body)[0]
-
-
-def _parsed_by(body: bytearray) -> tuple[Any, bool]:
-    """``_parse(body)``, and whether orjson read it: then every ``\uD800``-``\uDFFF`` escape in it was one half
-    of a pair (orjson refuses a lone one, and a body that is not strict UTF-8)."""
-    value, by_orjson, _ = _read(body)
-    return value, by_orjson
+    return _read(body)[0]
 
 
 def _read(body: bytearray) -> tuple[Any, bool, bool | None]:
-    """``_parsed_by(body)``, and whether its nesting is within ``MAX_DEPTH`` where that was walked (a large body's,
-    None otherwise)."""
+    """``_parse(body)``; whether orjson read it (then every ``\\uD800``-``\\uDFFF`` escape in it was one half of a
+    pair: orjson refuses a lone one, and a body that is not strict UTF-8); and whether its nesting is within
+    ``MAX_DEPTH`` where that was walked (a large body's, None otherwise)."""
     large = len(body) > WALKED_BYTES
     if large or _LONG_NUMBER not in body.translate(_DIGITS):
         try:
@@ -111,7 +105,7 @@ def check_json_value(
     parsed: Any, raw: bytes, utf8: bool = True, paired: bool = False, shallow: bool | None = None
 ) -> None:
     """400 for a body that parsed but is no usable JSON text (see the module docstring); ``utf8``: ``raw`` is
-    strict UTF-8; ``paired``: orjson parsed it, so it holds no lone surrogate (``_parsed_by``); ``shallow``: its
+    strict UTF-8; ``paired``: orjson parsed it, so it holds no lone surrogate (``_read``); ``shallow``: its
     nesting is within ``MAX_DEPTH``, where the parse walked it already (``_read``).
 
     Only a body that may hold one is serialized again to look: a client that escapes every character outside

@@ -108,9 +108,7 @@ class ParsedMessages:
         """Entries taken from the memo, since start (tests and benches read it)."""
 
     def parse(self, rollout_id: str, dialect: str, entries: list[Any], parse_one: ParseOne) -> tuple[Message, ...]:
-        held = self._held.pop(rollout_id, None)
-        if held is not None:
-            self._bytes -= held.size
+        held = self._taken(rollout_id)
         texts = _serialized(entries) if self.max_bytes > 0 else None
         if texts is None:
             return WHOLE.messages(entries, parse_one)
@@ -126,9 +124,7 @@ class ParsedMessages:
         """``Reading.folded``, resumed from the state after the rollout's last request where this one opens with
         its head and every one of its entries, byte for byte (a fold's state is the whole past: a request that
         changed anything it held is folded from its start)."""
-        held = self._held.pop(rollout_id, None)
-        if held is not None:
-            self._bytes -= held.size
+        held = self._taken(rollout_id)
         texts = _serialized([head, *entries]) if self.max_bytes > 0 else None
         if texts is None:
             return WHOLE.folded(head, entries, start)
@@ -166,6 +162,13 @@ class ParsedMessages:
         self._tool_sets.insert(0, (dialect, text[0], tools, key))
         del self._tool_sets[TOOL_SETS:]
         return tools, key
+
+    def _taken(self, rollout_id: str) -> _Parsed | None:
+        """The rollout's held entry, out of the memo (``_keep`` puts the next one back, most recent last)."""
+        held = self._held.pop(rollout_id, None)
+        if held is not None:
+            self._bytes -= held.size
+        return held
 
     def _keep(self, rollout_id: str, parsed: _Parsed) -> None:
         if parsed.size > self.max_bytes:

@@ -79,12 +79,6 @@ class EncodedIds(Sequence[int]):
     def __hash__(self) -> int:
         raise TypeError("unhashable type: 'EncodedIds' (it compares equal to a list, which is not hashable)")
 
-    def __add__(self, other: Sequence[int]) -> list[int]:
-        return [*self.as_list(), *other]
-
-    def __radd__(self, other: Sequence[int]) -> list[int]:
-        return [*other, *self.as_list()]
-
     def __repr__(self) -> str:
         return f"EncodedIds({len(self)} ids)"
 

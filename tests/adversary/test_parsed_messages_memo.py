@@ -52,9 +52,8 @@ def _history(turn: int) -> list[dict[str, Any]]:
 def _run(engine_url: str, tiny_model_dir: Path, folder: Path, memo_bytes: int) -> tuple[list[list[int]], Any]:
     """The same two rollouts through a proxy whose memo holds ``memo_bytes``: their recorded prompts, and the memo."""
     settings = ProxySettings(
-        upstream=engine_url, model=str(tiny_model_dir), splice_policy="render", cache_message_bytes=memo_bytes,
-        sample_seed=7,
-    )  # fmt: skip
+        upstream=engine_url, model=str(tiny_model_dir), splice_policy="render", cache_message_bytes=memo_bytes
+    )
     store = f"sqlite:///{folder / 'proxy.db'}"
     app = create_proxy(settings, store, folder, operator_key=KEY)
     with ServerThread(app) as proxy:
