@@ -1,12 +1,15 @@
 """MCP task environments and the recording gateway. `serve [NAME|all] [--transport http|stdio]` runs the env
 servers (workspace, sqldb, calendar, mail; over HTTP all in one process at /<name>/mcp, plus /health);
 `gateway` serves MCP at /r/<token>/mcp for the rollouts in the store and records every tool call;
-`suites [NAME]` lists the shipped task suites, or the tasks of one."""
+`suites [NAME]` lists the shipped task suites, or the tasks of one; `bridge -- COMMAND` serves a stdio MCP
+server over streamable HTTP behind a rollout's key (a sidecar in the rollout's pod)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import sys
 from typing import TypeVar
 
 from rollwire.app.cli.listen_args import add_fd_argument
@@ -16,7 +19,17 @@ from rollwire.settings import GatewaySettings, McpSettings, Settings
 _Section = TypeVar("_Section", McpSettings, GatewaySettings)
 
 logger = logging.getLogger(__name__)
-HELP = "MCP env servers (workspace, sqldb, calendar, mail), the recording gateway, task suites"
+HELP = "MCP env servers (workspace, sqldb, calendar, mail), the recording gateway, task suites, the sidecar bridge"
+BRIDGE_ABOUT = (
+    "Serve one stdio MCP server (e.g. npm's @modelcontextprotocol/server-memory) over streamable HTTP, as a "
+    "sidecar in a rollout's pod that the gateway reaches. The bridge starts the server once and initializes it "
+    "itself, so every client session (one after another or at once) reaches the same process and state. Every "
+    "request at --path must carry 'Authorization: Bearer <key>', the rollout's key read from the --key-env "
+    "variable (which the server does not see): the harness in the same pod can reach the port but does not hold "
+    "the key. GET /ready (no key) answers 200 once the server has answered initialize and while it runs. It "
+    "prints 'bridge ready on http://HOST:PORT/PATH' on stdout when ready; a server that does not start or later "
+    "exits stops it with status 1 and one line saying why; SIGTERM stops the server and exits 0."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +61,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gateway.add_argument("--db", default=None, metavar="URL", help="SQLAlchemy URL of the trace store (default: home)")
     suites = sub.add_parser("suites", help="list the shipped task suites, or the tasks of one (name or JSON path)")
     suites.add_argument("name", nargs="?", default=None)
+    bridge = sub.add_parser(
+        "bridge", help="serve a stdio MCP server over streamable HTTP behind a rollout's key (pod sidecar)",
+        description=BRIDGE_ABOUT, usage="%(prog)s [options] -- COMMAND [ARGS...]",
+    )  # fmt: skip
+    bridge.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0: the pod's)")
+    bridge.add_argument("--port", type=int, default=8400, help="port to listen on, 0 for any free one (default 8400)")
+    bridge.add_argument("--path", default="/mcp", help="where MCP is served (default /mcp)")
+    bridge.add_argument(
+        "--key-env", default="ROLLWIRE_MCP_SIDECAR_KEY", metavar="NAME",
+        help="environment variable holding the rollout's key (default ROLLWIRE_MCP_SIDECAR_KEY); required",
+    )  # fmt: skip
+    bridge.add_argument("--cwd", default=None, metavar="DIR", help="the server's working folder (default: this one)")
+    bridge.add_argument(
+        "--startup-timeout", type=float, default=60.0, metavar="SECONDS",
+        help="how long the server may take to answer initialize (default 60)",
+    )  # fmt: skip
+    bridge.add_argument("server_command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
 
 
 def _pick(model: _Section, args: argparse.Namespace, names: tuple[str, ...]) -> _Section:
@@ -129,11 +159,38 @@ def _suites(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bridge(args: argparse.Namespace) -> int:
+    command = args.server_command[1:] if args.server_command[:1] == ["--"] else args.server_command
+    key = os.environ.get(args.key_env, "").strip()
+    refusal = (
+        "name the stdio server's command after --, e.g. rollwire mcp bridge -- mcp-server-memory" if not command
+        else f"the key is missing: set {args.key_env} to the rollout's key (the bridge never serves without one)"
+        if not key else "--path must start with /" if not args.path.startswith("/")
+        else "--port must be in 0..65535" if not 0 <= args.port < 65536 else None
+    )  # fmt: skip
+    if refusal is not None:
+        print(f"rollwire mcp bridge: {refusal}", file=sys.stderr)
+        return 2
+
+    from rollwire.app.serving import listening_socket, uvicorn_config
+    from rollwire.mcp_servers.bridge import Bridge, server_parameters
+
+    bridge = Bridge(server_parameters(command, args.cwd, args.key_env), key, args.path, args.startup_timeout)
+    sock = listening_socket(args.host, args.port)
+    failure = bridge.run(sock, uvicorn_config(bridge.app, lifespan="off", timeout_graceful_shutdown=2))
+    if failure is not None:
+        print(f"rollwire mcp bridge: {failure}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.mcp_command == "serve":
         return _serve(args, settings)
     if args.mcp_command == "gateway":
         return _gateway(args, settings)
+    if args.mcp_command == "bridge":
+        return _bridge(args)
     return _suites(args)
 
 
