@@ -19,6 +19,16 @@ STACK_IMAGE = f"{REGISTRY}/rollwire:{VERSION}"
 AGENT_IMAGE = f"{REGISTRY}/rollout-reference:{VERSION}"
 """The reference agent's rollouts, and the base of the Agents SDK's image: the stack image without the task
 suites (``containers/rollwire.Containerfile``'s ``rollout`` target)."""
+MCP_RUNNER_IMAGE = f"{REGISTRY}/mcp-runner:{VERSION}"
+"""Third-party MCP servers on Kubernetes (``containers/mcp-runner.Containerfile``): the rollout image's rollwire
+(``rollwire mcp bridge``, no task suites), Node, and the servers of ``MCP_RUNNER_SERVERS`` preinstalled."""
+MCP_RUNNER_SERVERS: dict[str, str] = {
+    "@modelcontextprotocol/server-memory": "2026.8.31",  # npm; mcp-server-memory
+    "@modelcontextprotocol/server-everything": "2026.8.31",  # npm; mcp-server-everything
+    "@modelcontextprotocol/server-filesystem": "2026.8.31",  # npm; mcp-server-filesystem
+    "mcp-server-time": "2026.10.19",  # PyPI, in a venv of its own
+}
+"""What the runner image holds, each on its PATH under the command its package installs."""
 
 HARNESS_VERSIONS: dict[str, str] = {
     "codex": "0.171.0",  # npm @openai/codex
@@ -45,4 +55,14 @@ def in_registry(image: str, registry: str) -> str:
     return image
 
 
-__all__ = ["AGENT_IMAGE", "HARNESS_VERSIONS", "REGISTRY", "STACK_IMAGE", "VERSION", "default_image", "in_registry"]
+__all__ = [
+    "AGENT_IMAGE",
+    "HARNESS_VERSIONS",
+    "MCP_RUNNER_IMAGE",
+    "MCP_RUNNER_SERVERS",
+    "REGISTRY",
+    "STACK_IMAGE",
+    "VERSION",
+    "default_image",
+    "in_registry",
+]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rollwire.errors import InvalidRequest
+from rollwire.mcp_servers.placement import Placement, Scope, check_names
 from rollwire.mcp_servers.state import ROLLOUT_HEADER, SECRET_HEADER, TASK_HEADER
 
 PLACEHOLDERS = ("rollout_id", "rollout_dir", "task")
@@ -59,6 +60,10 @@ class UpstreamSpec:
     """Sent to our env servers (with the identity) so they know the call comes from the gateway."""
     network: bool = False
     """A stdio server keeps the host's network in its sandbox (its config's ``"network": true``); else it has none."""
+    placement: Placement | None = None
+    """Where it runs on a cluster (the entry's cluster keys; ``cluster``)."""
+    sidecar_port: int = 0
+    """On a cluster: the port of this rollout-scoped server in each rollout's pod (its url is found per rollout)."""
 
     @classmethod
     def from_dict(cls, name: str, raw: Any) -> UpstreamSpec:
@@ -80,7 +85,13 @@ class UpstreamSpec:
         return cls(
             name, url, command, tuple(args), tuple(sorted(env.items())), tuple(sorted(headers.items())),
             bool(raw.get("forward_identity", False)), network=bool(raw.get("network", False)),
+            placement=Placement.from_dict(name, raw),
         )  # fmt: skip
+
+    @property
+    def cluster(self) -> Placement:
+        """Where it runs on a cluster: its entry's keys, else per rollout for a stdio server, else where its url is."""
+        return self.placement or Placement(Scope.ROLLOUT if self.command else Scope.REMOTE)
 
     def for_rollout(self, rollout: RolloutVars) -> UpstreamSpec:
         """This server as one rollout starts it: its placeholders filled."""
@@ -112,18 +123,23 @@ def parse_servers(raw: Any, where: str) -> dict[str, UpstreamSpec]:
     for name in raw:
         if not _SAFE_ID.match(str(name)):
             raise InvalidRequest(f"{where}: MCP server name {name!r} must be letters, digits, '.', '_' or '-'")
+    check_names(list(raw))
     return {name: UpstreamSpec.from_dict(name, spec) for name, spec in raw.items()}
 
 
 def load_upstreams(path: str) -> dict[str, UpstreamSpec]:
     """Extra upstreams from a JSON file in the common ``mcpServers`` format."""
-    if not path:
-        return {}
+    return load_config(path)[1] if path else {}
+
+
+def load_config(path: str) -> tuple[str, dict[str, UpstreamSpec]]:
+    """The file as written (what a cluster's ConfigMap holds) and its servers; one readable line if it is bad."""
     try:
-        raw = json.loads(Path(path).read_text())
+        text = Path(path).read_text()
+        raw = json.loads(text)
     except (OSError, ValueError) as exc:
         raise InvalidRequest(f"cannot read MCP config {path}: {exc}") from None
-    return parse_servers(raw, f"MCP config {path}")
+    return text, parse_servers(raw, f"MCP config {path}")
 
 
 def rollout_folder(root: Path, rollout_id: str, server: str) -> Path:
@@ -135,4 +151,12 @@ def rollout_folder(root: Path, rollout_id: str, server: str) -> Path:
     return folder
 
 
-__all__ = ["PLACEHOLDERS", "RolloutVars", "UpstreamSpec", "load_upstreams", "parse_servers", "rollout_folder"]
+__all__ = [
+    "PLACEHOLDERS",
+    "RolloutVars",
+    "UpstreamSpec",
+    "load_config",
+    "load_upstreams",
+    "parse_servers",
+    "rollout_folder",
+]

@@ -12,8 +12,11 @@ from rollwire.errors import NotFound
 from rollwire.harness_adapters.base import RolloutContext
 from rollwire.harness_adapters.images import STACK_IMAGE, in_registry
 from rollwire.harness_adapters.registry import get_adapter
+from rollwire.mcp_servers.server_config import load_config
+from rollwire.orchestrator.mcp_manifests import mcp_objects
 from rollwire.orchestrator.runtimes.base import RolloutJob
-from rollwire.orchestrator.runtimes.kubernetes.pod_spec import build_pod, build_secret, run_configmap
+from rollwire.orchestrator.runtimes.kubernetes.mcp_sidecars import RolloutServers
+from rollwire.orchestrator.runtimes.kubernetes.pod_spec import build_pod, build_secret, job_sidecars, run_configmap
 from rollwire.settings import KubernetesSettings
 
 DEFAULT_IMAGE = STACK_IMAGE
@@ -58,7 +61,8 @@ def _apply(doc: dict[str, Any], settings: KubernetesSettings) -> dict[str, Any]:
 
 def example_rollout(harness: str, settings: KubernetesSettings, proxy: str, gateway: str) -> list[dict[str, Any]]:
     """The run ConfigMap, Secret and Pod the Kubernetes runtime would create for one rollout of ``harness``
-    (a placeholder token and uid): for review, a security scan, or a dry-run apply."""
+    (a placeholder token and uid, and, with ``settings.mcp_config``, the file's rollout-scoped servers as sidecars
+    with a placeholder key): for review, a security scan, or a dry-run apply."""
     adapter = get_adapter(harness)
     token = "example-token"
     ctx = RolloutContext(
@@ -69,11 +73,18 @@ def example_rollout(harness: str, settings: KubernetesSettings, proxy: str, gate
     owner = run_configmap(ctx.run_id, settings.namespace)
     owner["metadata"]["uid"] = EXAMPLE_UID
     job = RolloutJob(ctx.run_id, ctx.rollout_id, adapter.launch(ctx), ctx.deadline_s)
-    return [owner, build_secret(job, settings.namespace, owner), build_pod(job, settings, owner)]
+    example_secret = {"mcp_sidecar_secret": settings.mcp_sidecar_secret or "example-sidecar-secret"}
+    sidecars = job_sidecars(job, settings, RolloutServers.from_settings(settings.model_copy(update=example_secret)))
+    return [owner, build_secret(job, settings.namespace, owner, sidecars), build_pod(job, settings, owner, sidecars)]
 
 
-def render_yaml(settings: KubernetesSettings) -> str:
-    return yaml.safe_dump_all(render(settings), sort_keys=False)
+def render_yaml(settings: KubernetesSettings, mcp_config: str = "") -> str:
+    """The stack, plus what the mcpServers file ``mcp_config`` adds (``mcp_manifests``), as one YAML stream."""
+    docs = render(settings)
+    if mcp_config:
+        raw, specs = load_config(mcp_config)
+        docs += mcp_objects(specs, raw, settings, docs)
+    return yaml.safe_dump_all(docs, sort_keys=False)
 
 
 __all__ = ["example_rollout", "k8s_dir", "render", "render_yaml"]

@@ -6,6 +6,7 @@ Precedence: a CLI flag beats an env var (``ROLLWIRE_<PART>__<FIELD>``), which be
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -148,6 +149,30 @@ class KubernetesSettings(BaseModel):
         "patch) instead of waiting for a new pod to be scheduled, pulled and started.",
     )
     warm_pool_idle_s: int = Field(1800, description="Longest a warm pod waits unclaimed before the kubelet ends it.")
+    mcp_config: str = Field(
+        "",
+        description='The mcpServers file the gateway reads (--mcp-config): each rollout pod gets its "scope": '
+        '"rollout" servers as sidecars. Empty: none.',
+    )
+    mcp_sidecar_secret: str = Field(
+        "",
+        description="The deployment's MCP sidecar secret (also the gateway's sidecar_secret): each rollout's sidecars "
+        "answer only a key derived from it and the rollout id.",
+    )
+    mcp_runner_image: str = Field(
+        "ghcr.io/rollwire/mcp-runner:0.1.0",
+        description="Image of MCP servers that name none: rollwire's bridge, Node and pinned npm/PyPI servers.",
+    )
+    mcp_sidecar_port: int = Field(
+        8400,
+        gt=0,
+        lt=65000,
+        description="Port of a rollout pod's first MCP sidecar; each further rollout-scoped server (by name) takes the "
+        "next. The gateway reads the same setting.",
+    )
+    mcp_startup_timeout_s: int = Field(
+        60, gt=0, description="Longest a rollout's MCP sidecar may take to answer initialize before the rollout fails."
+    )
 
 
 class OrchestratorSettings(BaseModel):
@@ -329,6 +354,14 @@ class GatewaySettings(BaseModel):
         "sandbox can be made they are refused. Off runs them with the gateway's full access.",
     )
     bwrap_path: str = Field("bwrap", description="The bubblewrap binary the stdio MCP servers' sandbox uses.")
+    runtime: Literal["local", "kubernetes"] = Field(
+        "local",
+        description="'kubernetes': the gateway starts no MCP server itself; it reaches a rollout-scoped server in "
+        "the rollout's pod (asking the API for the pod's address) and a shared one at its Service.",
+    )
+    sidecar_secret: str = Field(
+        "", description="On Kubernetes: the deployment's MCP sidecar secret (the orchestrator's mcp_sidecar_secret)."
+    )
     sandbox_max_processes: int = Field(
         256, description="Most processes (threads included) of one sandboxed stdio MCP server (RLIMIT_NPROC; 0: none)."
     )

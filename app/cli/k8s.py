@@ -1,6 +1,7 @@
 """Print the cluster manifests (namespace, RBAC, proxy, gateway, MCP envs, vLLM, Postgres, trainer) with your settings.
 
 Pipe to ``kubectl apply -f -``; settings come from flags or ROLLWIRE_ORCHESTRATOR__KUBERNETES__* env vars.
+``--mcp-config FILE`` adds your MCP servers: docs/kubernetes.md, "Deploy your MCP servers".
 """
 
 from __future__ import annotations
@@ -21,6 +22,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--image-registry", default=None, help="registry replacing ghcr.io/rollwire in every rollwire image (stack, rollouts)"
     )
     render.add_argument(
+        "--mcp-config", metavar="FILE", default=None,
+        help="an mcpServers file (the one `rollwire up --mcp-config` reads): adds each shared server's Deployment, "
+        'Service and NetworkPolicy, the gateway\'s config and, for "scope": "rollout" servers, what lets the '
+        "gateway reach them in rollout pods; with --rollout-pod, the pod's sidecars",
+    )  # fmt: skip
+    render.add_argument(
         "--rollout-pod", metavar="HARNESS", default=None,
         help="print instead the ConfigMap, Secret and Pod of one example rollout of this harness adapter",
     )  # fmt: skip
@@ -32,10 +39,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from rollwire.orchestrator.manifests import example_rollout, render_yaml
 
     kube = settings.orchestrator.kubernetes
-    given = {"namespace": args.namespace, "image": args.image, "image_registry": args.image_registry}
+    given = {
+        "namespace": args.namespace, "image": args.image, "image_registry": args.image_registry,
+        "mcp_config": args.mcp_config,
+    }  # fmt: skip
     kube = kube.model_copy(update={key: value for key, value in given.items() if value})
     if args.rollout_pod is None:
-        print(render_yaml(kube), end="")
+        print(render_yaml(kube, kube.mcp_config), end="")
         return 0
     namespace = kube.namespace
     proxy = settings.orchestrator.proxy_url or f"http://proxy.{namespace}:8000"

@@ -131,8 +131,15 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
             "to the env servers' ROLLWIRE_MCP__ENV_SECRET"
         )
     extra = load_upstreams(gw.upstreams_file)
+    sidecars = None
+    if gw.runtime == "kubernetes":  # the file's servers run where their scope puts them; the gateway starts none
+        from rollwire.mcp_servers.gateway.cluster_routes import kubernetes_routes
+        from rollwire.orchestrator.runtimes.kubernetes.api import api_client_from_settings
+
+        kube = settings.orchestrator.kubernetes
+        extra, sidecars = kubernetes_routes(extra, kube, gw.sidecar_secret, api_client_from_settings(kube))
     sock = listening_socket(gw.host, gw.port, args.fd)
-    app = build_gateway_app(gw, open_engine(args.db or settings.store_url()), extra)
+    app = build_gateway_app(gw, open_engine(args.db or settings.store_url()), extra, sidecars)
     logger.info(
         "gateway: http://%s:%s/r/<token>/mcp  (env servers at %s; third-party MCP servers: %s)",
         gw.host, gw.port, gw.env_url, ", ".join(extra) or "none",

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import col, select
 
 from rollwire.errors import UpstreamError
+from rollwire.mcp_servers.gateway.cluster_routes import SidecarRoutes
 from rollwire.mcp_servers.gateway.messages import MessageLog
 from rollwire.mcp_servers.gateway.relay import Relay
 from rollwire.mcp_servers.gateway.stdio_sandbox import StdioSandbox
@@ -66,10 +67,15 @@ class Connection:
 
 
 async def _own(conn: Connection, spec: UpstreamSpec, options: dict[str, Any], rollout_id: str, task_ref: str | None,
-               cwd: Path | None, stdio: StdioSandbox) -> None:  # fmt: skip
+               cwd: Path | None, stdio: StdioSandbox, sidecars: SidecarRoutes | None) -> None:  # fmt: skip
     """Open, list tools, hold the connection until closed; every failure becomes ``conn.error``. A stdio server
-    starts in its sandbox (``stdio_sandbox``), whose tmp folder goes once the server has stopped."""
+    starts in its sandbox (``stdio_sandbox``), whose tmp folder goes once the server has stopped; a server in the
+    rollout's pod is called where that pod is (``cluster_routes``)."""
     try:
+        if spec.sidecar_port:
+            if sidecars is None:
+                raise UpstreamError("a rollout-scoped server runs in a rollout pod: the gateway is not on Kubernetes")
+            spec = await sidecars.resolve(spec, rollout_id)
         if spec.command:
             assert cwd is not None
             launch = await anyio.to_thread.run_sync(stdio.launch, spec, cwd, rollout_id)
@@ -107,7 +113,7 @@ class UpstreamPool:
 
     def __init__(
         self, task_group: TaskGroup, messages: MessageLog, root: Path, connect_timeout_s: float = 30.0,
-        idle_s: float = 900.0, *, stdio: StdioSandbox,
+        idle_s: float = 900.0, *, stdio: StdioSandbox, sidecars: SidecarRoutes | None = None,
     ) -> None:  # fmt: skip
         self._tg = task_group
         self._messages = messages
@@ -115,6 +121,8 @@ class UpstreamPool:
         """Where each rollout's stdio servers get their working folder (``<root>/<rollout>/<server>``)."""
         self._stdio = stdio
         """How stdio servers start: each in a sandbox of its own (or, turned off, as the gateway's user)."""
+        self._sidecars = sidecars
+        """On Kubernetes: where each rollout's own servers are; the gateway then starts no server itself."""
         self._timeout = connect_timeout_s
         self._idle_s = idle_s
         self._conns: dict[tuple[str, str], Connection] = {}
@@ -126,6 +134,11 @@ class UpstreamPool:
         """A live connection (reopened if the last one died); UpstreamError if it cannot be opened. ``caps`` are
         the harness's: the upstream is offered sampling, elicitation and roots only if the harness has them."""
         key = (rollout_id, spec.name)
+        if spec.command and self._sidecars is not None:
+            raise UpstreamError(
+                f"MCP server {spec.name!r} is a stdio server: on Kubernetes the gateway starts none; put it in the "
+                "deployment's mcpServers file (rollwire k8s render --mcp-config) so it runs where its scope says"
+            )
         self.close_idle()
         async with self._lock:
             conn = self._conns.get(key)
@@ -136,7 +149,7 @@ class UpstreamPool:
                 cwd = rollout_folder(self.root, rollout_id, spec.name) if spec.command else None
                 filled = spec.for_rollout(RolloutVars(rollout_id, str(cwd or ""), task_ref or ""))
                 options = relay.client_options(caps or types.ClientCapabilities())
-                self._tg.start_soon(_own, conn, filled, options, rollout_id, task_ref, cwd, self._stdio)
+                self._tg.start_soon(_own, conn, filled, options, rollout_id, task_ref, cwd, self._stdio, self._sidecars)
         with anyio.move_on_after(self._timeout):
             await conn.ready.wait()
         if not conn.alive:

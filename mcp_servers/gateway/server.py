@@ -34,6 +34,7 @@ from starlette.types import Receive, Scope, Send
 
 from rollwire.errors import InvalidRequest, RollwireError, Unauthorized, openai_error
 from rollwire.mcp_servers.envs.app import SERVERS, security
+from rollwire.mcp_servers.gateway.cluster_routes import SidecarRoutes
 from rollwire.mcp_servers.gateway.features import SEP, Features
 from rollwire.mcp_servers.gateway.limits import RolloutLimits, cap_result
 from rollwire.mcp_servers.gateway.messages import HARNESS_IN, HARNESS_OUT, MessageLog
@@ -370,12 +371,15 @@ class _Endpoint:
 
 
 def build_gateway_app(
-    settings: GatewaySettings, engine: Engine, extra: dict[str, UpstreamSpec] | None = None
-) -> Starlette:
+    settings: GatewaySettings, engine: Engine, extra: dict[str, UpstreamSpec] | None = None,
+    sidecars: SidecarRoutes | None = None,
+) -> Starlette:  # fmt: skip
     """The gateway as a Starlette app (its own process, or mounted into the proxy). With the sandbox on (the default)
     and stdio servers among ``extra``, it refuses to be built where no sandbox can be made (``SandboxUnavailable``:
-    one line with the way out); a suite's stdio servers are refused the same way when a rollout first needs them."""
-    if settings.sandbox and any(spec.command for spec in (extra or {}).values()):
+    one line with the way out); a suite's stdio servers are refused the same way when a rollout first needs them.
+    ``sidecars``: on Kubernetes (``cluster_routes.kubernetes_routes``), where each rollout's own servers are; the
+    gateway then starts no server itself."""
+    if sidecars is None and settings.sandbox and any(spec.command for spec in (extra or {}).values()):
         require_sandbox(settings)
     gateway = Gateway(settings, engine, extra or {})
     metrics = GatewayMetrics()
@@ -406,8 +410,9 @@ def build_gateway_app(
             async with anyio.create_task_group() as tg:  # waits, at stop, until every upstream has shut down
                 async with manager.run():
                     gateway.pool = UpstreamPool(
-                        tg, gateway.messages, root, settings.connect_timeout_s, settings.idle_close_s, stdio=stdio
-                    )
+                        tg, gateway.messages, root, settings.connect_timeout_s, settings.idle_close_s, stdio=stdio,
+                        sidecars=sidecars,
+                    )  # fmt: skip
                     tg.start_soon(background)
                     app.state.gateway = gateway
                     try:
@@ -419,6 +424,8 @@ def build_gateway_app(
                         await gateway.messages.flush()
         finally:
             stdio.close()
+            if sidecars is not None:
+                await sidecars.aclose()
             if own_root:
                 shutil.rmtree(root, ignore_errors=True)
 

@@ -13,6 +13,8 @@ from rollwire.app.cli.__main__ import build_parser
 from rollwire.harness_adapters.images import (
     AGENT_IMAGE,
     HARNESS_VERSIONS,
+    MCP_RUNNER_IMAGE,
+    MCP_RUNNER_SERVERS,
     REGISTRY,
     STACK_IMAGE,
     VERSION,
@@ -50,7 +52,7 @@ def _arg(text: str, name: str) -> str:
 
 
 def test_hadolint_finds_nothing() -> None:
-    assert len(BUILD_FILES) == 5, BUILD_FILES  # the stack + one per adapter that is not the reference agent
+    assert len(BUILD_FILES) == 6, BUILD_FILES  # the stack, one per adapter that is not the reference agent, MCP runner
     result = subprocess.run(
         [hadolint(), "--failure-threshold", "style", *map(str, BUILD_FILES)],
         capture_output=True, text=True, timeout=120,
@@ -79,6 +81,24 @@ def test_every_adapter_names_its_image_at_its_harness_version() -> None:
         assert _arg(text, VERSION_ARG[name]) == version, name
         assert f"-t {image} " in text, f"{name}: the build line in its header must tag {image}"
     assert _image("codex", image="reg.local/codex:1") == "reg.local/codex:1"
+
+
+def test_mcp_runner_image_pins_its_servers_and_holds_no_suites() -> None:
+    """The runner image is built from the rollout image (no task suites: a server's tools must not reach the
+    answers), holds each server of ``MCP_RUNNER_SERVERS`` at its version, and those CI tests are the same pins."""
+    from tests.mcp_servers.npm_servers import PACKAGES
+
+    text = (CONTAINERS / "mcp-runner.Containerfile").read_text()
+    assert f"-t {MCP_RUNNER_IMAGE} " in text
+    assert _arg(text, "ROLLWIRE_IMAGE") == AGENT_IMAGE
+    assert MCP_RUNNER_IMAGE == KubernetesSettings().mcp_runner_image
+    for package, version in MCP_RUNNER_SERVERS.items():
+        name = package.rsplit("/", 1)[-1].removeprefix("server-").removeprefix("mcp-server-")
+        arg = f"MCP_SERVER_{name.upper()}_VERSION"
+        assert _arg(text, arg) == version, package
+        assert f"{package}@${{{arg}}}" in text or f"{package}==${{{arg}}}" in text, package
+    tested = {spec.rsplit("@", 1)[0]: spec.rsplit("@", 1)[1] for spec in PACKAGES.values()}
+    assert all(MCP_RUNNER_SERVERS[package] == version for package, version in tested.items()), tested
 
 
 def test_build_files_pin_what_ci_installs() -> None:

@@ -1,5 +1,7 @@
 """checkov on what a deployer applies, the stack (``rollwire k8s render``) and one example rollout Pod per adapter
-(``rollwire k8s render --rollout-pod``), scanned together as one namespace: zero failures outside ``ALLOWED``.
+(``rollwire k8s render --rollout-pod``), scanned together as one namespace: zero failures outside ``ALLOWED``. The
+stack is rendered with an mcpServers file holding a server of each scope (a shared stdio server, a shared image
+that serves HTTP, a rollout-scoped server: a sidecar in every example rollout pod), under the same allow-list.
 
 The allow-list is short and each entry says why; docs/kubernetes.md ("Security scan") repeats it for users.
 """
@@ -15,7 +17,7 @@ from typing import Any
 import yaml
 
 from rollwire.harness_adapters.registry import BUILTIN
-from rollwire.orchestrator.manifests import example_rollout, render
+from rollwire.orchestrator.manifests import example_rollout, render_yaml
 from rollwire.settings import KubernetesSettings
 from tests.deploy.tools import checkov
 
@@ -48,9 +50,19 @@ def _scan(folder: Path) -> dict[str, Any]:
     return report[0] if isinstance(report, list) else report
 
 
-def _write(folder: Path) -> None:
-    settings = KubernetesSettings(namespace="rollwire")
-    (folder / "stack.yaml").write_text(yaml.safe_dump_all(render(settings), sort_keys=False))
+MCP_CONFIG = {
+    "mcpServers": {
+        "memory": {"command": "mcp-server-memory", "env": {"MEMORY_FILE_PATH": "{rollout_dir}/graph.jsonl"}},
+        "time": {"command": "mcp-server-time", "scope": "shared"},
+        "search": {"url": "http://127.0.0.1:9000/mcp", "image": "reg.example/search:1.4", "port": 9000},
+    }
+}
+
+
+def _write(folder: Path, config: Path) -> None:
+    config.write_text(json.dumps(MCP_CONFIG))
+    settings = KubernetesSettings(namespace="rollwire", mcp_config=str(config))
+    (folder / "stack.yaml").write_text(render_yaml(settings, settings.mcp_config))
     for harness in BUILTIN:
         docs = example_rollout(harness, settings, "http://proxy.rollwire:8000", "http://gateway.rollwire:8001")
         (folder / f"rollout-{harness}.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
@@ -67,12 +79,19 @@ def _unexpected(report: dict[str, Any]) -> list[str]:
 
 
 def test_stack_and_rollout_pods_pass_checkov(tmp_path) -> None:
-    _write(tmp_path)
-    report = _scan(tmp_path)
+    scanned_dir = tmp_path / "scan"
+    scanned_dir.mkdir()
+    _write(scanned_dir, tmp_path / "mcp.json")
+    report = _scan(scanned_dir)
     assert report["summary"]["passed"] > 500, report["summary"]
     assert _unexpected(report) == []
     scanned = {check["file_path"].lstrip("/") for check in report["results"]["passed_checks"]}
     assert scanned == {"stack.yaml", *(f"rollout-{harness}.yaml" for harness in BUILTIN)}
+    resources = {check["resource"] for check in report["results"]["passed_checks"]}
+    assert {
+        "Deployment.rollwire.mcp-time",
+        "Deployment.rollwire.mcp-search",
+    } <= resources  # the file's servers were scanned
 
 
 def test_checkov_fails_an_unhardened_pod(tmp_path) -> None:

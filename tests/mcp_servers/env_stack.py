@@ -18,6 +18,7 @@ from starlette.applications import Starlette
 from rollwire.app.serving import ServerThread
 from rollwire.mcp_servers.envs.app import SERVERS, build_app, runtime
 from rollwire.mcp_servers.envs.rollout import EnvRuntime
+from rollwire.mcp_servers.gateway.cluster_routes import SidecarRoutes
 from rollwire.mcp_servers.gateway.server import build_gateway_app
 from rollwire.mcp_servers.server_config import UpstreamSpec
 from rollwire.mcp_servers.tasks.loader import task_initial
@@ -104,11 +105,12 @@ class GatewayStack:
 
 
 def gateway_stack(
-    env: EnvServers, store_url: str, extra: dict[str, UpstreamSpec] | None = None, **overrides: object
-) -> tuple[ServerThread, GatewayStack]:
+    env: EnvServers, store_url: str, extra: dict[str, UpstreamSpec] | None = None,
+    sidecars: SidecarRoutes | None = None, **overrides: object,
+) -> tuple[ServerThread, GatewayStack]:  # fmt: skip
     settings = GatewaySettings(env_url=env.url, env_secret=ENV_SECRET, **overrides)
     engine = open_engine(store_url)
-    app = build_gateway_app(settings, engine, extra)
+    app = build_gateway_app(settings, engine, extra, sidecars)
     server = ServerThread(app)
     return server, GatewayStack(server.url, engine, env, app)
 

@@ -3,7 +3,8 @@
 The kubelet watches pods over HTTP like a real one and patches ``pods/<name>/status`` according to the
 pod's image: ``img/ok`` runs and succeeds with the final answer ``42``, ``img/fail``
 exits 3, ``img/missing`` never pulls, ``img/deadline`` hits activeDeadlineSeconds, ``img/hang`` runs
-forever, ``img/hold`` runs until ``release`` is set, ``img/evict-once`` is evicted the first time.
+forever, ``img/hold`` runs until ``release`` is set, ``img/evict-once`` is evicted the first time; a pod with a
+native sidecar (an MCP server) of image ``img/mcp-crash`` stays Pending with that sidecar restarted.
 ``start_delay_s`` models what a real node spends before a container runs (scheduling, image pull, start),
 ``run_s`` how long a harness runs.
 A warm-pool pod (label ``rollwire.dev/warm``) runs its waiter and starts the harness only once it is
@@ -68,7 +69,8 @@ class FakeApiServer(kmock.KubernetesEmulator):
             body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 429, "reason": "TooManyRequests"}
             return aiohttp.web.json_response(body, status=429, headers={"Retry-After": "0"})
         if request.method == kmock.method.GET and LOG_PATH.fullmatch(request.url.path):
-            text = f"log line 1 of {request.name}\nlast line of {request.name}\n"
+            container = request.url.query.get("container", "harness")
+            text = f"log line 1 of {request.name} ({container})\nlast line of {request.name}\n"
             return aiohttp.web.Response(text=text)
         if request.action == kmock.action.CREATE and isinstance(request.data, dict):
             meta = request.data.setdefault("metadata", {})
@@ -168,6 +170,13 @@ class FakeKubelet:
         claimed = self._claimed.setdefault(name, asyncio.Event()) if warm else None
         if self.start_delay_s:
             await asyncio.sleep(self.start_delay_s)  # a modelled cost (pull + start), not a wait for work
+        sidecars = [c for c in pod["spec"].get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+        if any(c["image"] == "img/mcp-crash" for c in sidecars):  # its startup probe never passes: restarted
+            crashed = [_sidecar_status(c["name"], c["image"] == "img/mcp-crash") for c in sidecars]
+            waiting = {"reason": "PodInitializing"}
+            await self._patch(name, {"phase": "Pending", "initContainerStatuses": crashed,
+                                     "containerStatuses": [_status(waiting=waiting)]})  # fmt: skip
+            return
         if image == "img/missing":
             waiting = {"reason": "ErrImagePull", "message": f'pull access denied for "{image}"'}
             await self._patch(name, {"phase": "Pending", "containerStatuses": [_status(waiting=waiting)]})
@@ -208,6 +217,23 @@ class FakeKubelet:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _sidecar_status(name: str, crashed: bool) -> dict[str, Any]:
+    """A native sidecar's status: started, or exited and restarted by the kubelet (CrashLoopBackOff)."""
+    if not crashed:
+        return {"name": name, "ready": True, "restartCount": 0, "image": "", "imageID": "", "state": {"running": {}}}
+    last = {"terminated": {"exitCode": 1, "reason": "Error"}}
+    state = {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting failed container"}}
+    return {
+        "name": name,
+        "ready": False,
+        "restartCount": 2,
+        "image": "",
+        "imageID": "",
+        "lastState": last,
+        "state": state,
+    }
 
 
 def _status(**state: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ termination message. Pods and Secrets are owned by the run's ConfigMap: deleting
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -17,6 +18,14 @@ from typing import Any
 
 from rollwire.harness_adapters.images import in_registry
 from rollwire.orchestrator.runtimes.base import Ended, EndKind, RolloutJob
+from rollwire.orchestrator.runtimes.kubernetes.mcp_sidecars import (
+    SERVERS_ANNOTATION,
+    SIDECARS_LABEL,
+    RolloutServers,
+    Sidecars,
+    build_sidecars,
+    sidecar_failure,
+)
 from rollwire.settings import KubernetesSettings
 
 WORKSPACE = "/workspace"
@@ -25,6 +34,8 @@ HARNESS = "harness"
 MANAGED = {"app.kubernetes.io/managed-by": "rollwire", "rollwire.dev/component": "rollout"}
 RUN_LABEL = "rollwire.dev/run"
 ROLLOUT_LABEL = "rollwire.dev/rollout"
+ROLLOUT_ID_ANNOTATION = "rollwire.dev/rollout-id"
+"""The rollout a pod runs, whole (a label value is cut to 63 characters)."""
 DEADLINE_BACKSTOP_S = 30
 """activeDeadlineSeconds = deadline + this: the orchestrator stops pods itself; the kubelet covers a dead orchestrator."""
 RUN_AS = 10001
@@ -127,8 +138,12 @@ def _file_keys(job: RolloutJob) -> dict[str, str]:
     return {f"file-{index}": path for index, path in enumerate(sorted(job.launch.files))}
 
 
-def build_secret(job: RolloutJob, namespace: str, owner: Mapping[str, Any]) -> dict[str, Any]:
+def build_secret(
+    job: RolloutJob, namespace: str, owner: Mapping[str, Any], sidecars: Sidecars | None = None
+) -> dict[str, Any]:
+    """The rollout's env and files, and its MCP sidecars' key (read by the sidecars only)."""
     files = {key: job.launch.files[path] for key, path in _file_keys(job).items()}
+    keys = sidecars.secret_data if sidecars is not None else {}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -139,7 +154,7 @@ def build_secret(job: RolloutJob, namespace: str, owner: Mapping[str, Any]) -> d
             "labels": _labels(job),
             "ownerReferences": [owner_reference(owner)],
         },
-        "stringData": {**dict(job.launch.env), **files},
+        "stringData": {**dict(job.launch.env), **files, **keys},
     }
 
 
@@ -198,8 +213,24 @@ def scratch_volumes(settings: KubernetesSettings) -> list[dict[str, Any]]:
     ]
 
 
-def build_pod(job: RolloutJob, settings: KubernetesSettings, owner: Mapping[str, Any]) -> dict[str, Any]:
-    """One rollout Pod: the adapter's image, env (by Secret reference) and command, fenced by resources and a deadline."""
+def suite_covers() -> list[dict[str, Any]]:
+    """The read-only mounts every container of a rollout pod gets over the image's task suites."""
+    return [{"name": "suites-cover", "mountPath": path, "readOnly": True} for path in IMAGE_SUITES]
+
+
+def job_sidecars(job: RolloutJob, settings: KubernetesSettings, servers: RolloutServers) -> Sidecars:
+    """The MCP sidecars of the job's pod (``mcp_sidecars``), hardened like its harness."""
+    secret = secret_name(job.rollout_id)
+    return build_sidecars(
+        servers, job.rollout_id, settings, secret=secret, security=container_security(), covers=suite_covers()
+    )
+
+
+def build_pod(
+    job: RolloutJob, settings: KubernetesSettings, owner: Mapping[str, Any], sidecars: Sidecars | None = None
+) -> dict[str, Any]:
+    """One rollout Pod: the adapter's image, env (by Secret reference) and command, fenced by resources and a
+    deadline; ``sidecars``: its MCP servers, started (and answering) before the harness."""
     launch = job.launch
     image = pod_image(launch.image, settings)
     secret = secret_name(job.rollout_id)
@@ -228,11 +259,14 @@ def build_pod(job: RolloutJob, settings: KubernetesSettings, owner: Mapping[str,
             }
         )
     deadline = launch.deadline_s if launch.deadline_s is not None else job.deadline_s
-    metadata = {
-        "name": pod_name(job.rollout_id),
-        "labels": _labels(job),
-        "annotations": {"rollwire.dev/rollout-id": job.rollout_id, "rollwire.dev/run-id": job.run_id},
-    }
+    labels = _labels(job)
+    annotations = {ROLLOUT_ID_ANNOTATION: job.rollout_id, "rollwire.dev/run-id": job.run_id}
+    if sidecars is not None and sidecars.containers:
+        init += sidecars.containers
+        volumes += sidecars.volumes
+        labels[SIDECARS_LABEL] = "true"
+        annotations[SERVERS_ANNOTATION] = json.dumps(sidecars.names, sort_keys=True)
+    metadata = {"name": pod_name(job.rollout_id), "labels": labels, "annotations": annotations}
     return rollout_pod(
         settings, owner, metadata, image=image, command=pod_argv(launch.argv), env=env, volumes=volumes,
         answer_path=launch.final_answer_path, lifetime_s=max(1, math.ceil(deadline)) + DEADLINE_BACKSTOP_S, init=init,
@@ -260,7 +294,7 @@ def rollout_pod(
     unbounded = [v["name"] for v in volumes if "emptyDir" in v and not (v["emptyDir"] or {}).get("sizeLimit")]
     if unbounded:
         raise ValueError(f"rollout pod emptyDir volumes without a sizeLimit: {', '.join(unbounded)}")
-    covers = [{"name": "suites-cover", "mountPath": path, "readOnly": True} for path in IMAGE_SUITES]
+    covers = suite_covers()
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "activeDeadlineSeconds": lifetime_s,
@@ -371,6 +405,9 @@ def pod_verdict(pod: Mapping[str, Any]) -> Ended | None:
     reason = status.get("reason") or ""
     message = status.get("message") or ""
     if phase in ("Pending", "Running"):
+        sidecar = sidecar_failure(pod)
+        if sidecar is not None:
+            return Ended(EndKind.FAILED, reason=sidecar[1])
         return _waiting_failure(status.get("initContainerStatuses") or [], "workspace-files") or _waiting_failure(
             status.get("containerStatuses") or [], HARNESS
         )
@@ -415,8 +452,11 @@ __all__ = [
     "EVICTED_EXIT_CODE",
     "HARNESS",
     "MANAGED",
+    "ROLLOUT_ID_ANNOTATION",
     "build_pod",
     "build_secret",
+    "job_sidecars",
+    "suite_covers",
     "container_resources",
     "label_value",
     "own_storage_eviction",

@@ -11,7 +11,7 @@ a previous orchestrator left running. Every API call goes through ``KubeApi`` (o
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, Self
 
@@ -22,10 +22,12 @@ from kubernetes import client
 from rollwire.errors import Conflict, NotFound, RollwireError, UpstreamError
 from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob
 from rollwire.orchestrator.runtimes.kubernetes.api import KubeApi, PodWatch
+from rollwire.orchestrator.runtimes.kubernetes.mcp_sidecars import RolloutServers, sidecar_failure
 from rollwire.orchestrator.runtimes.kubernetes.pod_spec import (
     HARNESS,
     build_pod,
     build_secret,
+    job_sidecars,
     pod_name,
     pod_verdict,
     run_configmap,
@@ -56,6 +58,8 @@ class KubernetesRuntime:
 
     def __init__(self, settings: KubernetesSettings, api_client: client.ApiClient) -> None:
         self._settings = settings
+        self._servers = RolloutServers.from_settings(settings)
+        """The mcpServers file's rollout-scoped servers: every rollout pod runs them as sidecars."""
         self.api = KubeApi(api_client, settings)
         self._tracks: dict[str, _Track] = {}
         self._owners: dict[str, dict[str, Any]] = {}
@@ -121,20 +125,21 @@ class KubernetesRuntime:
 
     async def start(self, job: RolloutJob) -> Handle:
         owner = await self._owner(job.run_id)
-        if self._pool is not None:
+        sidecars = job_sidecars(job, self._settings, self._servers)
+        if self._pool is not None and not sidecars.containers:  # a warm pod was started before its rollout was known
             claimed = await self._claim(job, owner)
             if claimed is not None:
                 return claimed
         namespace = self._settings.namespace
         name = pod_name(job.rollout_id)
         self._tracks.setdefault(name, _Track())
-        secret = build_secret(job, namespace, owner)
+        secret = build_secret(job, namespace, owner, sidecars)
         try:
             await self.api.call("create_namespaced_secret", namespace, secret)
         except Conflict:  # left by an interrupted start: it may hold a stale token
             await self.api.call("replace_namespaced_secret", secret_name(job.rollout_id), namespace, secret)
         try:
-            await self.api.call("create_namespaced_pod", namespace, build_pod(job, self._settings, owner))
+            await self.api.call("create_namespaced_pod", namespace, build_pod(job, self._settings, owner, sidecars))
         except Conflict:  # adopt: the same rollout's pod already exists (a restart, or a lost create response)
             self._on_event("MODIFIED", await self.api.call("read_namespaced_pod", name, namespace))
         logger.info("rollout pod %s created", name, extra={"rollout_id": job.rollout_id})
@@ -173,12 +178,21 @@ class KubernetesRuntime:
             await track.ended.wait()
         if track.verdict is None:
             return Ended(EndKind.TIMED_OUT, reason=f"deadline of {timeout_s:.1f}s")
+        failed = sidecar_failure(track.pod) if track.pod is not None else None
+        if failed is not None and track.verdict.kind == EndKind.FAILED:
+            log = await self._log_tail(handle.ref, failed[0], 20)
+            return replace(
+                track.verdict, reason=f"{track.verdict.reason}; its log:\n{log}" if log else track.verdict.reason
+            )
         return track.verdict
 
     async def logs_tail(self, handle: Handle, lines: int) -> str:
+        return await self._log_tail(handle.ref, HARNESS, lines)
+
+    async def _log_tail(self, pod: str, container: str, lines: int) -> str:
         try:
             data = await self.api.raw(
-                "read_namespaced_pod_log", handle.ref, self._settings.namespace, container=HARNESS, tail_lines=lines
+                "read_namespaced_pod_log", pod, self._settings.namespace, container=container, tail_lines=lines
             )
         except RollwireError:  # no logs (never started, already gone): the reason is recorded elsewhere
             return ""

@@ -22,6 +22,7 @@ from rollwire.orchestrator.runtimes.base import RolloutJob
 from rollwire.orchestrator.runtimes.kubernetes.pod_spec import (
     DEADLINE_BACKSTOP_S,
     MANAGED,
+    ROLLOUT_ID_ANNOTATION,
     ROLLOUT_LABEL,
     RUN_LABEL,
     WORKSPACE,
@@ -110,7 +111,7 @@ def claim_patch(job: RolloutJob, pod_age_s: float) -> dict[str, Any]:
     return {
         "metadata": {
             "labels": {WARM_LABEL: "claimed", RUN_LABEL: label_value(job.run_id), ROLLOUT_LABEL: label_value(job.rollout_id)},
-            "annotations": {"rollwire.dev/rollout-id": job.rollout_id, "rollwire.dev/run-id": job.run_id},
+            "annotations": {ROLLOUT_ID_ANNOTATION: job.rollout_id, "rollwire.dev/run-id": job.run_id},
         },
         "spec": {"activeDeadlineSeconds": math.ceil(pod_age_s) + max(1, math.ceil(deadline)) + DEADLINE_BACKSTOP_S},
     }
