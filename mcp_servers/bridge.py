@@ -1,8 +1,15 @@
-"""A third-party stdio MCP server, run as a sidecar in a rollout's pod, served to the gateway over streamable HTTP.
+"""A third-party stdio MCP server served to the gateway over streamable HTTP: as a sidecar in one rollout's pod,
+or (``shared``) as one Deployment that the gateway calls for every rollout.
 
-The harness shares the pod's loopback, so every request at the MCP path must carry ``Authorization: Bearer <key>``
-(the rollout's key, compared in constant time), or is answered 401 before the server sees a byte. ``/ready`` needs
-no key: it says only whether the server answered ``initialize`` and still runs.
+The harness shares a rollout pod's loopback, so every request at the MCP path must carry ``Authorization: Bearer
+<key>`` (the rollout's key; a shared bridge's is derived from the deployment's secret and the server's name), or is
+answered 401 before the server sees a byte; a keyed request's nonce is answered with a proof of the key
+(``bridge_auth``). ``/ready`` needs no key: it says only whether the server answered ``initialize`` and still runs.
+
+The server runs as the bridge's uid, so the key must stay out of its reach (``seal``): the key's variable leaves the
+environment the server is given and the bridge's own, and the bridge is made non-dumpable before the server starts,
+so that no unprivileged process of its uid reads the environment it started with (``/proc/<pid>/environ``) or its
+memory.
 
 The bridge initializes the server once and answers each client session's ``initialize`` from that result (dropping
 its ``notifications/initialized``): every session, one after another or at once, reaches the same process and
@@ -15,13 +22,17 @@ way back. What the server sends on its own goes:
   an error. The session's answer goes back under the server's own id;
 - any other notification (logging, list_changed, resources/updated): to every open session's GET stream.
 
+A shared bridge serves many rollouts, and none may reach another: it tells the server it has no client capabilities
+(no sampling, elicitation or roots), answers every request the server sends with an error, and relays no
+notification but ``notifications/progress`` (to the request's own session); the rest are dropped.
+
 A server that does not start, or exits later (its state is gone), stops the bridge with a non-zero status.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
+import ctypes
 import math
 import os
 import shlex
@@ -52,18 +63,36 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from rollwire import __version__
+from rollwire.mcp_servers.bridge_auth import KeyRequired
 
 SESSION_IDLE_S = 30 * 60
 """A client session with no request in flight for this long is closed (the SDK's session manager's default)."""
 CAPABILITIES = types.ClientCapabilities(
     sampling=types.SamplingCapability(), elicitation=types.ElicitationCapability(), roots=types.RootsCapability()
 )
-"""What the bridge tells the server: it relays these requests to a client session (which errs if it cannot)."""
+"""What a rollout's bridge tells the server: it relays these requests to a client session (which errs if it cannot).
+A shared bridge declares none."""
+PR_SET_DUMPABLE = 4
 _Closed = (anyio.ClosedResourceError, anyio.BrokenResourceError)
 JSON = "application/json"
+
+
+def seal(key_env: str) -> None:
+    """Keep the key from the server, which runs as this process's uid: drop ``key_env`` from the environment, and
+    make this process non-dumpable, so that a process of its uid can neither read its ``/proc/<pid>/environ``
+    (which keeps the variables the process started with, whatever ``os.environ`` says now) or ``mem``, nor trace
+    it. That holds for a process without capabilities, as in the pod (CAP_SYS_PTRACE, CAP_SYS_ADMIN or CAP_PERFMON
+    read it anyway). The server, started later, is dumpable again (``execve`` resets the flag). Linux only:
+    elsewhere only the variable goes (no ``/proc``, no ``prctl``). Raises ``OSError`` where ``prctl`` fails."""
+    os.environ.pop(key_env, None)
+    if not sys.platform.startswith("linux"):
+        return
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"prctl(PR_SET_DUMPABLE, 0) failed: {os.strerror(errno)}")
 
 
 def server_parameters(argv: list[str], cwd: str | None, hidden_env: str) -> StdioServerParameters:
@@ -108,9 +137,10 @@ class _Session:
 class _Relay:
     """The client sessions and the one stdio connection between them (the routing the module docstring names)."""
 
-    def __init__(self, to_server: WriteStream[SessionMessage], initialized: dict[str, Any]) -> None:
+    def __init__(self, to_server: WriteStream[SessionMessage], initialized: dict[str, Any], shared: bool) -> None:
         self._to_server = to_server
         self._initialized = initialized
+        self._shared = shared
         self._next_id = 1  # 0 was the bridge's own initialize
         self._pending: dict[int, tuple[_Session, types.RequestId, Any]] = {}
         """Bridge id -> the session, its request id, and its progress token (or None)."""
@@ -163,6 +193,9 @@ class _Relay:
                 session.inflight.pop(client_id, None)
                 session.deliver(message.model_copy(update={"id": client_id}))
         elif isinstance(message, types.JSONRPCRequest):
+            if self._shared:
+                await self._send(_error(message.id, types.METHOD_NOT_FOUND, "a shared bridge relays no requests"))
+                return
             newest = next(reversed(self._pending.values()), None)
             target, related = (newest[0], newest[1]) if newest else (next(reversed(self.sessions.values()), None), None)
             if target is None:
@@ -176,7 +209,7 @@ class _Relay:
             if entry is not None and entry[2] is not None:
                 params = {**(message.params or {}), "progressToken": entry[2]}
                 entry[0].deliver(_rpc(message.method, params), entry[1])
-        else:
+        elif not self._shared:  # shared: every session is another rollout's
             for session in self.sessions.values():
                 session.deliver(message)
 
@@ -199,12 +232,12 @@ class _NoStart(Exception):
 
 
 async def _initialize(
-    read: ReadStream[SessionMessage | Exception], write: WriteStream[SessionMessage]
+    read: ReadStream[SessionMessage | Exception], write: WriteStream[SessionMessage], shared: bool
 ) -> dict[str, Any]:
     """The bridge's own handshake with the server; its InitializeResult (as sent)."""
     params = types.InitializeRequestParams(
         protocol_version=LATEST_HANDSHAKE_VERSION,
-        capabilities=CAPABILITIES,
+        capabilities=types.ClientCapabilities() if shared else CAPABILITIES,
         client_info=types.Implementation(name="rollwire-mcp-bridge", version=__version__),
     )
     try:
@@ -271,32 +304,21 @@ class _Uvicorn(uvicorn.Server):
             self.listening.set()
 
 
-@dataclass
-class _KeyRequired:
-    """``app``, for requests with ``Authorization: Bearer <key>`` (compared in constant time); 401 for the rest."""
-
-    key: bytes
-    app: ASGIApp
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        value = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        scheme, _, token = value.partition(b" ")
-        if scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.key):
-            return await self.app(scope, receive, send)
-        await JSONResponse({"error": "a bearer key is required, and this is not it"}, 401)(scope, receive, send)
-
-
 class Bridge:
-    """``app`` serves ``/ready`` and the keyed MCP path; ``run`` starts the server and serves until a signal."""
+    """``app`` serves ``/ready`` and the keyed MCP path; ``run`` starts the server and serves until a signal.
+    ``shared``: the server is shared by every rollout (what that changes is in the module docstring)."""
 
-    def __init__(self, params: StdioServerParameters, key: str, path: str = "/mcp", startup_timeout_s: float = 60.0):
+    def __init__(
+        self, params: StdioServerParameters, key: str, path: str = "/mcp", startup_timeout_s: float = 60.0,
+        shared: bool = False,
+    ) -> None:  # fmt: skip
         if not key.strip():
             raise ValueError("the bridge needs a non-empty key")
-        self.params, self.path, self._timeout = params, path, startup_timeout_s
+        self.params, self.path, self._timeout, self.shared = params, path, startup_timeout_s, shared
         self._relay: _Relay | None = None
         self._alive = False
         self._sessions: TaskGroup | None = None
-        mcp = _KeyRequired(key.strip().encode(), RequestBodyLimitMiddleware(self._mcp, DEFAULT_MAX_REQUEST_BODY_SIZE))
+        mcp = KeyRequired(key.strip(), RequestBodyLimitMiddleware(self._mcp, DEFAULT_MAX_REQUEST_BODY_SIZE))
         self.app = Starlette(routes=[Route("/ready", self._ready), Route(path, mcp)])
 
     async def _ready(self, request: Request) -> Response:
@@ -390,13 +412,13 @@ class Bridge:
                 stderr.writer.close()  # the server has its own copy: the pipe ends when the server does
                 try:
                     with anyio.fail_after(self._timeout):
-                        result = await _initialize(read, write)
+                        result = await _initialize(read, write, self.shared)
                 except TimeoutError:
                     reason = f"did not answer initialize within {self._timeout:g} s"
                 except _NoStart as exc:
                     reason = str(exc)
                 else:
-                    self._relay, self._alive = _Relay(write, result), True
+                    self._relay, self._alive = _Relay(write, result, self.shared), True
                     print(f"bridge ready on {url}", flush=True)
                     with contextlib.suppress(*_Closed):
                         async for item in read:
@@ -410,4 +432,4 @@ class Bridge:
         return f"MCP server `{what}` {reason}" + (f" (its stderr: {tail})" if tail else "")
 
 
-__all__ = ["CAPABILITIES", "SESSION_IDLE_S", "Bridge", "server_parameters"]
+__all__ = ["CAPABILITIES", "SESSION_IDLE_S", "Bridge", "seal", "server_parameters"]

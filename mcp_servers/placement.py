@@ -152,24 +152,29 @@ def _resources(where: str, raw: Any) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(amounts.items()))
 
 
+def _dns_label(server: str) -> str:
+    return re.sub(r"[^a-z0-9-]", "-", server.lower())
+
+
 def object_name(server: str) -> str:
-    """The DNS-1035 name of a shared server's Deployment and Service (``mcp-<server>``, lower case)."""
-    return f"mcp-{re.sub(r'[^a-z0-9-]', '-', server.lower())}"[:63].rstrip("-")
+    """The DNS-1035 name of a shared server's Deployment, Service and NetworkPolicy (``mcp-server-<server>``, lower
+    case: a prefix none of the stack's own objects has, so no server can take one's name or labels)."""
+    return f"mcp-server-{_dns_label(server)}"[:63].rstrip("-")
 
 
 def container_name(server: str) -> str:
     """The name of a server's sidecar container in a rollout pod (``mcp-<server>``)."""
-    return object_name(server)
+    return f"mcp-{_dns_label(server)}"[:63].rstrip("-")
 
 
 def check_names(servers: list[str]) -> None:
     """Two servers whose names map to one Kubernetes name would overwrite each other: refused, with both names."""
     seen: dict[str, str] = {}
     for server in servers:
-        other = seen.setdefault(object_name(server), server)
+        other = seen.setdefault(container_name(server), server)
         if other != server:
             raise InvalidRequest(
-                f"MCP servers {other!r} and {server!r} both become {object_name(server)!r} on Kubernetes"
+                f"MCP servers {other!r} and {server!r} both become {container_name(server)!r} on Kubernetes"
             )
 
 
@@ -180,15 +185,22 @@ def sidecar_ports(servers: dict[str, Placement], first: int) -> dict[str, int]:
     return {name: first + index for index, name in enumerate(ours)}
 
 
-def sidecar_key(secret: str, rollout_id: str) -> str:
-    """The key a rollout's sidecars answer to: HMAC of the deployment's sidecar secret and the rollout id, so the
-    gateway derives it for any rollout, and one rollout's key opens no other rollout's sidecars."""
+def sidecar_key(secret: str, *scope: str) -> str:
+    """The key one bridged server answers to: an HMAC of the deployment's sidecar secret and its ``scope``,
+    (``"rollout", <rollout id>, <server>``, or ``"shared", <server>``). The gateway derives any of them; one
+    server's key opens no other server, in its own rollout or another."""
     if not secret:
         raise InvalidRequest(
-            "rollout-scoped MCP servers need the deployment's sidecar secret (the rollwire-mcp-sidecar Secret: the "
-            "gateway's sidecar_secret and the orchestrator's mcp_sidecar_secret settings)"
+            "bridged MCP servers on Kubernetes need the deployment's sidecar secret (the rollwire-mcp-sidecar Secret: "
+            "the gateway's sidecar_secret and the orchestrator's mcp_sidecar_secret settings)"
         )
-    return hmac.new(secret.encode(), _KEY_LABEL + rollout_id.encode(), hashlib.sha256).hexdigest()
+    return hmac.new(secret.encode(), _KEY_LABEL + "\0".join(scope).encode(), hashlib.sha256).hexdigest()
+
+
+def proof(key: str, nonce: str) -> str:
+    """What a bridge answers to the gateway's nonce: it holds the key, so it is the server the gateway meant (a
+    process that took its port after it stopped does not)."""
+    return hmac.new(key.encode(), b"rollwire-mcp-proof\0" + nonce.encode(), hashlib.sha256).hexdigest()
 
 
 __all__ = [
@@ -199,6 +211,7 @@ __all__ = [
     "check_names",
     "container_name",
     "object_name",
+    "proof",
     "sidecar_key",
     "sidecar_ports",
 ]

@@ -62,8 +62,10 @@ class UpstreamSpec:
     """A stdio server keeps the host's network in its sandbox (its config's ``"network": true``); else it has none."""
     placement: Placement | None = None
     """Where it runs on a cluster (the entry's cluster keys; ``cluster``)."""
-    sidecar_port: int = 0
-    """On a cluster: the port of this rollout-scoped server in each rollout's pod (its url is found per rollout)."""
+    in_rollout_pod: bool = False
+    """On a cluster: a rollout-scoped server, reached in each rollout's own pod (its url is found per rollout)."""
+    proof_key: str = ""
+    """A bridged server's key: the gateway asks it to prove it holds it (``placement.proof``) on every request."""
 
     @classmethod
     def from_dict(cls, name: str, raw: Any) -> UpstreamSpec:

@@ -3,7 +3,9 @@
 - The file itself, as the ConfigMap the gateway reads it from; the gateway then runs on its ``kubernetes``
   runtime: it starts no server, and reaches each where its scope puts it (``gateway.cluster_routes``).
 - Per shared server: a Deployment, a Service and a NetworkPolicy that lets only the gateway in (and, unless the
-  entry says ``"network": true``, lets the server out to DNS only).
+  entry says ``"network": true``, lets the server out to DNS only). A bridged one runs ``rollwire mcp bridge
+  --shared NAME``: it derives its own key from the deployment's secret, and relays nothing of one rollout's
+  session to another's (a stdio server cannot tell rollouts apart: it must keep no state of theirs).
 - With rollout-scoped servers: the NetworkPolicy that lets the gateway reach the sidecar ports of rollout pods,
   and the gateway's own account, which may read pods (their addresses) and nothing else. The sidecars themselves
   are made per rollout by the orchestrator (``runtimes.kubernetes.mcp_sidecars``) from the same file.
@@ -78,7 +80,8 @@ def _shared_container(name: str, spec: UpstreamSpec, settings: KubernetesSetting
         port = SHARED_PORT
         container["command"] = [
             "rollwire", "mcp", "bridge", "--host", "0.0.0.0", "--port", str(port), "--path", "/mcp",
-            "--key-env", KEY_ENV, "--cwd", STATE, "--", spec.command, *spec.args,
+            "--key-env", KEY_ENV, "--shared", name, "--cwd", STATE,
+            "--startup-timeout", str(settings.mcp_startup_timeout_s), "--", spec.command, *spec.args,
         ]  # fmt: skip
         container["workingDir"] = STATE
         container["env"] = [

@@ -22,13 +22,21 @@ logger = logging.getLogger(__name__)
 HELP = "MCP env servers (workspace, sqldb, calendar, mail), the recording gateway, task suites, the sidecar bridge"
 BRIDGE_ABOUT = (
     "Serve one stdio MCP server (e.g. npm's @modelcontextprotocol/server-memory) over streamable HTTP, as a "
-    "sidecar in a rollout's pod that the gateway reaches. The bridge starts the server once and initializes it "
-    "itself, so every client session (one after another or at once) reaches the same process and state. Every "
-    "request at --path must carry 'Authorization: Bearer <key>', the rollout's key read from the --key-env "
-    "variable (which the server does not see): the harness in the same pod can reach the port but does not hold "
-    "the key. GET /ready (no key) answers 200 once the server has answered initialize and while it runs. It "
-    "prints 'bridge ready on http://HOST:PORT/PATH' on stdout when ready; a server that does not start or later "
-    "exits stops it with status 1 and one line saying why; SIGTERM stops the server and exits 0."
+    "sidecar in a rollout's pod that the gateway reaches, or with --shared NAME as one server the gateway calls for "
+    "every rollout. The bridge starts the server once and initializes it itself, so every client session (one "
+    "after another or at once) reaches the same process and state. Every request at --path must carry "
+    "'Authorization: Bearer <key>': the rollout's key read from the --key-env variable, or with --shared the key "
+    "derived from the deployment's sidecar secret held there and NAME. The harness in the same pod can reach the "
+    "port but does not hold the key, and neither does the server: the variable is removed from its environment "
+    "and the bridge's, and the bridge is made non-dumpable (Linux) before the server starts, so that a process of "
+    "its uid cannot read it from /proc. A keyed request with 'X-Rollwire-Nonce: <1-128 visible ASCII characters>' "
+    "gets 'X-Rollwire-Proof: <HMAC of the nonce under the key>' on every response, so a process that took the port "
+    "after the bridge stopped cannot pass for it. With --shared the server is told the bridge has no client "
+    "capabilities, its requests are answered with an error, and only a request's own progress notifications are "
+    "relayed (nothing of one rollout's reaches another). GET /ready (no key) answers 200 once the server has "
+    "answered initialize and while it runs. It prints 'bridge ready on http://HOST:PORT/PATH' on stdout when ready; "
+    "a server that does not start or later exits stops it with status 1 and one line saying why; SIGTERM stops the "
+    "server and exits 0."
 )
 
 
@@ -70,7 +78,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     bridge.add_argument("--path", default="/mcp", help="where MCP is served (default /mcp)")
     bridge.add_argument(
         "--key-env", default="ROLLWIRE_MCP_SIDECAR_KEY", metavar="NAME",
-        help="environment variable holding the rollout's key (default ROLLWIRE_MCP_SIDECAR_KEY); required",
+        help="environment variable holding the rollout's key, or with --shared the deployment's sidecar secret "
+        "(default ROLLWIRE_MCP_SIDECAR_KEY); required",
+    )  # fmt: skip
+    bridge.add_argument(
+        "--shared", default=None, metavar="NAME",
+        help="serve every rollout as the deployment's shared server NAME (its mcpServers name): answer the key "
+        "derived from the secret and NAME, relay no server request and no notification but a request's progress",
     )  # fmt: skip
     bridge.add_argument("--cwd", default=None, metavar="DIR", help="the server's working folder (default: this one)")
     bridge.add_argument(
@@ -137,7 +151,7 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
         from rollwire.orchestrator.runtimes.kubernetes.api import api_client_from_settings
 
         kube = settings.orchestrator.kubernetes
-        extra, sidecars = kubernetes_routes(extra, kube, gw.sidecar_secret, api_client_from_settings(kube))
+        extra, sidecars = kubernetes_routes(extra, kube, gw.sidecar_secret, lambda: api_client_from_settings(kube))
     sock = listening_socket(gw.host, gw.port, args.fd)
     app = build_gateway_app(gw, open_engine(args.db or settings.store_url()), extra, sidecars)
     logger.info(
@@ -169,10 +183,12 @@ def _suites(args: argparse.Namespace) -> int:
 def _bridge(args: argparse.Namespace) -> int:
     command = args.server_command[1:] if args.server_command[:1] == ["--"] else args.server_command
     key = os.environ.get(args.key_env, "").strip()
+    holds = "the deployment's sidecar secret" if args.shared is not None else "the rollout's key"
     refusal = (
         "name the stdio server's command after --, e.g. rollwire mcp bridge -- mcp-server-memory" if not command
-        else f"the key is missing: set {args.key_env} to the rollout's key (the bridge never serves without one)"
-        if not key else "--path must start with /" if not args.path.startswith("/")
+        else f"the key is missing: set {args.key_env} to {holds} (the bridge never serves without one)"
+        if not key else "--shared needs the server's name" if args.shared is not None and not args.shared.strip()
+        else "--path must start with /" if not args.path.startswith("/")
         else "--port must be in 0..65535" if not 0 <= args.port < 65536 else None
     )  # fmt: skip
     if refusal is not None:
@@ -180,9 +196,18 @@ def _bridge(args: argparse.Namespace) -> int:
         return 2
 
     from rollwire.app.serving import listening_socket, uvicorn_config
-    from rollwire.mcp_servers.bridge import Bridge, server_parameters
+    from rollwire.mcp_servers.bridge import Bridge, seal, server_parameters
+    from rollwire.mcp_servers.placement import sidecar_key
 
-    bridge = Bridge(server_parameters(command, args.cwd, args.key_env), key, args.path, args.startup_timeout)
+    try:
+        seal(args.key_env)  # before the server starts: it runs as this uid
+    except OSError as exc:
+        print(f"rollwire mcp bridge: cannot keep the key from the server: {exc.strerror}", file=sys.stderr)
+        return 2
+    shared = args.shared is not None
+    key = sidecar_key(key, "shared", args.shared) if shared else key
+    params = server_parameters(command, args.cwd, args.key_env)
+    bridge = Bridge(params, key, args.path, args.startup_timeout, shared=shared)
     sock = listening_socket(args.host, args.port)
     failure = bridge.run(sock, uvicorn_config(bridge.app, lifespan="off", timeout_graceful_shutdown=2))
     if failure is not None:

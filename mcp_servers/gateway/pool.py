@@ -22,7 +22,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import col, select
 
 from rollwire.errors import UpstreamError
-from rollwire.mcp_servers.gateway.cluster_routes import SidecarRoutes
+from rollwire.mcp_servers.gateway.cluster_routes import SidecarRoutes, proving
 from rollwire.mcp_servers.gateway.messages import MessageLog
 from rollwire.mcp_servers.gateway.relay import Relay
 from rollwire.mcp_servers.gateway.stdio_sandbox import StdioSandbox
@@ -72,7 +72,7 @@ async def _own(conn: Connection, spec: UpstreamSpec, options: dict[str, Any], ro
     starts in its sandbox (``stdio_sandbox``), whose tmp folder goes once the server has stopped; a server in the
     rollout's pod is called where that pod is (``cluster_routes``)."""
     try:
-        if spec.sidecar_port:
+        if spec.in_rollout_pod:
             if sidecars is None:
                 raise UpstreamError("a rollout-scoped server runs in a rollout pod: the gateway is not on Kubernetes")
             spec = await sidecars.resolve(spec, rollout_id)
@@ -87,6 +87,8 @@ async def _own(conn: Connection, spec: UpstreamSpec, options: dict[str, Any], ro
                     await anyio.to_thread.run_sync(launch.cleanup)
         else:
             http = create_mcp_http_client(headers=spec.http_headers(rollout_id, task_ref))
+            if spec.proof_key:  # our bridge: it proves, on every answer, that it is the server the key is for
+                http = proving(http, spec.proof_key)
             async with http, Client(streamable_http_client(spec.url, http_client=http), **options) as client:
                 await _hold(conn, client)
     except Exception as exc:  # noqa: BLE001 - any transport failure is recorded on the connection, never raised

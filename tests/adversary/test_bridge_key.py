@@ -8,13 +8,25 @@ session open (so its session id is known, as a leaked id would be), requests wit
 wrong key, another rollout's key, an empty bearer token, a prefix of the right key, the right key with more after
 it, the key without its scheme, or another scheme, are all answered 401 (with a small JSON body) for POST
 initialize, POST tools/call, GET and DELETE; nothing reaches the server (a keyed session then reads an empty
-graph, and the keyed session still works); and the official SDK client fails to connect without the key.
+graph, and the keyed session still works); and the official SDK client fails to connect without the key. None of
+those 401s carries an ``X-Rollwire-Proof`` for the nonce the request sent (it would be an oracle for the proof
+that tells the gateway it reached the bridge, not a process that took its port).
+
+The server the bridge runs is third-party code with the bridge's uid, and some offer a file or exec tool the policy
+can call: it must not find the key in the bridge's ``/proc/<pid>/environ`` (which keeps the variables the bridge
+started with), ``mem`` or ``cmdline``, nor in its own environment. A probe server (``probe_server.py``) reads
+them and is refused, though it reads a sleeping process of the same uid and capabilities. A shared bridge
+(``--shared NAME``) holds the deployment's secret, from which every rollout's key derives: it answers only the
+key derived for NAME (not the secret, another server's, or a rollout's), and its server reads neither.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,8 +38,10 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
+from rollwire.mcp_servers.bridge_auth import NONCE_HEADER, PROOF_HEADER
+from rollwire.mcp_servers.placement import sidecar_key
 from tests.mcp_servers.npm_servers import npm_server
-from tests.mcp_servers.test_bridge import KEY, keyed_client, running_bridge
+from tests.mcp_servers.test_bridge import KEY, PROBE, SECRET, keyed_client, running_bridge
 
 OTHER_ROLLOUT_KEY = "rollout-9c2d-key-0e7a4b6f1d3c5a92"
 BAD_AUTHORIZATION: dict[str, dict[str, str]] = {
@@ -42,6 +56,7 @@ BAD_AUTHORIZATION: dict[str, dict[str, str]] = {
     "the key under another scheme": {"Authorization": f"Basic {KEY}"},
 }
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+PR_CAPBSET_DROP = 24
 
 
 def _rpc(id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -103,7 +118,8 @@ def test_only_the_rollout_key_reaches_the_server(tmp_path: Path) -> None:
         session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
         assert http.get(bridge.base + "/ready").json() == {"ready": True}  # no key needed, nothing revealed
 
-        for what, authorization in BAD_AUTHORIZATION.items():
+        for what, bad in BAD_AUTHORIZATION.items():
+            authorization = {**bad, NONCE_HEADER: "a-nonce-of-the-harness"}
             attempts = {
                 "POST initialize": _raw(bridge.url, "POST", {**MCP_HEADERS, **authorization}, INITIALIZE),
                 "POST tools/call": _raw(bridge.url, "POST", {**MCP_HEADERS, **session, **authorization}, PLANT),
@@ -115,6 +131,7 @@ def test_only_the_rollout_key_reaches_the_server(tmp_path: Path) -> None:
                 assert headers["content-type"] == "application/json", (what, request)
                 assert set(json.loads(content)) == {"error"}, (what, request)
                 assert "mcp-session-id" not in headers, (what, request)
+                assert PROOF_HEADER.lower() not in headers, (what, request)
 
         still_open = http.post(bridge.url, json=READ_GRAPH, headers={**keyed, **session})
         assert still_open.status_code == 200
@@ -146,3 +163,77 @@ def test_the_sdk_client_cannot_connect_without_the_key(tmp_path: Path) -> None:
         for headers in ({}, {"Authorization": f"Bearer {OTHER_ROLLOUT_KEY}"}, {"Authorization": f"Bearer {KEY[:8]}"}):
             errors = anyio.run(connect, headers)
             assert errors and all(isinstance(error, MCPError) for error in errors), (headers, errors)
+
+
+def _as_in_the_pod() -> dict[str, Any]:
+    """``subprocess.Popen`` arguments that leave a process no capability, as the pod's uid has none. Root (as tests
+    often run) reads any process's ``/proc`` files with CAP_SYS_PTRACE, CAP_SYS_ADMIN or CAP_PERFMON, non-dumpable
+    or not; so under root the whole bounding set is dropped (the bridge's server, its child, cannot get any back),
+    and only the bridge's dumpable flag stands between the server and the bridge, as between two uid-10001
+    processes in the pod."""
+    if os.geteuid() != 0:
+        return {}
+    last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child, between fork and exec, only calls
+
+    def drop_all() -> None:
+        for cap in range(last + 1):
+            if prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), f"prctl(PR_CAPBSET_DROP, {cap})")
+
+    return {"preexec_fn": drop_all}
+
+
+def _read_proc(url: str, key: str, pids: list[int]) -> list[str]:
+    """What the probe server's ``read_proc`` tool returned for each pid (0: the bridge), as the policy would see it."""
+
+    async def calls() -> list[str]:
+        with anyio.fail_after(30):
+            async with keyed_client(url, key) as client:
+                results = [await client.call_tool("read_proc", {"pid": pid}) for pid in pids]
+        assert not any(result.is_error for result in results), results
+        return [str(result.content[0].text) for result in results]  # type: ignore[union-attr]
+
+    return anyio.run(calls)
+
+
+def _refused(read: str) -> bool:
+    return read.startswith("PermissionError:")
+
+
+def test_the_server_cannot_read_the_key_from_the_bridge(tmp_path: Path) -> None:
+    decoy_env = {"DECOY": "the-probe-reads-a-process-of-its-uid"}
+    decoy = subprocess.Popen(["sleep", "300"], env=decoy_env, **_as_in_the_pod())
+    try:
+        with running_bridge(tmp_path, PROBE, **_as_in_the_pod()) as bridge:
+            (server,) = bridge.server_pids()
+            assert KEY.encode() not in Path(f"/proc/{server}/environ").read_bytes(), "the key reached the server"
+            from_bridge, from_decoy = _read_proc(bridge.url, KEY, [0, decoy.pid])
+    finally:
+        decoy.kill()
+        decoy.wait(10)
+    assert KEY not in from_bridge
+    bridge_files, decoy_files = json.loads(from_bridge), json.loads(from_decoy)
+    assert _refused(bridge_files["environ"]) and _refused(bridge_files["mem"]), bridge_files
+    assert "rollwire.app.cli" in bridge_files["cmdline"]  # world-readable, and the key is never on it
+    assert "DECOY=the-probe-reads-a-process-of-its-uid" in decoy_files["environ"].split("\0"), decoy_files
+
+
+def test_a_shared_bridge_answers_only_the_key_derived_for_it(tmp_path: Path) -> None:
+    key = sidecar_key(SECRET, "shared", "probe")
+    refused = {
+        "the deployment's secret": SECRET,
+        "another shared server's key": sidecar_key(SECRET, "shared", "memory"),
+        "a rollout's key for it": sidecar_key(SECRET, "rollout", "ro-1", "probe"),
+        "another deployment's key for it": sidecar_key("another-deployment-secret", "shared", "probe"),
+    }
+    options = ("--shared", "probe")
+    with running_bridge(tmp_path, PROBE, key=SECRET, options=options, **_as_in_the_pod()) as bridge:
+        for what, wrong in refused.items():
+            headers = {**MCP_HEADERS, "Authorization": f"Bearer {wrong}"}
+            assert _raw(bridge.url, "POST", headers, INITIALIZE)[0] == 401, what
+        (server,) = bridge.server_pids()
+        assert SECRET.encode() not in Path(f"/proc/{server}/environ").read_bytes(), "the secret reached the server"
+        (from_bridge,) = _read_proc(bridge.url, key, [0])
+    assert SECRET not in from_bridge and key not in from_bridge
+    assert _refused(json.loads(from_bridge)["environ"])

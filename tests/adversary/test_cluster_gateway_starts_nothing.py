@@ -17,7 +17,7 @@ from rollwire.mcp_servers.server_config import UpstreamSpec
 from tests.mcp_servers.env_stack import EnvServers, gateway_stack, result_text
 
 
-async def _no_pod(rollout_id: str) -> str:
+async def _no_pod(rollout_id: str) -> tuple[str, dict[str, int]]:
     raise UpstreamError(f"no pod for {rollout_id}")
 
 

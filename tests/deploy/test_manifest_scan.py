@@ -89,8 +89,8 @@ def test_stack_and_rollout_pods_pass_checkov(tmp_path) -> None:
     assert scanned == {"stack.yaml", *(f"rollout-{harness}.yaml" for harness in BUILTIN)}
     resources = {check["resource"] for check in report["results"]["passed_checks"]}
     assert {
-        "Deployment.rollwire.mcp-time",
-        "Deployment.rollwire.mcp-search",
+        "Deployment.rollwire.mcp-server-time",
+        "Deployment.rollwire.mcp-server-search",
     } <= resources  # the file's servers were scanned
 
 

@@ -10,6 +10,7 @@ from rollwire.mcp_servers.placement import (
     DEFAULT_RESOURCES,
     Scope,
     object_name,
+    proof,
     sidecar_key,
     sidecar_ports,
 )
@@ -91,14 +92,20 @@ def test_a_server_fetched_at_start_is_refused_on_a_cluster() -> None:
 
 
 def test_names_that_collide_on_kubernetes_are_refused() -> None:
-    assert object_name("My_Server.v2") == "mcp-my-server-v2"
+    assert object_name("My_Server.v2") == "mcp-server-my-server-v2"
+    assert object_name("envs") == "mcp-server-envs"  # never the stack's own mcp-envs (or any other of its names)
     with pytest.raises(InvalidRequest, match="'a.b' and 'a_b' both become 'mcp-a-b'"):
         parse_servers({"a.b": {"command": "x"}, "a_b": {"command": "y"}}, "test")
 
 
-def test_sidecar_keys_are_per_rollout_and_need_the_secret() -> None:
-    key_a, key_b = sidecar_key("s3cret", "ro-a"), sidecar_key("s3cret", "ro-b")
-    assert key_a != key_b and len(key_a) == 64 and sidecar_key("s3cret", "ro-a") == key_a
-    assert sidecar_key("other", "ro-a") != key_a
+def test_sidecar_keys_are_per_rollout_and_server_and_need_the_secret() -> None:
+    key_a = sidecar_key("s3cret", "rollout", "ro-a", "memory")
+    others = {
+        sidecar_key("s3cret", "rollout", "ro-b", "memory"), sidecar_key("s3cret", "rollout", "ro-a", "git"),
+        sidecar_key("s3cret", "shared", "memory"), sidecar_key("other", "rollout", "ro-a", "memory"),
+    }  # fmt: skip
+    assert len(key_a) == 64 and sidecar_key("s3cret", "rollout", "ro-a", "memory") == key_a
+    assert key_a not in others and len(others) == 4
+    assert proof(key_a, "n1") != proof(key_a, "n2") and proof(key_a, "n1") != proof(sidecar_key("x", "y"), "n1")
     with pytest.raises(InvalidRequest, match="sidecar secret"):
-        sidecar_key("", "ro-a")
+        sidecar_key("", "rollout", "ro-a", "memory")

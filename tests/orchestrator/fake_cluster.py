@@ -4,7 +4,8 @@ The kubelet watches pods over HTTP like a real one and patches ``pods/<name>/sta
 pod's image: ``img/ok`` runs and succeeds with the final answer ``42``, ``img/fail``
 exits 3, ``img/missing`` never pulls, ``img/deadline`` hits activeDeadlineSeconds, ``img/hang`` runs
 forever, ``img/hold`` runs until ``release`` is set, ``img/evict-once`` is evicted the first time; a pod with a
-native sidecar (an MCP server) of image ``img/mcp-crash`` stays Pending with that sidecar restarted.
+native sidecar (an MCP server) of image ``img/mcp-crash`` stays Pending with that sidecar restarted, one of
+``img/mcp-slow`` stays Pending with it started but not yet ready.
 ``start_delay_s`` models what a real node spends before a container runs (scheduling, image pull, start),
 ``run_s`` how long a harness runs.
 A warm-pool pod (label ``rollwire.dev/warm``) runs its waiter and starts the harness only once it is
@@ -69,8 +70,9 @@ class FakeApiServer(kmock.KubernetesEmulator):
             body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 429, "reason": "TooManyRequests"}
             return aiohttp.web.json_response(body, status=429, headers={"Retry-After": "0"})
         if request.method == kmock.method.GET and LOG_PATH.fullmatch(request.url.path):
-            container = request.url.query.get("container", "harness")
-            text = f"log line 1 of {request.name} ({container})\nlast line of {request.name}\n"
+            query = request.url.query
+            which = ", previous run" if query.get("previous") == "true" else ""
+            text = f"log line 1 of {request.name} ({query.get('container', 'harness')}{which})\nlast line of {request.name}\n"
             return aiohttp.web.Response(text=text)
         if request.action == kmock.action.CREATE and isinstance(request.data, dict):
             meta = request.data.setdefault("metadata", {})
@@ -118,6 +120,7 @@ class FakeKubelet:
         self.peak = 0
         self.seen: Counter[str] = Counter()
         self.running: set[str] = set()
+        self.pending_sidecars: set[str] = set()  # pods whose MCP sidecars are still starting (img/mcp-slow)
         self.changed = asyncio.Event()
         self._evicted: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -171,6 +174,13 @@ class FakeKubelet:
         if self.start_delay_s:
             await asyncio.sleep(self.start_delay_s)  # a modelled cost (pull + start), not a wait for work
         sidecars = [c for c in pod["spec"].get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+        if any(c["image"] == "img/mcp-slow" for c in sidecars):  # its startup probe has not passed yet
+            starting = [{"name": c["name"], "ready": False, "restartCount": 0, "state": {"running": {}}} for c in sidecars]
+            await self._patch(name, {"phase": "Pending", "initContainerStatuses": starting,
+                                     "containerStatuses": [_status(waiting={"reason": "PodInitializing"})]})  # fmt: skip
+            self.pending_sidecars.add(name)
+            self._notify()
+            return
         if any(c["image"] == "img/mcp-crash" for c in sidecars):  # its startup probe never passes: restarted
             crashed = [_sidecar_status(c["name"], c["image"] == "img/mcp-crash") for c in sidecars]
             waiting = {"reason": "PodInitializing"}

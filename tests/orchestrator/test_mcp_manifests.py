@@ -58,16 +58,14 @@ def test_the_stack_with_one_server_of_each_scope(tmp_path: Path) -> None:
     config_map = _find(docs, "ConfigMap", "rollwire-mcp-servers")
     assert json.loads(config_map["data"]["mcp.json"]) == CONFIG  # the file as written: the gateway parses it again
     names = {(d["kind"], d["metadata"]["name"]) for d in docs}
-    assert {("Deployment", "mcp-time"), ("Service", "mcp-time"), ("NetworkPolicy", "mcp-time")} <= names
-    assert {("Deployment", "mcp-search"), ("Service", "mcp-search"), ("NetworkPolicy", "mcp-search")} <= names
-    assert not {n for k, n in names if n in ("mcp-memory", "mcp-docs")}  # per rollout / not ours: no Deployment
+    for name in ("mcp-server-time", "mcp-server-search"):
+        assert {("Deployment", name), ("Service", name), ("NetworkPolicy", name)} <= names
+    assert not {n for k, n in names if n in ("mcp-server-memory", "mcp-server-docs")}  # per rollout / not ours
 
-    time_pod = _find(docs, "Deployment", "mcp-time")["spec"]["template"]["spec"]
+    time_pod = _find(docs, "Deployment", "mcp-server-time")["spec"]["template"]["spec"]
     bridge = time_pod["containers"][0]
-    assert bridge["command"][:3] == ["rollwire", "mcp", "bridge"] and bridge["command"][-2:] == [
-        "--",
-        "mcp-server-time",
-    ]
+    assert bridge["command"][:3] == ["rollwire", "mcp", "bridge"] and bridge["command"][-2:] == ["--", "mcp-server-time"]
+    assert bridge["command"][bridge["command"].index("--shared") + 1] == "time"  # derives its own key, mixes nothing
     assert (
         bridge["image"] == "ghcr.io/rollwire/mcp-runner:0.1.0" and bridge["startupProbe"]["httpGet"]["path"] == "/ready"
     )
@@ -75,11 +73,11 @@ def test_the_stack_with_one_server_of_each_scope(tmp_path: Path) -> None:
         "env"
     ]
     assert time_pod["automountServiceAccountToken"] is False
-    search = _find(docs, "Deployment", "mcp-search")["spec"]["template"]["spec"]["containers"][0]
+    search = _find(docs, "Deployment", "mcp-server-search")["spec"]["template"]["spec"]["containers"][0]
     assert "command" not in search and search["image"] == "reg.example/search:1.4"  # the image's own server
     assert search["ports"] == [{"containerPort": 9000, "name": "mcp"}] and "env" not in search  # no secret for it
 
-    for name, port in (("mcp-time", 8000), ("mcp-search", 9000)):
+    for name, port in (("mcp-server-time", 8000), ("mcp-server-search", 9000)):
         policy = _find(docs, "NetworkPolicy", name)["spec"]
         assert policy["ingress"] == [
             {"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "gateway"}}}],
@@ -131,12 +129,15 @@ def test_a_rollout_pod_runs_its_servers_as_native_sidecars(tmp_path: Path) -> No
     assert memory["command"][-2:] == ["--", "mcp-server-memory"]
     assert {"name": "MEMORY_FILE_PATH", "value": "/mcp-state/graph.jsonl"} in memory["env"]  # {rollout_dir} filled
     assert pod["metadata"]["labels"][SIDECARS_LABEL] == "true"
-    assert json.loads(pod["metadata"]["annotations"]["rollwire.dev/mcp-sidecars"]) == {"mcp-memory": "memory"}
-    assert secret["stringData"]["mcp-sidecar-key"] == sidecar_key("deploy-secret", "ro-a")
+    placed = json.loads(pod["metadata"]["annotations"]["rollwire.dev/mcp-sidecars"])
+    assert placed == {"mcp-memory": {"server": "memory", "port": SIDECAR_PORT}}
+    assert secret["stringData"]["mcp-key-memory"] == sidecar_key("deploy-secret", "rollout", "ro-a", "memory")
+    key_ref = {"secretKeyRef": {"name": "rw-ro-a-env", "key": "mcp-key-memory"}}
+    assert memory["env"][-1] == {"name": KEY_ENV, "valueFrom": key_ref}
     (harness,) = spec["containers"]
     assert harness["name"] == HARNESS
     harness_env = {e["name"] for e in harness["env"]}
-    assert KEY_ENV not in harness_env and all("mcp-sidecar-key" not in json.dumps(e) for e in harness["env"])
+    assert KEY_ENV not in harness_env and all("mcp-key-" not in json.dumps(e) for e in harness["env"])
     state = {m["name"] for m in memory["volumeMounts"]} - {"suites-cover"}
     assert state == {"mcp-memory-state", "mcp-memory-tmp"}
     assert not state & {m["name"] for m in harness["volumeMounts"]}  # the server's state is not the harness's
@@ -151,7 +152,7 @@ def test_example_rollout_pod_carries_the_sidecars(tmp_path: Path) -> None:
 
 def test_rollout_pods_without_a_file_are_unchanged() -> None:
     _owner, secret, pod = example_rollout("reference", KubernetesSettings(), "http://proxy:8000", "http://gateway:8001")
-    assert "initContainers" not in pod["spec"] and "mcp-sidecar-key" not in secret["stringData"]
+    assert "initContainers" not in pod["spec"] and not [k for k in secret["stringData"] if k.startswith("mcp-key-")]
 
 
 def test_a_shared_server_with_per_rollout_placeholders_is_refused(tmp_path: Path) -> None:
@@ -186,4 +187,4 @@ def test_cli_renders_the_file(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     kinds = [(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(result.stdout)]
-    assert ("Deployment", "mcp-time") in kinds and ("ConfigMap", "rollwire-mcp-servers") in kinds
+    assert ("Deployment", "mcp-server-time") in kinds and ("ConfigMap", "rollwire-mcp-servers") in kinds

@@ -6,10 +6,10 @@ kubelet starts the next container only once a sidecar's startup probe passes: th
 servers do, and the sidecars stop with the pod once the harness has ended.
 
 Each server keeps its state in a volume of its own (``{rollout_dir}``), which no other container mounts. The
-harness shares the pod's loopback, so the bridge answers only the rollout's key (``placement.sidecar_key``),
-which reaches the sidecar containers through the rollout's Secret; the harness's environment names only the
-launch's keys. A sidecar that cannot start (its probe fails, it exits, its image cannot be pulled) fails the
-rollout as set-up, naming the server (``sidecar_failure``), with its log read by the runtime.
+harness shares the pod's loopback, so each bridge answers only its own key (``placement.sidecar_key`` of the
+rollout and the server), which reaches that sidecar alone through the rollout's Secret; the harness's environment
+names only the launch's keys. A sidecar that cannot start (its probe fails, it exits, its image cannot be pulled)
+fails the rollout as set-up, naming the server (``pod_spec.sidecar_failure``), with its log read by the runtime.
 """
 
 from __future__ import annotations
@@ -29,12 +29,11 @@ STATE = "/mcp-state"
 """Where a sidecar's own volume is mounted: its working folder, ``HOME`` and ``{rollout_dir}``."""
 KEY_ENV = "ROLLWIRE_MCP_SIDECAR_KEY"
 """The variable the bridge reads its key from (``rollwire mcp bridge --key-env``)."""
-KEY_SECRET_KEY = "mcp-sidecar-key"
-"""The rollout Secret's entry holding the rollout's sidecar key."""
 SIDECARS_LABEL = "rollwire.dev/mcp-sidecars"
 """Set on rollout pods with MCP sidecars: the NetworkPolicy that lets the gateway reach their ports selects it."""
 SERVERS_ANNOTATION = "rollwire.dev/mcp-sidecars"
-"""container name -> server name, as JSON, on the pod (the orchestrator writes it; a rollout pod has no API rights)."""
+"""``{container: {"server": name, "port": port}}`` as JSON, on the pod: the orchestrator writes it, and a rollout pod
+has no API rights, so the gateway and the verdict read which server listens where from the platform's word."""
 
 
 @dataclass(frozen=True)
@@ -54,12 +53,9 @@ class RolloutServers:
             spec.cluster.check(name, spec.command)
         ours = {name: spec for name, spec in every.items() if spec.cluster.scope == Scope.ROLLOUT}
         if ours:
-            sidecar_key(settings.mcp_sidecar_secret, "check")  # refuses an empty secret before any pod is made
-        return cls(
-            ours,
-            sidecar_ports({n: s.cluster for n, s in every.items()}, settings.mcp_sidecar_port),
-            settings.mcp_sidecar_secret,
-        )
+            sidecar_key(settings.mcp_sidecar_secret)  # refuses an empty secret before any pod is made
+        ports = sidecar_ports({name: spec.cluster for name, spec in every.items()}, settings.mcp_sidecar_port)
+        return cls(ours, ports, settings.mcp_sidecar_secret)
 
 
 @dataclass(frozen=True)
@@ -69,79 +65,63 @@ class Sidecars:
     containers: list[dict[str, Any]]
     volumes: list[dict[str, Any]]
     secret_data: dict[str, str]
-    names: dict[str, str]
-    """container name -> server name (to name a server that failed to start)."""
+    annotation: str
+    """``SERVERS_ANNOTATION``'s value."""
+
+
+def key_entry(server: str) -> str:
+    """The rollout Secret's entry holding one server's key (Secret keys allow the server name's characters)."""
+    return f"mcp-key-{server}"
 
 
 def build_sidecars(
     servers: RolloutServers, rollout_id: str, settings: KubernetesSettings, *, secret: str, security: dict[str, Any],
     covers: list[dict[str, Any]],
 ) -> Sidecars:  # fmt: skip
-    """The sidecar containers, their volumes and the rollout's key (no servers: nothing to add). ``secret``:
-    the rollout's Secret; ``security``: every rollout container's securityContext; ``covers``: the mounts that hide
-    the task suites from every container of a rollout pod."""
-    if not servers.specs:
-        return Sidecars([], [], {}, {})
-    containers, volumes, mapping = [], [], {}
+    """The sidecar containers, their volumes and keys (no servers: nothing to add). ``secret``: the rollout's
+    Secret; ``security``: every rollout container's securityContext; ``covers``: the mounts that hide the task
+    suites from every container of a rollout pod."""
+    containers: list[dict[str, Any]] = []
+    volumes: list[dict[str, Any]] = []
+    keys: dict[str, str] = {}
+    placed: dict[str, dict[str, Any]] = {}
     for name in sorted(servers.specs):
-        spec, placement = servers.specs[name], servers.specs[name].cluster
-        filled = spec.for_rollout(RolloutVars(rollout_id, STATE))
-        resources = dict(placement.resources)
-        cname = container_name(name)
-        state = f"{cname}-state"
-        tmp = f"{cname}-tmp"
-        volumes += [
-            {"name": state, "emptyDir": {"sizeLimit": resources["ephemeral-storage"]}},
-            {"name": tmp, "emptyDir": {"sizeLimit": resources["ephemeral-storage"]}},
-        ]
-        port = servers.ports[name]
-        env = [
-            {"name": "HOME", "value": STATE},
-            *({"name": key, "value": value} for key, value in filled.env),
-            {"name": KEY_ENV, "valueFrom": {"secretKeyRef": {"name": secret, "key": KEY_SECRET_KEY}}},
-        ]
+        spec = servers.specs[name]
+        filled, resources = spec.for_rollout(RolloutVars(rollout_id, STATE)), dict(spec.cluster.resources)
+        cname, port = container_name(name), servers.ports[name]
+        for volume in (f"{cname}-state", f"{cname}-tmp"):
+            volumes.append({"name": volume, "emptyDir": {"sizeLimit": resources["ephemeral-storage"]}})
+        keys[key_entry(name)] = sidecar_key(servers.secret, "rollout", rollout_id, name)
+        bridge = ["rollwire", "mcp", "bridge", "--host", "0.0.0.0", "--port", str(port), "--path", "/mcp",
+                  "--key-env", KEY_ENV, "--cwd", STATE, "--startup-timeout", str(settings.mcp_startup_timeout_s)]  # fmt: skip
+        key_ref = {"secretKeyRef": {"name": secret, "key": key_entry(name)}}
         containers.append(
             {
                 "name": cname,
-                "image": in_registry(placement.image or settings.mcp_runner_image, settings.image_registry),
+                "image": in_registry(spec.cluster.image or settings.mcp_runner_image, settings.image_registry),
                 "imagePullPolicy": settings.image_pull_policy,
                 "restartPolicy": "Always",
-                "command": [
-                    "rollwire",
-                    "mcp",
-                    "bridge",
-                    "--host",
-                    "0.0.0.0",
-                    "--port",
-                    str(port),
-                    "--path",
-                    "/mcp",
-                    "--key-env",
-                    KEY_ENV,
-                    "--cwd",
-                    STATE,
-                    "--startup-timeout",
-                    str(settings.mcp_startup_timeout_s),
-                    "--",
-                    filled.command,
-                    *filled.args,
-                ],  # fmt: skip
+                "command": [*bridge, "--", filled.command, *filled.args],
                 "workingDir": STATE,
-                "env": env,
+                "env": [
+                    {"name": "HOME", "value": STATE},
+                    *({"name": key, "value": value} for key, value in filled.env),
+                    {"name": KEY_ENV, "valueFrom": key_ref},
+                ],
                 "ports": [{"containerPort": port, "name": f"mcp-{port}"}],
                 **probes({"httpGet": {"path": "/ready", "port": port}}, settings.mcp_startup_timeout_s),
                 "resources": {"requests": resources, "limits": dict(resources)},
                 "volumeMounts": [
-                    {"name": state, "mountPath": STATE},
-                    {"name": tmp, "mountPath": "/tmp"},
+                    {"name": f"{cname}-state", "mountPath": STATE},
+                    {"name": f"{cname}-tmp", "mountPath": "/tmp"},
                     *covers,
                 ],
                 "securityContext": security,
             }
         )
-        mapping[cname] = name
-    key = sidecar_key(servers.secret, rollout_id)
-    return Sidecars(containers, volumes, {KEY_SECRET_KEY: key}, mapping)
+        placed[cname] = {"server": name, "port": port}
+    annotation = json.dumps(placed, sort_keys=True) if placed else ""
+    return Sidecars(containers, volumes, keys, annotation)
 
 
 def probes(check: dict[str, Any], startup_s: int) -> dict[str, Any]:
@@ -154,33 +134,15 @@ def probes(check: dict[str, Any], startup_s: int) -> dict[str, Any]:
     }
 
 
-def sidecar_failure(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(container, why) for a sidecar that did not start, from the pod's status (the kubelet's) and the server names
-    the orchestrator annotated; None while none has failed. Only before the harness runs: a sidecar the kubelet
-    restarts later shows to the harness as failing tool calls."""
+def annotated(pod: Mapping[str, Any]) -> dict[str, tuple[str, int]]:
+    """container -> (server, port) as the orchestrator annotated the pod; {} for a pod without sidecars (or a
+    malformed annotation, which the orchestrator never writes)."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(SERVERS_ANNOTATION) or "{}"
     try:
-        names = json.loads(((pod.get("metadata") or {}).get("annotations") or {}).get(SERVERS_ANNOTATION) or "{}")
-    except ValueError:
-        return None
-    status = pod.get("status") or {}
-    if not isinstance(names, dict) or not names:
-        return None
-    for harness in status.get("containerStatuses") or []:
-        if {"running", "terminated"} & set(harness.get("state") or {}):
-            return None
-    for container in status.get("initContainerStatuses") or []:
-        cname = str(container.get("name") or "")
-        if cname not in names:
-            continue
-        state = container.get("state") or {}
-        ended = (container.get("lastState") or {}).get("terminated") or state.get("terminated") or {}
-        waiting = (state.get("waiting") or {}).get("reason") or ""
-        if int(container.get("restartCount") or 0) > 0 or ended.get("exitCode") or waiting == "CrashLoopBackOff":
-            how = (
-                f"exit {ended.get('exitCode')} ({ended.get('reason') or 'Error'})" if ended else waiting or "restarted"
-            )
-            return cname, f"MCP server {names[cname]!r} did not start ({cname}: {how})"
-    return None
+        placed = json.loads(raw)
+        return {str(c): (str(v["server"]), int(v["port"])) for c, v in placed.items()}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return {}
 
 
 __all__ = [
@@ -190,7 +152,8 @@ __all__ = [
     "SIDECARS_LABEL",
     "STATE",
     "Sidecars",
+    "annotated",
     "build_sidecars",
+    "key_entry",
     "probes",
-    "sidecar_failure",
 ]

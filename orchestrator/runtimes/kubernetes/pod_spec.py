@@ -8,12 +8,12 @@ termination message. Pods and Secrets are owned by the run's ConfigMap: deleting
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from rollwire.harness_adapters.images import in_registry
@@ -23,8 +23,8 @@ from rollwire.orchestrator.runtimes.kubernetes.mcp_sidecars import (
     SIDECARS_LABEL,
     RolloutServers,
     Sidecars,
+    annotated,
     build_sidecars,
-    sidecar_failure,
 )
 from rollwire.settings import KubernetesSettings
 
@@ -261,15 +261,17 @@ def build_pod(
     deadline = launch.deadline_s if launch.deadline_s is not None else job.deadline_s
     labels = _labels(job)
     annotations = {ROLLOUT_ID_ANNOTATION: job.rollout_id, "rollwire.dev/run-id": job.run_id}
+    lifetime_s = max(1, math.ceil(deadline)) + DEADLINE_BACKSTOP_S
     if sidecars is not None and sidecars.containers:
         init += sidecars.containers
         volumes += sidecars.volumes
         labels[SIDECARS_LABEL] = "true"
-        annotations[SERVERS_ANNOTATION] = json.dumps(sidecars.names, sort_keys=True)
+        annotations[SERVERS_ANNOTATION] = sidecars.annotation
+        lifetime_s += settings.mcp_startup_timeout_s  # the kubelet's backstop also covers its servers' start
     metadata = {"name": pod_name(job.rollout_id), "labels": labels, "annotations": annotations}
     return rollout_pod(
         settings, owner, metadata, image=image, command=pod_argv(launch.argv), env=env, volumes=volumes,
-        answer_path=launch.final_answer_path, lifetime_s=max(1, math.ceil(deadline)) + DEADLINE_BACKSTOP_S, init=init,
+        answer_path=launch.final_answer_path, lifetime_s=lifetime_s, init=init,
     )  # fmt: skip
 
 
@@ -407,7 +409,7 @@ def pod_verdict(pod: Mapping[str, Any]) -> Ended | None:
     if phase in ("Pending", "Running"):
         sidecar = sidecar_failure(pod)
         if sidecar is not None:
-            return Ended(EndKind.FAILED, reason=sidecar[1])
+            return sidecar[1]
         return _waiting_failure(status.get("initContainerStatuses") or [], "workspace-files") or _waiting_failure(
             status.get("containerStatuses") or [], HARNESS
         )
@@ -440,6 +442,45 @@ def pod_verdict(pod: Mapping[str, Any]) -> Ended | None:
     return Ended(EndKind.LOST, reason=f"pod failed without an exit status: {reason or message or phase}")
 
 
+def _harness_started(status: Mapping[str, Any]) -> bool:
+    return any({"running", "terminated"} & set(c.get("state") or {}) for c in status.get("containerStatuses") or [])
+
+
+def sidecar_failure(pod: Mapping[str, Any]) -> tuple[str, Ended] | None:
+    """(container, verdict) for an MCP sidecar that could not start, from the kubelet's status and the servers the
+    orchestrator annotated; None while none has failed. Before the harness runs only: its servers' set-up is the
+    platform's, and a sidecar that stops later shows to the harness as tool calls that fail. A pull that failed is
+    retried like any image's; anything else (it exited, its startup probe failed, its config is wrong) is set-up."""
+    placed = annotated(pod)
+    status = pod.get("status") or {}
+    if not placed or _harness_started(status):
+        return None
+    for container in status.get("initContainerStatuses") or []:
+        name = str(container.get("name") or "")
+        if name not in placed:
+            continue
+        where = f"MCP server {placed[name][0]!r} ({name})"
+        waiting = _waiting_failure([container], where)
+        if waiting is not None:  # a config error names its container already; a failed pull does not
+            named = (waiting.reason or "").startswith(where)
+            return name, waiting if named else replace(waiting, reason=f"{where}: {waiting.reason}")
+        state = container.get("state") or {}
+        ended = (container.get("lastState") or {}).get("terminated") or state.get("terminated") or {}
+        crashing = ((state.get("waiting") or {}).get("reason") or "") == "CrashLoopBackOff"
+        if int(container.get("restartCount") or 0) > 0 or ended.get("exitCode") or crashing:
+            how = f"exit {ended.get('exitCode')} ({ended.get('reason') or 'Error'})" if ended else "restarted"
+            return name, Ended(EndKind.FAILED, reason=f"{where} did not start: {how}")
+    return None
+
+
+def sidecars_pending(pod: Mapping[str, Any]) -> list[str]:
+    """The MCP servers of a pod whose harness has not started yet (they have not all answered initialize)."""
+    placed = annotated(pod)
+    if _harness_started(pod.get("status") or {}):
+        return []
+    return sorted(server for server, _port in placed.values())
+
+
 def _terminated_init(pod: Mapping[str, Any]) -> str:
     for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
         terminated = (status.get("state") or {}).get("terminated") or {}
@@ -468,6 +509,8 @@ __all__ = [
     "run_configmap",
     "run_configmap_name",
     "scratch_volumes",
+    "sidecar_failure",
+    "sidecars_pending",
     "IMAGE_SUITES",
     "secret_name",
     "selector",

@@ -22,7 +22,7 @@ from kubernetes import client
 from rollwire.errors import Conflict, NotFound, RollwireError, UpstreamError
 from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob
 from rollwire.orchestrator.runtimes.kubernetes.api import KubeApi, PodWatch
-from rollwire.orchestrator.runtimes.kubernetes.mcp_sidecars import RolloutServers, sidecar_failure
+from rollwire.orchestrator.runtimes.kubernetes.mcp_sidecars import RolloutServers
 from rollwire.orchestrator.runtimes.kubernetes.pod_spec import (
     HARNESS,
     build_pod,
@@ -34,6 +34,8 @@ from rollwire.orchestrator.runtimes.kubernetes.pod_spec import (
     run_configmap_name,
     secret_name,
     selector,
+    sidecar_failure,
+    sidecars_pending,
 )
 from rollwire.orchestrator.runtimes.kubernetes.pool import KubePodPool
 from rollwire.orchestrator.runtimes.kubernetes.warm_pod import build_claim, claim_patch, claim_secret_name
@@ -176,24 +178,31 @@ class KubernetesRuntime:
         track = self._tracks.setdefault(handle.ref, _Track())
         with anyio.move_on_after(max(timeout_s, 0.0)):
             await track.ended.wait()
+        pod = track.pod or {}
         if track.verdict is None:
+            pending = sidecars_pending(pod)
+            if pending:  # the platform's set-up took the deadline: not the policy's time
+                why = f"MCP server(s) {', '.join(map(repr, pending))} had not answered initialize at the deadline"
+                return Ended(EndKind.FAILED, reason=why)
             return Ended(EndKind.TIMED_OUT, reason=f"deadline of {timeout_s:.1f}s")
-        failed = sidecar_failure(track.pod) if track.pod is not None else None
-        if failed is not None and track.verdict.kind == EndKind.FAILED:
-            log = await self._log_tail(handle.ref, failed[0], 20)
-            return replace(
-                track.verdict, reason=f"{track.verdict.reason}; its log:\n{log}" if log else track.verdict.reason
-            )
+        failed = sidecar_failure(pod)
+        if failed is not None and failed[1] == track.verdict:
+            log = await self._log_tail(handle.ref, failed[0], 20, previous=_restarted(pod, failed[0]))
+            reason = f"{track.verdict.reason}; its log:\n{log}" if log else track.verdict.reason
+            return replace(track.verdict, reason=reason)
         return track.verdict
 
     async def logs_tail(self, handle: Handle, lines: int) -> str:
         return await self._log_tail(handle.ref, HARNESS, lines)
 
-    async def _log_tail(self, pod: str, container: str, lines: int) -> str:
+    async def _log_tail(self, pod: str, container: str, lines: int, previous: bool = False) -> str:
+        """The container's last lines; ``previous``: of its run before the kubelet restarted it (why it stopped)."""
+        extra = {"previous": "true"} if previous else {}
         try:
             data = await self.api.raw(
-                "read_namespaced_pod_log", pod, self._settings.namespace, container=container, tail_lines=lines
-            )
+                "read_namespaced_pod_log", pod, self._settings.namespace, container=container, tail_lines=lines,
+                **extra,
+            )  # fmt: skip
         except RollwireError:  # no logs (never started, already gone): the reason is recorded elsewhere
             return ""
         return "\n".join(data.decode("utf-8", errors="replace").splitlines()[-lines:])
@@ -238,6 +247,11 @@ class KubernetesRuntime:
         except NotFound:
             pass
         self._owners.pop(run_id, None)
+
+
+def _restarted(pod: dict[str, Any], container: str) -> bool:
+    statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
+    return any(s.get("name") == container and int(s.get("restartCount") or 0) > 0 for s in statuses)
 
 
 __all__ = ["KubernetesRuntime"]
