@@ -193,10 +193,11 @@ class LocalStack:
     def start(self) -> StackInfo:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        if self.upstream is None and not self.model:
-            from rollwire.tiny_model import ensure_tiny_model
+        if self.upstream is None:
+            from rollwire.model_names import resolve_model
 
-            ensure_tiny_model(self.settings.home)  # once here, not raced by the engine process
+            folder = resolve_model(self.model, self.settings.home)  # built once here, not raced by the engine process
+            self.model = str(folder) if self.model else self.model
         # Each part's socket is bound here and handed down (--fd): distinct ports, none taken while a part starts.
         socks = self._bind_parts()
         url = {part: f"http://{self.host}:{sock.getsockname()[1]}" for part, sock in socks.items()}
@@ -314,10 +315,10 @@ class LocalStack:
     def _spawn_vllm(self, url: str) -> None:
         """vLLM's server from the managed venv (installed here on first use, with pip's progress shown)."""
         from rollwire.app.vllm_runtime import ensure_python, serve_command, serve_env
-        from rollwire.tiny_model import ensure_tiny_model
+        from rollwire.model_names import resolve_model
 
         python = ensure_python(self.settings.home)
-        model = self.model or str(ensure_tiny_model(self.settings.home))
+        model = str(resolve_model(self.model, self.settings.home))
         host, port = url.rsplit(":", 1)
         argv = serve_command(python, model=model, host=host.split("//", 1)[1], port=int(port),
                              served_model_name=self.served_model_name or "", extra=self.engine_args)  # fmt: skip

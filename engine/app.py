@@ -180,12 +180,10 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
 
 
 def resolve_model_path(settings: EngineSettings, home: Path) -> Path:
-    """The checkpoint to serve: ``settings.model``, or the tiny default model built under ``home``."""
-    if settings.model:
-        return Path(settings.model).expanduser()
-    from rollwire.tiny_model import ensure_tiny_model
+    """The checkpoint to serve: ``settings.model`` (a model name or a folder), or the tiny default model."""
+    from rollwire.model_names import resolve_model
 
-    return ensure_tiny_model(home)
+    return resolve_model(settings.model, home)
 
 
 def create_app(settings: EngineSettings, home: Path) -> Starlette:

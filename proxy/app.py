@@ -95,12 +95,11 @@ class ProxyApp(Listeners):
 
 
 def model_folder(settings: ProxySettings, home: Path) -> Path:
-    """The tokenizer + template folder: ``settings.model`` or the tiny default model (what the engine serves)."""
-    if settings.model:
-        return Path(settings.model).expanduser()
-    from rollwire.tiny_model import ensure_tiny_model
+    """The tokenizer + template folder: ``settings.model`` (a model name or a folder) or the tiny default model
+    (what the engine serves)."""
+    from rollwire.model_names import resolve_model
 
-    return ensure_tiny_model(home)
+    return resolve_model(settings.model, home)
 
 
 def create_app(settings: ProxySettings, store_url: str, home: Path, operator_key: str | None = None) -> ProxyApp:

@@ -24,7 +24,9 @@ class StoreSettings(BaseModel):
 class EngineSettings(BaseModel):
     host: str = Field("127.0.0.1", description="Interface the bundled engine binds to.")
     port: int = Field(8100, description="Port of the bundled engine.")
-    model: str = Field("", description="Local Hugging Face checkpoint folder; empty means the tiny default model.")
+    model: str = Field(
+        "", description="A model name (tiny, smollm2-135m) or a local Hugging Face checkpoint folder; empty: tiny."
+    )
     served_model_name: str = Field("", description="Model name the engine answers to; default: the folder name.")
     max_batch_size: int = Field(16, description="Most sequences decoded together in one batch step.")
     max_model_len: int = Field(0, description="Context length; 0 means the model config's.")
@@ -55,7 +57,9 @@ class ProxySettings(BaseModel):
     gateway_url: str = Field(
         "", description="MCP gateway base URL put into rollouts' mcp_url; empty means the proxy's own address."
     )
-    model: str = Field("", description="Tokenizer + chat template source (local folder); empty means the tiny model.")
+    model: str = Field(
+        "", description="Tokenizer + chat template source: a model name (tiny, smollm2-135m) or a local folder; empty: tiny."
+    )
     operator_key: str = Field(
         "", description="Key for /admin and /ui (set it here or in the environment, never on a command line others "
         "can list); empty means a random one, printed at start.",
@@ -246,7 +250,9 @@ class TrainerSettings(BaseModel):
     )
     operator_key: str = Field("", description="Operator key for the proxy's /admin routes (stream, policy version).")
     run: str = Field("", description="Run id whose trajectories to train on.")
-    model: str = Field("", description="Local HF checkpoint to start from; empty means the tiny default model.")
+    model: str = Field(
+        "", description="Checkpoint to start from: a model name (tiny, smollm2-135m) or a local HF folder; empty: tiny."
+    )
     algo: str = Field("grpo", description="Training algorithm: grpo or sft.")
     output_dir: str = Field("", description="Checkpoints + metrics folder; empty means <home>/train/<run>.")
     lr: float = Field(1e-5, description="AdamW learning rate.")

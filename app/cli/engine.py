@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fields = EngineSettings.model_fields
     parser.add_argument("--host", default=None, help=f"{fields['host'].description} (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help=f"{fields['port'].description} (default 8100)")
-    parser.add_argument("--model", default=None, metavar="PATH", help=fields["model"].description)
+    parser.add_argument("--model", default=None, metavar="NAME|FOLDER", help=fields["model"].description)
     parser.add_argument("--served-model-name", default=None, help=fields["served_model_name"].description)
     parser.add_argument("--max-batch-size", type=int, default=None, help=fields["max_batch_size"].description)
     parser.add_argument("--max-model-len", type=int, default=None, help=fields["max_model_len"].description)
@@ -61,8 +61,11 @@ def _check_model_dir(model: str) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from rollwire.model_names import resolve_model
+
     engine = _engine_settings(args, settings)
-    if engine.model:
+    if engine.model:  # a name is built (once) here; a folder must hold a checkpoint
+        engine = engine.model_copy(update={"model": str(resolve_model(engine.model, settings.home))})
         _check_model_dir(engine.model)
     if engine.max_batch_size < 1:
         raise InvalidRequest("--max-batch-size must be at least 1")

@@ -123,7 +123,7 @@ def _export_calls(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from rollwire.errors import InvalidRequest
-    from rollwire.tiny_model import ensure_tiny_model
+    from rollwire.model_names import resolve_model
     from rollwire.tokenizers import load_tokenizer
     from rollwire.trainer.export import export_rows, write_rows
     from rollwire.trajectory import Trajectory
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     else:
         tokenizer = None
         if args.flavor == "verl":
-            tokenizer = load_tokenizer(args.tokenizer or settings.trainer.model or ensure_tiny_model(settings.home))
+            tokenizer = load_tokenizer(resolve_model(args.tokenizer or settings.trainer.model, settings.home))
         rows = export_rows(trajectories, args.flavor, tokenizer=tokenizer, min_reward=args.min_reward)
     write_rows(rows, args.out, args.format)
     print(

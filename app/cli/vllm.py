@@ -23,7 +23,9 @@ HELP = "install (once) and serve vLLM's CPU build in a venv rollwire manages"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("action", choices=("install", "python", "serve"), help="what to do (see above)")
-    parser.add_argument("--model", default=None, metavar="FOLDER", help="serve: HF folder (default: the tiny model)")
+    parser.add_argument(
+        "--model", default=None, metavar="NAME|FOLDER", help="serve: tiny (default), smollm2-135m or an HF folder"
+    )
     parser.add_argument("--served-model-name", default=None, help="serve: name to answer to (default rollwire-tiny "
                         "for the tiny model, else the folder)")  # fmt: skip
     parser.add_argument("--host", default="127.0.0.1", help="serve: interface (default 127.0.0.1)")
@@ -46,12 +48,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if not 0 < args.port < 65536 or args.max_model_len < 1:
         raise InvalidRequest("--port must be in 1..65535 and --max-model-len positive")
-    model, served = args.model, args.served_model_name
-    if model is None:
-        from rollwire.app.stack import TINY_SERVED_NAME
-        from rollwire.tiny_model import ensure_tiny_model
+    from rollwire.model_names import resolve_model
 
-        model, served = str(ensure_tiny_model(settings.home)), served or TINY_SERVED_NAME
+    model, served = str(resolve_model(args.model, settings.home)), args.served_model_name
+    if args.model is None:
+        from rollwire.app.stack import TINY_SERVED_NAME
+
+        served = served or TINY_SERVED_NAME
     python = ensure_python(settings.home, echo=lambda line: print(line, file=sys.stderr, flush=True))
     argv = serve_command(python, model=model, host=args.host, port=args.port, served_model_name=served or "",
                          max_model_len=args.max_model_len)  # fmt: skip

