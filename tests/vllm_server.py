@@ -32,7 +32,7 @@ def _tail(log: Path) -> str:
 
 
 @contextmanager
-def serve_vllm(model_dir: Path, log_dir: Path) -> Iterator[str]:
+def serve_vllm(model_dir: Path, log_dir: Path, max_model_len: int = MAX_MODEL_LEN) -> Iterator[str]:
     """Start vLLM on a free loopback port, yield its URL once /health answers, stop it (and its workers) after."""
     python = installed_python(Settings().home)  # where `rollwire vllm install` put it
     if python is None:
@@ -42,7 +42,7 @@ def serve_vllm(model_dir: Path, log_dir: Path) -> Iterator[str]:
         pytest.skip(reason)
     port = free_port()
     argv = serve_command(python, model=str(model_dir), host="127.0.0.1", port=port,
-                         served_model_name=model_dir.name, max_model_len=MAX_MODEL_LEN)  # fmt: skip
+                         served_model_name=model_dir.name, max_model_len=max_model_len)  # fmt: skip
     log = log_dir / "vllm.log"
     with log.open("wb") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=serve_env(), start_new_session=True)

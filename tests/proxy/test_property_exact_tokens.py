@@ -19,6 +19,7 @@ from rollwire.settings import EngineSettings, ProxySettings
 from rollwire.store import open_engine
 from tests.proxy.conftest import ENGINES
 from tests.proxy.engine_tap import EngineTap
+from tests.proxy.exactness import assert_segments_exact
 from tests.proxy.http_forward import HttpForward
 
 OPERATOR = "property-operator"
@@ -97,28 +98,8 @@ def test_segments_are_exactly_what_the_engine_saw_and_sampled(stack: tuple[str, 
                 messages.append({"role": "user", "content": text})
     admin.post(f"/admin/v1/rollouts/{rollout['id']}/finish", json={"reward": 1.0}).raise_for_status()
     admin.close()
-    seen = tap.calls[start:]
     trajectory = reconstruct(open_engine(store), rollout["id"])
-    assert sum(len(s.call_ids) for s in trajectory.segments) == len(seen) == len(steps) + 1
-    index = 0
-    for segment in trajectory.segments:
-        mask: list[int] = []
-        logprobs: list[float] = []
-        for _ in segment.call_ids:
-            request, answer = seen[index]
-            index += 1
-            prompt, sampled = request["prompt"], answer["choices"][0]["token_ids"]
-            assert answer["choices"][0]["prompt_token_ids"] == prompt
-            # the engine's prompt is everything of the segment so far, unchanged
-            assert segment.token_ids[: len(prompt)] == prompt
-            assert segment.token_ids[len(prompt) : len(prompt) + len(sampled)] == sampled
-            fresh = len(prompt) - len(mask)
-            mask += [0] * fresh + [1] * len(sampled)
-            logprobs += [0.0] * fresh + [float(x) for x in answer["choices"][0]["logprobs"]["token_logprobs"]]
-        assert len(segment.token_ids) == len(mask)
-        assert segment.loss_mask == mask
-        assert segment.logprobs == pytest.approx(logprobs, abs=1e-6)  # stored as float32
-        assert all((v >= 0) == (m == 1) for v, m in zip(segment.policy_versions, segment.loss_mask))
+    assert_segments_exact(trajectory, tap.calls[start:], calls=len(steps) + 1)
     rewrites = sum(1 for kind, _ in steps if kind == "rewrite")
     assert len(trajectory.segments) == 1 + rewrites
 
