@@ -1,12 +1,13 @@
 """Engine throughput and start-up, bundled engine vs vLLM's CPU build, in one run.
 
-    python bench/engine.py [--engines bundled,vllm] [--requests 32] [--max-tokens 64] [--model PATH] [--threads N]
+    python bench/engine.py [--engines bundled,vllm] [--requests 32] [--max-tokens 64] [--model NAME|PATH] [--threads N]
 
-Starts each engine in a subprocess on a loopback port (the tiny model by default; vLLM from the venv rollwire
-manages, installed on first use), times its start until /health answers, sends the same token-id prompts with
-fixed lengths (ignore_eos, so every request generates exactly --max-tokens) one at a time, then at concurrency
-1, 4 and 16, and prints one table: tokens per second, each row's ratio to that engine's one-at-a-time run and
-to the bundled engine's same row, and the start-up seconds.
+Starts each engine in a subprocess on a loopback port (the tiny model by default, or a model by name such as
+smollm2-135m, built before any engine starts; vLLM from the venv rollwire manages, installed on first use), times
+its start until /health answers, sends the same token-id prompts with fixed lengths (ignore_eos, so every request
+generates exactly --max-tokens) one at a time, then at concurrency 1, 4 and 16, then streams 1 and 16 of them at
+once for the time to the first token, and prints one table: tokens per second, each row's ratio to that engine's
+one-at-a-time run and to the bundled engine's same row, the first-token times, and the start-up seconds.
 """
 
 from __future__ import annotations
@@ -41,13 +42,13 @@ def _free_port() -> int:
 def _vllm_argv(model: str | None, port: int) -> tuple[list[str], dict[str, str]]:
     from rollwire.app.stack import TINY_SERVED_NAME
     from rollwire.app.vllm_runtime import ensure_python, serve_command, serve_env
+    from rollwire.model_names import resolve_model
     from rollwire.settings import default_home
-    from rollwire.tiny_model import ensure_tiny_model
 
     python = ensure_python(default_home(), echo=lambda line: print(line, flush=True))
-    folder = model or str(ensure_tiny_model(default_home()))
-    argv = serve_command(python, model=folder, host="127.0.0.1", port=port, served_model_name=TINY_SERVED_NAME,
-                         max_model_len=8192)  # fmt: skip
+    folder = resolve_model(model, default_home())
+    argv = serve_command(python, model=str(folder), host="127.0.0.1", port=port,
+                         served_model_name=folder.name if model else TINY_SERVED_NAME, max_model_len=8192)  # fmt: skip
     return argv, serve_env()
 
 
@@ -152,6 +153,28 @@ async def _concurrent(url: str, bodies: list[dict[str, Any]], concurrency: int) 
         return sum(counts), time.perf_counter() - start
 
 
+async def _first_tokens(url: str, bodies: list[dict[str, Any]]) -> list[float]:
+    """Seconds from sending to the first streamed token, for ``bodies`` all sent at once."""
+    limits = httpx.Limits(max_connections=len(bodies) + 2)
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
+
+        async def one(body: dict[str, Any]) -> float:
+            start = time.perf_counter()
+            first = 0.0
+            async with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as reply:
+                reply.raise_for_status()
+                async for line in reply.aiter_lines():
+                    if not first and line.startswith("data: {"):
+                        first = time.perf_counter() - start
+            return first
+
+        return list(await asyncio.gather(*(one(b) for b in bodies)))
+
+
+FIRST_TOKEN = (1, 16)
+"""How many requests stream at once when the time to the first token is taken."""
+
+
 def run_engine(kind: str, args: argparse.Namespace) -> list[tuple[str, str, int, int, float]]:
     """(engine, mode, concurrency, tokens, seconds) rows for one engine, plus its start-up as mode "start-up"."""
     rows: list[tuple[str, str, int, int, float]] = []
@@ -167,22 +190,31 @@ def run_engine(kind: str, args: argparse.Namespace) -> list[tuple[str, str, int,
             print(f"{kind}: the same requests at concurrency {concurrency} ...", flush=True)
             tokens, seconds = asyncio.run(_concurrent(url, bodies, concurrency))
             rows.append((kind, "concurrent", concurrency, tokens, seconds))
+        for at_once in FIRST_TOKEN:
+            print(f"{kind}: {at_once} streamed at once, time to the first token ...", flush=True)
+            streamed = [{**bodies[i % len(bodies)], "seed": 1000 + i} for i in range(at_once)]
+            times = sorted(asyncio.run(_first_tokens(url, streamed)))
+            rows.append((kind, "first token", at_once, 0, times[len(times) // 2]))
     return rows
 
 
 def print_table(rows: list[tuple[str, str, int, int, float]]) -> None:
     """tokens/s per row, its ratio to the engine's one-at-a-time row and to the bundled engine's same row."""
-    rate = {(e, m, c): t / s for e, m, c, t, s in rows if m != "start-up"}
+    rate = {(e, m, c): t / s for e, m, c, t, s in rows if m not in ("start-up", "first token")}
     print(f"\n{'engine':<8} {'mode':<14} {'concurrency':>11} {'tokens':>8} {'seconds':>8} {'tokens/s':>9} "
           f"{'x one-at-a-time':>16} {'x bundled':>10}")  # fmt: skip
     for kind, mode, concurrency, tokens, seconds in rows:
-        if mode == "start-up":
+        if mode in ("start-up", "first token"):
             continue
         own = rate[(kind, mode, concurrency)]
         bundled = rate.get(("bundled", mode, concurrency))
         versus = f"{own / bundled:.2f}" if bundled else "-"
         print(f"{kind:<8} {mode:<14} {concurrency:>11} {tokens:>8} {seconds:>8.2f} {own:>9.1f} "
               f"{own / rate[(kind, 'one at a time', 1)]:>16.2f} {versus:>10}")  # fmt: skip
+    first = {(kind, at_once): seconds for kind, mode, at_once, _, seconds in rows if mode == "first token"}
+    print("\ntime to the first streamed token (median): " + ", ".join(
+        f"{kind} {at_once} at once {seconds:.3f} s" + (f" ({seconds / first[('bundled', at_once)]:.2f}x bundled)"
+        if kind != "bundled" and ("bundled", at_once) in first else "") for (kind, at_once), seconds in first.items()))  # fmt: skip
     startups = {kind: seconds for kind, mode, _, _, seconds in rows if mode == "start-up"}
     print("\nstart-up until /health answers: " + ", ".join(
         f"{kind} {seconds:.1f} s" + (f" ({seconds / startups['bundled']:.1f}x bundled)" if "bundled" in startups
@@ -194,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engines", default="bundled,vllm", help="comma-separated, in order (default bundled,vllm)")
     parser.add_argument("--requests", type=int, default=32, help="requests per run (default 32)")
     parser.add_argument("--max-tokens", type=int, default=64, help="tokens generated per request (default 64)")
-    parser.add_argument("--model", default=None, help="local HF checkpoint folder (default: the tiny model)")
+    parser.add_argument(
+        "--model", default=None, help="a model name (tiny, smollm2-135m) or a local HF folder (default: tiny)"
+    )
     parser.add_argument(
         "--threads", type=int, default=None, help="the bundled engine's torch threads (default: its own)"
     )
@@ -202,6 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     kinds = [k.strip() for k in args.engines.split(",") if k.strip()]
     if not kinds or any(k not in ENGINES for k in kinds):
         parser.error(f"--engines takes a comma-separated list of {', '.join(ENGINES)}")
+    if args.model:  # built (once) here, so neither engine's start-up counts it
+        from rollwire.model_names import resolve_model
+        from rollwire.settings import default_home
+
+        resolve_model(args.model, default_home())
     rows = [row for kind in kinds for row in run_engine(kind, args)]
     print_table(rows)
     return 0

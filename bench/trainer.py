@@ -1,6 +1,6 @@
 """Trainer throughput beside its ceiling: a bare forward+backward over the very same micro-batches.
 
-    python bench/trainer.py [--sequences 48] [--repeats 3] [--micro-batch-tokens 2048]
+    python bench/trainer.py [--sequences 48] [--repeats 3] [--micro-batch-tokens 2048] [--model NAME|PATH]
 
 Four runs over one set of synthetic GRPO samples (lengths drawn between --min-len and --max-len):
 the trainer's GRPO step and a bare forward + cross-entropy backward, each with packed rows and with
@@ -67,18 +67,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-len", type=int, default=16)
     parser.add_argument("--max-len", type=int, default=256)
     parser.add_argument("--micro-batch-tokens", type=int, default=2048)
+    parser.add_argument("--model", default=None, help="a model name (tiny, smollm2-135m) or a local HF folder")
     args = parser.parse_args(argv)
 
     from transformers import AutoModelForCausalLM
 
+    from rollwire.model_names import resolve_model
     from rollwire.settings import Settings
-    from rollwire.tiny_model import ensure_tiny_model
     from rollwire.trainer.batching import micro_batches, token_weights
     from rollwire.trainer.distributed import DistContext
     from rollwire.trainer.grpo import GRPOBatch, GRPOConfig, grpo_step
 
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(str(ensure_tiny_model(Settings().home)), dtype=torch.float32)
+    folder = resolve_model(args.model, Settings().home)
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: every run sees the same weights
     samples = make_samples(args.sequences, args.min_len, args.max_len, model.config.vocab_size, seed=0)
     weights = token_weights(samples, "token-mean")
@@ -97,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     rate = {k: real_tokens / v[0] for k, v in results.items()}
-    print(f"{args.sequences} sequences, {real_tokens} real tokens, micro-batches of <= {args.micro_batch_tokens} tokens")
+    print(f"{folder.name}: {args.sequences} sequences, {real_tokens} real tokens, micro-batches of <= "
+          f"{args.micro_batch_tokens} tokens")  # fmt: skip
     print(f"{'run':<22}{'layout':<8}{'forwarded':>10}{'seconds':>10}{'tokens/s':>11}{'vs ceiling':>12}")
     for (run, layout), (seconds, forwarded) in results.items():
         ratio = rate[(run, layout)] / rate[("ceiling", layout)]
