@@ -165,3 +165,26 @@ async def test_each_rollout_reaches_the_server_in_its_own_pod(
     for names, graph, rollout in ((names_c, graph_c, "rc"), (names_d, graph_d, "rd")):
         assert "read_graph" not in names and "unknown tool" in graph and "forged" not in graph, rollout
         assert [(r.kind, r.target) for r in stack.refusals(rollout)] == [("unknown_tool", "read_graph")]
+
+
+def test_shared_and_remote_servers_as_the_cluster_gateway_calls_them() -> None:
+    """A shared bridged server at its Service with its own key and the rollout's identity; a shared image's own
+    server at its Service with the rollout's identity and no key of ours; a remote url as it is."""
+    from rollwire.mcp_servers.gateway.cluster_routes import cluster_upstreams
+    from rollwire.mcp_servers.state import ROLLOUT_HEADER
+
+    config = {
+        "time": {"command": "mcp-server-time", "scope": "shared"},
+        "search": {"url": "http://127.0.0.1:9000/api/mcp", "image": "reg.example/search:1", "port": 9000,
+                   "headers": {"X-Team": "rl"}},
+        "docs": {"url": "https://docs.example.com/mcp"},
+    }  # fmt: skip
+    routed = cluster_upstreams(parse_servers(config, "test"), "rl", SECRET)
+    time, search, docs = routed["time"], routed["search"], routed["docs"]
+    assert (time.url, time.command, time.in_rollout_pod) == ("http://mcp-server-time.rl.svc:8000/mcp", "", False)
+    key = sidecar_key(SECRET, "shared", "time")
+    assert time.http_headers("ra", None) == {"Authorization": f"Bearer {key}", ROLLOUT_HEADER: "ra"}
+    assert time.proof_key == key
+    assert search.url == "http://mcp-server-search.rl.svc:9000/api/mcp" and not search.proof_key
+    assert search.http_headers("rb", None) == {"X-Team": "rl", ROLLOUT_HEADER: "rb"}  # never a key of ours
+    assert docs.url == "https://docs.example.com/mcp"
