@@ -329,7 +329,8 @@ class LocalStack:
     ) -> None:
         """A proxy serving rollouts on ``sock`` and its admin listener on ``admin`` (both inherited)."""
         admin_port = str(admin.getsockname()[1])
-        argv = ["proxy", "--upstream", upstream, "--gateway-url", gateway_url, *self.proxy_args,
+        model = ["--model", self.model] if self.model else []  # its tokenizer and template are the served model's
+        argv = ["proxy", "--upstream", upstream, "--gateway-url", gateway_url, *model, *self.proxy_args,
                 "--admin-port", admin_port, "--admin-fd", str(admin.fileno())]  # fmt: skip
         try:
             self._spawn(name, url, argv, sock=sock, keep=(admin,))

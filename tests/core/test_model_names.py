@@ -136,3 +136,32 @@ def test_the_docs_hold_the_templates_exact_text() -> None:
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text()
     assert f"```jinja\n{chat_template().rstrip()}\n```" in docs
+
+
+def test_the_stack_serves_a_named_model_and_its_proxy_renders_with_it(smollm2_dir: Path, tmp_path: Path) -> None:
+    """``rollwire up --model smollm2-135m``: the engine serves it and the proxy renders with its tokenizer and
+    template (a proxy left on the tiny model's would send ids of another vocabulary, which the engine reads as
+    other text)."""
+    from rollwire.app.stack import LocalStack
+    from rollwire.settings import Settings
+    from rollwire.tokenizers import load_tokenizer
+
+    stack = LocalStack(Settings(), model="smollm2-135m", db_url=f"sqlite:///{tmp_path / 'store.db'}",
+                       state_dir=tmp_path / "state", log_dir=tmp_path / "logs")  # fmt: skip
+    with stack as info:
+        admin = {"Authorization": f"Bearer {info.operator_key}"}
+        with httpx.Client(base_url=info.admin_url, headers=admin, timeout=120) as client:
+            run = client.post("/admin/v1/runs", json={}).json()["id"]
+            rollout = client.post(f"/admin/v1/runs/{run}/rollouts", json={"count": 1}).json()[0]
+            body = {"model": info.model, "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 4}
+            reply = httpx.post(f"{rollout['base_url']}/chat/completions", json=body, timeout=120)
+            assert reply.status_code == 200, reply.text
+            trajectory = client.get(f"/admin/v1/rollouts/{rollout['id']}/trajectory").json()
+    assert info.model == "smollm2-135m"  # the folder's name: what the engine serves it as
+    (segment,) = trajectory["segments"]
+    prompt = [t for t, m in zip(segment["token_ids"], segment["loss_mask"], strict=True) if m == 0]
+    shown = load_tokenizer(smollm2_dir).decode(prompt)
+    assert shown == (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+        "<|im_start|>user\nSay hi<|im_end|>\n<|im_start|>assistant\n"
+    ), shown
