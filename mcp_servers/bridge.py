@@ -68,6 +68,8 @@ from starlette.types import Message, Receive, Scope, Send
 from rollwire import __version__
 from rollwire.mcp_servers.bridge_auth import KeyRequired
 
+LINE_BYTES = 4096
+"""The longest piece of the server's stderr kept as one line."""
 SESSION_IDLE_S = 30 * 60
 """A client session with no request in flight for this long is closed (the SDK's session manager's default)."""
 CAPABILITIES = types.ClientCapabilities(
@@ -272,8 +274,9 @@ class _StderrTail:
         self._thread.start()
 
     def _copy(self, fd: int) -> None:
+        """Copied in pieces of at most ``LINE_BYTES``: a line the server never ends cannot grow without bound."""
         with open(fd, "rb") as source:
-            for raw in source:
+            for raw in iter(lambda: source.readline(LINE_BYTES), b""):
                 line = raw.decode(errors="replace")
                 sys.stderr.write(line)
                 sys.stderr.flush()

@@ -31,6 +31,8 @@ def test_a_stdio_server_is_never_started_by_the_cluster_gateway(
     marker = tmp_path / "ran"
     evil = UpstreamSpec("evil", command=sys.executable, args=("-c", f"open({str(marker)!r}, 'w').write('x')"))
     sidecars = SidecarRoutes(_no_pod, "secret", _nothing)
+    # The sandbox off: where a started server would act with the gateway's own rights, so the refusal must come
+    # before any sandbox is considered (with it on, a missing bwrap would refuse the server for another reason).
     server, stack = gateway_stack(env_servers, store_url, {"evil": evil}, sidecars, sandbox=False)
     with server:
         token = stack.add_rollout("r-evil", servers=["workspace", "evil"])

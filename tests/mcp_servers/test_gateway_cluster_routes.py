@@ -135,7 +135,7 @@ async def test_each_rollout_reaches_the_server_in_its_own_pod(
         await _pod(api_url, "rd", "rd", IMPOSTOR, port)
         routed, sidecars = kubernetes_routes(specs, kube, SECRET, lambda: api_client_from_settings(kube, host=api_url))
         assert routed["memory"].command == "" and routed["memory"].in_rollout_pod  # the gateway starts nothing
-        server, stack = gateway_stack(env_servers, store_url, routed, sidecars, connect_timeout_s=20.0)
+        server, stack = gateway_stack(env_servers, store_url, routed, sidecars)
         bridges = (_bridge(HOSTS["ra"], port, "ra", tmp_path / "a"), _bridge(HOSTS["rb"], port, "rb", tmp_path / "b"))
         with bridges[0], bridges[1], _impostor(IMPOSTOR, port), server:
             tokens = {rollout: stack.add_rollout(rollout, servers=["memory"]) for rollout in ("ra", "rb", "rc", "rd")}

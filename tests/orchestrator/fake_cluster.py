@@ -55,6 +55,7 @@ class FakeApiServer(kmock.KubernetesEmulator):
         self.posts: Counter[tuple[str, str]] = Counter()
         self.throttle: Counter[tuple[str, str]] = Counter()  # (method, plural) -> 429s still to answer
         self.throttled = 0
+        self.log_queries: list[dict[str, str]] = []  # the query of each pod-log read
         self.owners: dict[str, set[str]] = {}  # plural -> owner uids named by created objects
         self.stats: Any = dict  # set by fake_cluster: the kubelet's figures, served at STATS_PATH
 
@@ -71,8 +72,11 @@ class FakeApiServer(kmock.KubernetesEmulator):
             return aiohttp.web.json_response(body, status=429, headers={"Retry-After": "0"})
         if request.method == kmock.method.GET and LOG_PATH.fullmatch(request.url.path):
             query = request.url.query
+            self.log_queries.append(dict(query))
             which = ", previous run" if query.get("previous") == "true" else ""
             text = f"log line 1 of {request.name} ({query.get('container', 'harness')}{which})\nlast line of {request.name}\n"
+            if query.get("limitBytes"):  # the API server's own cut
+                text = text[: int(query["limitBytes"])]
             return aiohttp.web.Response(text=text)
         if request.action == kmock.action.CREATE and isinstance(request.data, dict):
             meta = request.data.setdefault("metadata", {})

@@ -87,6 +87,8 @@ async def test_a_sidecar_that_cannot_start_fails_the_rollout_as_set_up(book, tmp
         assert "MCP server 'memory' (mcp-memory) did not start: exit 1 (Error)" in error, error
         assert "(mcp-memory, previous run)" in error  # the log of the run that failed, read from the API
         assert row.reward is None
+    sidecar_reads = [q for q in api.log_queries if q.get("container") == "mcp-memory"]
+    assert sidecar_reads and all(q["limitBytes"] == "16384" and q["previous"] == "true" for q in sidecar_reads)
 
 
 def test_no_file_no_secret_needed(tmp_path: Path) -> None:

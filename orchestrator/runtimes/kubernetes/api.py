@@ -50,7 +50,7 @@ ROUTES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "read_namespaced_config_map": ("GET", _NS + "/configmaps/{name}", ("name", "namespace")),
     "delete_namespaced_config_map": ("DELETE", _NS + "/configmaps/{name}", ("name", "namespace")),
 }
-QUERY = {"container": "container", "tail_lines": "tailLines", "previous": "previous"}
+QUERY = {"container": "container", "tail_lines": "tailLines", "previous": "previous", "limit_bytes": "limitBytes"}
 """Keyword arguments sent as query parameters (client name -> API name)."""
 
 

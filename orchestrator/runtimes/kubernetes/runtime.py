@@ -42,6 +42,8 @@ from rollwire.orchestrator.runtimes.kubernetes.warm_pod import build_claim, clai
 from rollwire.settings import KubernetesSettings
 
 logger = logging.getLogger(__name__)
+SIDECAR_LOG_BYTES = 16 * 1024
+"""The most of a failed MCP sidecar's log a rollout's error carries."""
 
 
 @dataclass(slots=True)
@@ -187,7 +189,7 @@ class KubernetesRuntime:
             return Ended(EndKind.TIMED_OUT, reason=f"deadline of {timeout_s:.1f}s")
         failed = sidecar_failure(pod)
         if failed is not None and failed[1] == track.verdict:
-            log = await self._log_tail(handle.ref, failed[0], 20, previous=_restarted(pod, failed[0]))
+            log = await self._log_tail(handle.ref, failed[0], 20, previous=_restarted(pod, failed[0]), limit=SIDECAR_LOG_BYTES)
             reason = f"{track.verdict.reason}; its log:\n{log}" if log else track.verdict.reason
             return replace(track.verdict, reason=reason)
         return track.verdict
@@ -195,9 +197,11 @@ class KubernetesRuntime:
     async def logs_tail(self, handle: Handle, lines: int) -> str:
         return await self._log_tail(handle.ref, HARNESS, lines)
 
-    async def _log_tail(self, pod: str, container: str, lines: int, previous: bool = False) -> str:
-        """The container's last lines; ``previous``: of its run before the kubelet restarted it (why it stopped)."""
+    async def _log_tail(self, pod: str, container: str, lines: int, previous: bool = False, limit: int = 0) -> str:
+        """The container's last lines; ``previous``: of its run before the kubelet restarted it (why it stopped);
+        ``limit``: at most that many bytes (a third-party server's lines can be of any length)."""
         extra = {"previous": "true"} if previous else {}
+        extra |= {"limit_bytes": str(limit)} if limit else {}
         try:
             data = await self.api.raw(
                 "read_namespaced_pod_log", pod, self._settings.namespace, container=container, tail_lines=lines,
