@@ -185,16 +185,23 @@ def sidecar_ports(servers: dict[str, Placement], first: int) -> dict[str, int]:
     return {name: first + index for index, name in enumerate(ours)}
 
 
-def sidecar_key(secret: str, *scope: str) -> str:
-    """The key one bridged server answers to: an HMAC of the deployment's sidecar secret and its ``scope``,
-    (``"rollout", <rollout id>, <server>``, or ``"shared", <server>``). The gateway derives any of them; one
-    server's key opens no other server, in its own rollout or another."""
+def require_secret(secret: str) -> str:
+    """``secret``, or one readable line saying which setting holds it: checked where a process starts, before it
+    makes a pod or takes a call."""
     if not secret:
         raise InvalidRequest(
             "bridged MCP servers on Kubernetes need the deployment's sidecar secret (the rollwire-mcp-sidecar Secret: "
             "the gateway's sidecar_secret and the orchestrator's mcp_sidecar_secret settings)"
         )
-    return hmac.new(secret.encode(), _KEY_LABEL + "\0".join(scope).encode(), hashlib.sha256).hexdigest()
+    return secret
+
+
+def sidecar_key(secret: str, *scope: str) -> str:
+    """The key one bridged server answers to: an HMAC of the deployment's sidecar secret and its ``scope``,
+    (``"rollout", <rollout id>, <server>``, or ``"shared", <server>``). The gateway derives any of them; one
+    server's key opens no other server, in its own rollout or another."""
+    key = require_secret(secret).encode()
+    return hmac.new(key, _KEY_LABEL + "\0".join(scope).encode(), hashlib.sha256).hexdigest()
 
 
 def proof(key: str, nonce: str) -> str:
@@ -212,6 +219,7 @@ __all__ = [
     "container_name",
     "object_name",
     "proof",
+    "require_secret",
     "sidecar_key",
     "sidecar_ports",
 ]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import httpx2
 
 from rollwire.errors import RollwireError, UpstreamError
-from rollwire.mcp_servers.placement import SHARED_PORT, Scope, object_name, proof, sidecar_key
+from rollwire.mcp_servers.placement import SHARED_PORT, Scope, object_name, proof, require_secret, sidecar_key
 from rollwire.mcp_servers.server_config import UpstreamSpec
 from rollwire.orchestrator.runtimes.kubernetes.mcp_sidecars import annotated
 from rollwire.orchestrator.runtimes.kubernetes.pod_spec import ROLLOUT_ID_ANNOTATION, pod_name
@@ -53,7 +53,7 @@ def cluster_upstreams(specs: dict[str, UpstreamSpec], namespace: str, secret: st
         if placement.scope == Scope.REMOTE:
             routed[name] = spec
         elif placement.scope == Scope.ROLLOUT:
-            sidecar_key(secret)  # refuses an empty secret at start, not at a rollout's first call
+            require_secret(secret)  # at start, not at a rollout's first call
             routed[name] = replace(bare, url="", in_rollout_pod=True)
         elif placement.bridged:  # our bridge: it answers its own key, and strips it
             key = sidecar_key(secret, "shared", name)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import anyio
 import pytest
@@ -13,14 +11,10 @@ from rollwire.harness_adapters.base import Launch, RolloutContext
 from rollwire.orchestrator.runtimes.kubernetes.api import api_client_from_settings
 from rollwire.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
 from rollwire.settings import KubernetesSettings
+from tests.orchestrator.real_cluster import CLUSTER_MARKS, KUBECONFIG, NAMESPACE
 from tests.orchestrator.runs import orchestrator_settings, plan, run_with
 
-KUBECONFIG = os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config"))
-pytestmark = [
-    pytest.mark.needs_cluster,
-    pytest.mark.skipif(not Path(KUBECONFIG).is_file(), reason=f"no kubeconfig at {KUBECONFIG}: no cluster to run against"),
-]
-NAMESPACE = os.environ.get("ROLLWIRE_TEST_NAMESPACE", "default")
+pytestmark = CLUSTER_MARKS
 
 
 @dataclass

@@ -11,7 +11,6 @@ sidecar is shown against kmock (``tests/mcp_servers/test_gateway_cluster_routes.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 from pathlib import Path
 
@@ -25,15 +24,10 @@ from rollwire.orchestrator.runtimes.base import EndKind, RolloutJob
 from rollwire.orchestrator.runtimes.kubernetes.api import api_client_from_settings
 from rollwire.orchestrator.runtimes.kubernetes.runtime import KubernetesRuntime
 from rollwire.settings import KubernetesSettings
+from tests.orchestrator.real_cluster import CLUSTER_MARKS, KUBECONFIG, NAMESPACE, REGISTRY
 from tests.polling import wait_until_async
 
-KUBECONFIG = os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config"))
-pytestmark = [
-    pytest.mark.needs_cluster,
-    pytest.mark.skipif(not Path(KUBECONFIG).is_file(), reason=f"no kubeconfig at {KUBECONFIG}: no cluster to run against"),
-]
-NAMESPACE = os.environ.get("ROLLWIRE_TEST_NAMESPACE", "default")
-REGISTRY = os.environ.get("ROLLWIRE_TEST_IMAGE_REGISTRY", "")
+pytestmark = CLUSTER_MARKS
 PORT = KubernetesSettings().mcp_sidecar_port
 PROBE = f"""
 import asyncio, os, time

@@ -16,20 +16,15 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.orchestrator.cluster_stack import orchestrator_job, probe_pod, secrets_for, stack
+from tests.orchestrator.real_cluster import CLUSTER_MARKS, KUBECONFIG, REGISTRY
 from tests.polling import wait_until
 
-KUBECONFIG = os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config"))
-pytestmark = [
-    pytest.mark.needs_cluster,
-    pytest.mark.skipif(not Path(KUBECONFIG).is_file(), reason=f"no kubeconfig at {KUBECONFIG}: no cluster to run against"),
-]
-REGISTRY = os.environ.get("ROLLWIRE_TEST_IMAGE_REGISTRY", "")
+pytestmark = CLUSTER_MARKS
 INTERNET = os.environ.get("ROLLWIRE_TEST_INTERNET_URL", "http://1.1.1.1")
 SUITE, GROUP = "tiny", 2
 

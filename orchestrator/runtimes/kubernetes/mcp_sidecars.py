@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollwire.harness_adapters.images import in_registry
-from rollwire.mcp_servers.placement import Scope, container_name, sidecar_key, sidecar_ports
+from rollwire.mcp_servers.placement import Scope, container_name, require_secret, sidecar_key, sidecar_ports
 from rollwire.mcp_servers.server_config import RolloutVars, UpstreamSpec, load_upstreams
 from rollwire.settings import KubernetesSettings
 
@@ -53,7 +53,7 @@ class RolloutServers:
             spec.cluster.check(name, spec.command)
         ours = {name: spec for name, spec in every.items() if spec.cluster.scope == Scope.ROLLOUT}
         if ours:
-            sidecar_key(settings.mcp_sidecar_secret)  # refuses an empty secret before any pod is made
+            require_secret(settings.mcp_sidecar_secret)  # before any pod is made
         ports = sidecar_ports({name: spec.cluster for name, spec in every.items()}, settings.mcp_sidecar_port)
         return cls(ours, ports, settings.mcp_sidecar_secret)
 
