@@ -8,6 +8,7 @@ new attempt. A rollout that ran and scored badly is final; only ``EndKind.LOST``
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -119,12 +120,28 @@ class Scheduler:
         self._on_progress = on_progress or (lambda _progress: None)
         self._db_lock = anyio.CapacityLimiter(1)  # one store writer per process
         self.progress = Progress()
+        self._slots = anyio.Semaphore(max(1, settings.concurrency))
 
     async def _db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self._db_lock)
 
     async def run(self, plan: RunPlan) -> Progress:
         """Plan the run's rows (first time only), then drive every non-final row to a final state."""
+        rows = await self.open_run(plan)
+        if not rows:
+            planned = [
+                PlannedRollout(task.id, f"{plan.run_id}:{task.id}", index, task.meta)
+                for task in plan.tasks
+                for index in range(plan.group_size)
+            ]
+            rows = await self.plan_rows(plan.run_id, planned)
+        live = live_rows(rows)
+        self._count_existing(live)
+        await self.drive(live, plan.tasks)
+        return self.progress
+
+    async def open_run(self, plan: RunPlan) -> list[Rollout]:
+        """The run's row (created the first time) and every row it has so far."""
         config = {
             **plan.config,
             "harness": plan.harness,
@@ -132,26 +149,24 @@ class Scheduler:
             "policy_version": plan.policy_version,
         }
         await self._db(self._book.ensure_run, plan.run_id, plan.name or plan.run_id, config)
-        rows = await self._db(self._book.rollouts, plan.run_id)
-        if not rows:
-            rules = getattr(self._adapter, "side_call_rules", None)  # the harness's own side calls, if it says
-            extra = {"side_call_rules": [rule.to_dict() for rule in rules]} if rules is not None else {}
-            planned = [
-                PlannedRollout(task.id, f"{plan.run_id}:{task.id}", index, {**task.meta, **extra})
-                for task in plan.tasks
-                for index in range(plan.group_size)
-            ]
-            await self._db(self._book.plan, plan.run_id, planned)
-            rows = await self._db(self._book.rollouts, plan.run_id)
-        tasks = {task.id: task for task in plan.tasks}
-        live = live_rows(rows)
-        self._count_existing(live)
-        slots = anyio.Semaphore(max(1, self._settings.concurrency))
+        return await self._db(self._book.rollouts, plan.run_id)
+
+    async def plan_rows(self, run_id: str, planned: Sequence[PlannedRollout]) -> list[Rollout]:
+        """Pending rows for ``planned`` (the harness's side-call rules added to their meta); returns the run's rows."""
+        rules = getattr(self._adapter, "side_call_rules", None)  # the harness's own side calls, if it says
+        if rules is not None:
+            extra = {"side_call_rules": [rule.to_dict() for rule in rules]}
+            planned = [dataclasses.replace(item, meta={**item.meta, **extra}) for item in planned]
+        await self._db(self._book.plan, run_id, planned)
+        return await self._db(self._book.rollouts, run_id)
+
+    async def drive(self, rows: Sequence[Rollout], tasks: Sequence[TaskSpec]) -> None:
+        """Drive every non-final row of ``rows`` to a final state, at most ``concurrency`` at once across calls."""
+        by_id = {task.id: task for task in tasks}
         async with anyio.create_task_group() as group:
-            for row in live:
+            for row in rows:
                 if not RolloutStatus(row.status).is_final:
-                    group.start_soon(self._drive, row, tasks, slots)
-        return self.progress
+                    group.start_soon(self._drive, row, by_id, self._slots)
 
     def _count_existing(self, live: Sequence[Rollout]) -> None:
         self.progress.planned = len(live)

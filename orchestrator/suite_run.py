@@ -13,7 +13,8 @@ import functools
 import logging
 import os
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,7 +26,7 @@ from rollwire.errors import InvalidRequest, NotFound
 from rollwire.harness_adapters.base import Adapter, runs_model_code
 from rollwire.orchestrator.runtimes.base import Runtime
 from rollwire.orchestrator.scheduler import Endpoints, Progress, RunPlan, Scheduler, TaskSpec, live_rows
-from rollwire.rollouts import RolloutBook
+from rollwire.rollouts import PlannedRollout, RolloutBook
 from rollwire.sandbox import state_folders
 from rollwire.settings import OrchestratorSettings, Settings
 from rollwire.store.db import open_engine
@@ -142,6 +143,99 @@ def _resume_tasks(book: RolloutBook, run_id: str, suite: str, harness: str, pick
     return [every[task_id] for task_id in dict.fromkeys(row.task_id or "" for row in rows)]
 
 
+@dataclass(slots=True)
+class SuiteSession:
+    """A suite, a harness and a runtime opened once, driven by one scheduler (one concurrency limit for every
+    row it drives): ``run_suite`` plans a whole run in it, ``rollwire rl`` plans one group at a time."""
+
+    suite: str
+    harness: str
+    """The registry name (or the adapter's own name) the run's rows and config call the harness."""
+    book: RolloutBook
+    scheduler: Scheduler
+    run_config: dict[str, object]
+    """What every run of this session records beside the caller's meta (suite, runtime, the suite's budgets)."""
+
+    def tasks(self, split: str | None = None, task_ids: Sequence[str] | None = None) -> list[TaskSpec]:
+        return select_tasks(self.suite, split, task_ids)
+
+    async def open_run(
+        self, run_id: str, name: str = "", meta: Mapping[str, object] | None = None, split: str | None = None,
+        policy_version: int | None = None, group_size: int = 1,
+    ) -> list[Rollout]:
+        """The run's row (created the first time, with this session's config) and every row it has so far."""
+        config = {**(meta or {}), **self.run_config, "split": split}
+        plan = RunPlan(run_id, [], group_size, self.harness, name, policy_version, config)
+        return await self.scheduler.open_run(plan)
+
+    async def run_group(
+        self, run_id: str, task: TaskSpec, size: int, group_id: str, meta: Mapping[str, object] | None = None
+    ) -> list[Rollout]:
+        """Plan ``size`` rollouts of ``task`` as one group and drive them to a final state; returns the group's
+        live rows (an infrastructure retry in place of the attempt it replaced)."""
+        planned = [PlannedRollout(task.id, group_id, index, {**task.meta, **(meta or {})}) for index in range(size)]
+        rows = await self.scheduler.plan_rows(run_id, planned)
+        return await self.finish_group(run_id, group_id, rows, [task])
+
+    async def finish_group(
+        self, run_id: str, group_id: str, rows: Sequence[Rollout], tasks: Sequence[TaskSpec]
+    ) -> list[Rollout]:
+        """Drive the group's non-final rows (a resumed run's too) and return its live rows once all are final."""
+        await self.scheduler.drive(live_rows([row for row in rows if row.group_id == group_id]), tasks)
+        rows = await anyio.to_thread.run_sync(self.book.rollouts, run_id)
+        return live_rows([row for row in rows if row.group_id == group_id])
+
+
+@asynccontextmanager
+async def open_suite(
+    stack: StackAddresses,
+    *,
+    suite: str,
+    harness: str | Adapter,
+    runtime: str = "local",
+    concurrency: int = 4,
+    deadline_s: float | None = None,
+    harness_options: Mapping[str, object] | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    settings: Settings | None = None,
+    host_env: Mapping[str, str] | None = None,
+) -> AsyncIterator[SuiteSession]:
+    """Open the suite's scorer, the store and the runtime for as long as the ``async with`` lasts.
+
+    ``host_env`` is the environment local harnesses inherit PATH and locale from (default: this process's).
+    Rollouts reach the proxy and gateway at ``settings.orchestrator.proxy_url``/``gateway_url`` when set
+    (a pod sees other addresses than this machine), else at the stack's.
+    """
+    if concurrency < 1:
+        raise InvalidRequest("concurrency must be at least 1", param="concurrency")
+    if deadline_s is not None and deadline_s <= 0:
+        raise InvalidRequest("deadline must be a positive number of seconds", param="deadline_s")
+    settings = settings or Settings()
+    orch = settings.orchestrator.model_copy(
+        update={"runtime": runtime, "concurrency": concurrency}
+        | ({"deadline_s": deadline_s} if deadline_s is not None else {})
+    )
+    adapter = build_adapter(harness, harness_options)
+    name = harness if isinstance(harness, str) else adapter.name  # what the run's rows and config call it
+    orch = sandbox_needed(orch, adapter)
+    from rollwire.orchestrator.suite_scorer import SuiteScorer
+
+    scorer = SuiteScorer(suite, Path(stack.state_root), orch.checker_timeout_s, orch.checker_max_memory_mb)
+    book = RolloutBook(await anyio.to_thread.run_sync(open_engine, stack.db_url))
+    config: dict[str, object] = {"suite": suite_ref(suite), "runtime": runtime}
+    if scorer.suite.budgets:  # every rollout of the run gets the suite's budgets (stored on its row)
+        config["budgets"] = dict(scorer.suite.budgets)
+    endpoints = Endpoints(orch.proxy_url or stack.proxy_url, orch.gateway_url or stack.gateway_url)
+    env = dict(os.environ if host_env is None else host_env)
+    hidden = state_folders([stack.state_root, sqlite_path(stack.db_url), settings.home])
+    async with build_runtime(runtime, orch, env, hidden) as opened:
+        scheduler = Scheduler(
+            book=book, runtime=opened, adapter=adapter, scorer=scorer, settings=orch, endpoints=endpoints,
+            on_progress=on_progress,
+        )  # fmt: skip
+        yield SuiteSession(suite, name, book, scheduler, config)
+
+
 async def run_suite(
     stack: StackAddresses,
     *,
@@ -163,47 +257,20 @@ async def run_suite(
     host_env: Mapping[str, str] | None = None,
 ) -> SuiteRunResult:
     """Run ``group_size`` rollouts of each picked task with ``harness`` (a registry name, or an adapter object of
-    the caller's own) until every one is final.
-
-    ``host_env`` is the environment local harnesses inherit PATH and locale from (default: this process's).
-    Rollouts reach the proxy and gateway at ``settings.orchestrator.proxy_url``/``gateway_url`` when set
-    (a pod sees other addresses than this machine), else at the stack's.
-    """
+    the caller's own) until every one is final; the other arguments are ``open_suite``'s."""
     if group_size < 1:
         raise InvalidRequest("group size must be at least 1", param="group_size")
-    if concurrency < 1:
-        raise InvalidRequest("concurrency must be at least 1", param="concurrency")
-    if deadline_s is not None and deadline_s <= 0:
-        raise InvalidRequest("deadline must be a positive number of seconds", param="deadline_s")
-    settings = settings or Settings()
-    orch = settings.orchestrator.model_copy(
-        update={"runtime": runtime, "concurrency": concurrency}
-        | ({"deadline_s": deadline_s} if deadline_s is not None else {})
-    )
     picked = select_tasks(suite, split, task_ids)
-    adapter = build_adapter(harness, harness_options)
-    name = harness if isinstance(harness, str) else adapter.name  # what the run's rows and config call it
-    orch = sandbox_needed(orch, adapter)
-    from rollwire.orchestrator.suite_scorer import SuiteScorer
-
-    scorer = SuiteScorer(suite, Path(stack.state_root), orch.checker_timeout_s, orch.checker_max_memory_mb)
-    book = RolloutBook(await anyio.to_thread.run_sync(open_engine, stack.db_url))
     run_id = run_id or f"run-{secrets.token_hex(6)}"
-    tasks = await anyio.to_thread.run_sync(_resume_tasks, book, run_id, suite, name, picked)
-    config: dict[str, object] = {**(run_meta or {}), "suite": suite_ref(suite), "split": split, "runtime": runtime}
-    if scorer.suite.budgets:  # every rollout of the run gets the suite's budgets (stored on its row)
-        config["budgets"] = dict(scorer.suite.budgets)
-    plan = RunPlan(run_id, tasks, group_size, name, run_name, policy_version, config)
-    endpoints = Endpoints(orch.proxy_url or stack.proxy_url, orch.gateway_url or stack.gateway_url)
-    env = dict(os.environ if host_env is None else host_env)
-    hidden = state_folders([stack.state_root, sqlite_path(stack.db_url), settings.home])
-    async with build_runtime(runtime, orch, env, hidden) as opened:
-        scheduler = Scheduler(
-            book=book, runtime=opened, adapter=adapter, scorer=scorer, settings=orch, endpoints=endpoints,
-            on_progress=on_progress,
-        )  # fmt: skip
-        progress = await scheduler.run(plan)
-    rows = await anyio.to_thread.run_sync(book.rollouts, run_id)
+    async with open_suite(
+        stack, suite=suite, harness=harness, runtime=runtime, concurrency=concurrency, deadline_s=deadline_s,
+        harness_options=harness_options, on_progress=on_progress, settings=settings, host_env=host_env,
+    ) as session:  # fmt: skip
+        tasks = await anyio.to_thread.run_sync(_resume_tasks, session.book, run_id, suite, session.harness, picked)
+        config = {**(run_meta or {}), **session.run_config, "split": split}
+        plan = RunPlan(run_id, tasks, group_size, session.harness, run_name, policy_version, config)
+        progress = await session.scheduler.run(plan)
+        rows = await anyio.to_thread.run_sync(session.book.rollouts, run_id)
     return SuiteRunResult(run_id, progress, live_rows(rows))
 
 
@@ -230,5 +297,5 @@ def _say_unsandboxed(reason: str, harness: str) -> None:
     )  # fmt: skip
 
 
-__all__ = ["RUNTIMES", "SPLITS", "StackAddresses", "SuiteRunResult", "build_adapter", "build_runtime", "run_suite",
+__all__ = ["RUNTIMES", "SPLITS", "StackAddresses", "SuiteRunResult", "SuiteSession", "open_suite", "build_adapter", "build_runtime", "run_suite",
            "sandbox_needed", "select_tasks", "suite_ref"]  # fmt: skip

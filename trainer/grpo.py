@@ -91,6 +91,18 @@ def training_reward(trajectory: Trajectory, failure_reward: float | None) -> flo
     return None
 
 
+def group_has_signal(group: Sequence[Trajectory], config: GRPOConfig) -> bool:
+    """Whether a task group can train anything: two or more rollouts that train, whose rewards differ.
+
+    A group whose rewards agree has advantage 0 everywhere (``group_advantages``); dynamic sampling replaces it
+    with another draw rather than spend a step's share on it.
+    """
+    rewards = [r for r in (training_reward(t, config.failure_reward) for t in group) if r is not None]
+    if len(rewards) < 2:
+        return False
+    return group_advantages(torch.tensor(rewards), torch.zeros(len(rewards), dtype=torch.long)).num_zero_variance == 0
+
+
 def prepare_grpo(groups: Sequence[Sequence[Trajectory]], config: GRPOConfig, current_version: int) -> GRPOBatch:
     """Drop rollouts that cannot train (unscored, too stale), then advantages per group over what is left.
 
@@ -320,6 +332,7 @@ __all__ = [
     "grpo_loss",
     "grpo_metrics",
     "grpo_step",
+    "group_has_signal",
     "prepare_grpo",
     "training_reward",
     "updates_nothing",

@@ -16,6 +16,7 @@ from rollwire.errors import RollwireError
 COMMANDS: dict[str, str] = {
     "agent": "rollwire.app.cli.agent",
     "demo": "rollwire.app.cli.demo",
+    "rl": "rollwire.app.cli.rl",
     "up": "rollwire.app.cli.up",
     "engine": "rollwire.app.cli.engine",
     "vllm": "rollwire.app.cli.vllm",

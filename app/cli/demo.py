@@ -48,11 +48,11 @@ RECIPE_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
     "sft_lr": ((), "SFT learning rate"),
     "grpo_lr": ((), "GRPO learning rate"),
     "grpo_epochs": ((), "clipped passes over each iteration's batch"),
-    "groups_per_step": ((), "task groups per GRPO step, 0: all"),
+    "max_lag": ((), "GRPO updates sampling may run ahead of training, 0: lockstep"),
     "aggregation": ((), "GRPO loss aggregation: sequence-mean or token-mean"),
     "std_scale": ((), "divide GRPO advantages by the reward std of: group, batch or none"),
     "clip_high": ((), "PPO clip upper bound is 1 + this"),
-    "tasks_per_iteration": ((), "train tasks per GRPO iteration, in turn, 0: all"),
+    "tasks_per_iteration": ((), "task groups with a reward spread per GRPO update, drawn by learnability"),
     "train_tasks": ((), "use only the first N train tasks, 0: all"),
     "eval_group": ((), "rollouts per held-out task, before and after RL"),
     "eval_tasks": ((), "evaluate on only the first N held-out tasks, 0: all"),
@@ -60,7 +60,8 @@ RECIPE_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
     "max_tokens": ((), "most tokens per model call"),
     "max_turns": ((), "most model calls per rollout"),
     "concurrency": ((), "rollouts running at once"),
-    "seed": ((), "seed of the trainer and of sampling (each model call's seed derives from it and its prompt)"),
+    "seed": ((), "seed of the trainer, the task draws and sampling (each model call's seed derives from it and its prompt)"),
+    "run_id": ((), "the demo's run; a killed demo resumes when run again with the same --out and --run-id"),
 }
 """DemoConfig field -> (short flags, help); each becomes ``--field-name`` with the field's type and default."""
 
@@ -76,6 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keep-sft-optimizer", dest="fresh_optimizer", action="store_false",
         help="continue SFT's AdamW into GRPO (default: a fresh one)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-dynamic-sampling", dest="dynamic_sampling", action="store_false",
+        help="train on every task group, even one whose rewards all agree (default: leave it out and draw another)",
     )  # fmt: skip
     parser.add_argument("--upstream", metavar="URL", help="a running vLLM server to use instead of the bundled engine")
     parser.add_argument(
@@ -180,8 +185,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                   f"{result.teacher.mean if result.teacher else 0:.2f}")  # fmt: skip
     for k, phase in enumerate(result.iterations, start=1):
         console.print(
-            f"GRPO iteration {k:3}: {len(phase.rewards)} rollouts, mean reward {phase.mean:.3f}, policy v{phase.policy_version}"
+            f"GRPO update {k:3}: {len(phase.rewards)} rollouts, mean reward {phase.mean:.3f}, policy v{phase.policy_version}"
         )
+    if result.rl is not None:
+        rl = result.rl
+        console.print(f"groups drawn {len(rl.draws)}, finished {rl.groups_finished}, no reward spread (redrawn) "
+                      f"{rl.groups_zero_variance} ({rl.zero_variance_share:.0%})")  # fmt: skip
     console.print(
         f"[bold]held-out mean reward[/] before RL (SFT only): {before.mean:.3f} over {len(before.rewards)} rollouts"
     )

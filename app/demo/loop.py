@@ -1,9 +1,12 @@
-"""The whole loop on one machine: teacher data -> SFT -> eval -> K x (rollouts -> GRPO -> push) -> eval -> report.
+"""The demo preset of ``rollwire rl`` on one machine: teacher data -> SFT -> eval -> the RL loop -> eval -> report.
 
 Every rollout is a real harness process (the reference agent by default) on the orchestrator's local
 runtime, talking to the real proxy, gateway and env servers of a ``LocalStack``; rewards come from the
 suite's checkers; trajectories come back through the proxy's trajectory stream. The teacher is a scripted
 expert behind its own proxy on the same store, so its calls are recorded token by token like any other.
+The GRPO phase is ``RLLoop`` itself (``rollwire.app.rl``): curriculum draws, dynamic sampling and sampling
+up to ``max_lag`` updates ahead of the trainer. Every phase's run id derives from the demo's run id, so the same
+command with the same ``--out`` and ``--run-id`` resumes a killed demo where it stopped.
 """
 
 from __future__ import annotations
@@ -13,15 +16,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rollwire.app.interrupt import run_interruptible
+from rollwire.app.rl.runner import Rollouts, Serving, local_stack, run_loop
 from rollwire.app.stack import LocalStack, StackInfo
 from rollwire.errors import InvalidRequest, RollwireError
 from rollwire.orchestrator.scheduler import Progress
 from rollwire.orchestrator.suite_run import SuiteRunResult, run_suite
 from rollwire.settings import Settings, TrainerSettings
 from rollwire.trainer.trackers.base import Tracker, scalars
+
+if TYPE_CHECKING:
+    from rollwire.app.rl.loop import RLResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +50,10 @@ class DemoConfig:
     At 3e-3 SFT alone reaches most of the held-out reward and leaves RL little to show."""
     grpo_lr: float = 3e-4
     grpo_epochs: int = 4
-    groups_per_step: int = 0
-    """Task groups per GRPO optimizer step (0: the whole iteration in one step)."""
+    max_lag: int = 1
+    """Updates the sampler may run ahead of the trainer (0: lockstep sampling and training)."""
+    dynamic_sampling: bool = True
+    """Leave out task groups whose rewards are all equal and draw others in their place."""
     aggregation: str = "sequence-mean"
     """GRPO loss aggregation: sequence-mean (each rollout counts once) or token-mean."""
     std_scale: str = "group"
@@ -59,7 +68,7 @@ class DemoConfig:
     teacher_tasks: int = 8
     """The teacher solves the first N train tasks (0: all); RL then meets tasks SFT never saw."""
     tasks_per_iteration: int = 8
-    """Train tasks per GRPO iteration, taken in turn from the train split (0: all of them every time)."""
+    """Task groups (with a reward spread) per GRPO update, drawn by the learnability curriculum."""
     eval_tasks: int = 0
     """Evaluate on only the first N held-out tasks (0: all)."""
     temperature: float = 1.0
@@ -70,9 +79,11 @@ class DemoConfig:
     seed: int = 0
     upstream: str | None = None
     model: str | None = None
+    run_id: str = "demo"
+    """The demo's run; its phases are ``<run_id>.teacher``, ``<run_id>.eval-v<version>`` and the RL run itself."""
 
     def __post_init__(self) -> None:
-        for name in ("train_tasks", "eval_tasks", "teacher_tasks", "tasks_per_iteration"):
+        for name in ("train_tasks", "eval_tasks", "teacher_tasks", "max_lag"):
             if getattr(self, name) < 0:
                 raise InvalidRequest(f"--{name.replace('_', '-')} must be 0 (all) or more", param=name)
         for name in (
@@ -83,6 +94,7 @@ class DemoConfig:
             "eval_group",
             "concurrency",
             "max_turns",
+            "tasks_per_iteration",
         ):
             if getattr(self, name) < 1:
                 raise InvalidRequest(f"--{name.replace('_', '-')} must be at least 1", param=name)
@@ -100,6 +112,19 @@ class DemoConfig:
             raise InvalidRequest("--aggregation must be sequence-mean or token-mean", param="aggregation")
         if self.upstream and not self.model:
             raise InvalidRequest("--upstream needs --model: the local folder of the served model (tokenizer, weights)")
+
+    @property
+    def serving(self) -> Serving:
+        return Serving(self.engine, self.upstream, self.model)
+
+    @property
+    def rollouts(self) -> Rollouts:
+        """The RL loop's rollouts (``train_tasks``: the first N of the train split)."""
+        from rollwire.orchestrator.suite_run import select_tasks
+
+        ids = [task.id for task in select_tasks(self.suite, "train")]
+        return Rollouts(self.suite, self.harness, self.runtime, self.concurrency, self.deadline_s,
+                        self.harness_options(), tuple(ids[: self.train_tasks] if self.train_tasks else ids))  # fmt: skip
 
     def harness_options(self) -> dict[str, object]:
         if self.harness != "reference":
@@ -130,6 +155,7 @@ class DemoResult:
     before: PhaseResult | None = None
     after: PhaseResult | None = None
     iterations: list[PhaseResult] = field(default_factory=list)
+    rl: RLResult | None = None
     train_metrics: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -151,18 +177,12 @@ def step_detail(step: int, steps: int, metrics: dict[str, Any]) -> str:
 
 
 def trainer_settings(config: DemoConfig, base: TrainerSettings, info: StackInfo) -> TrainerSettings:
-    """The learner's settings for this demo: the stack's proxy and engine, the recipe's rates.
+    """The learner's settings for this demo (``learner_settings``): the stack's proxy and engine, the recipe's rates."""
+    from rollwire.app.rl.runner import learner_settings
 
-    The engine's address goes where `rollwire train` has it, so the weight sinks and the automatic
-    importance-sampling correction (TIS with vLLM, none with the bundled engine) read it the same way.
-    """
-    on_vllm = bool(config.upstream) or config.engine == "vllm"
-    return base.model_copy(
-        update={"admin_url": info.admin_url, "operator_key": info.operator_key, "lr": config.sft_lr,
-                "seed": config.seed, "group_size": config.group_size, "keep_checkpoints": 2,
-                "std_scale": config.std_scale, "clip_high": config.clip_high,
-                "engine_url": "" if on_vllm else info.engine_url or "",
-                "vllm_url": (config.upstream or info.engine_url or "") if on_vllm else ""}
+    return learner_settings(
+        base, info, config.serving, max_lag=config.max_lag, lr=config.sft_lr, seed=config.seed,
+        group_size=config.group_size, std_scale=config.std_scale, clip_high=config.clip_high,
     )  # fmt: skip
 
 
@@ -178,9 +198,13 @@ class Demo:
 
     def _on_step(self, phase: str, kind: str, learner: Any) -> Callable[[int, int, dict[str, Any]], None]:
         """The learner's step callback: the live line, and the tracker at the learner's overall step count."""
+        return self._on_step_of([phase], kind, learner)
+
+    def _on_step_of(self, phase: list[str], kind: str, learner: Any) -> Callable[[int, int, dict[str, Any]], None]:
+        """``_on_step`` for a phase whose name changes as it goes (``phase[0]``: the RL loop's update line)."""
 
         def on_step(step: int, steps: int, metrics: dict[str, Any]) -> None:
-            self.report(phase, None, step_detail(step, steps, metrics))
+            self.report(phase[0], None, step_detail(step, steps, metrics))
             if self.tracker is not None:
                 self.tracker.log(learner.session.state.step, scalars(metrics, f"{kind}/"))
 
@@ -192,20 +216,7 @@ class Demo:
 
     def run(self) -> DemoResult:
         started = time.monotonic()
-        settings = self.settings
-        if Path(self.config.suite).suffix:  # a suite file: the env servers may seed its tasks
-            mcp = settings.mcp.model_copy(update={"suites": [*settings.mcp.suites, self.config.suite]})
-            settings = settings.model_copy(update={"mcp": mcp})
-        stack = LocalStack(
-            settings,
-            upstream=self.config.upstream,
-            model=self.config.model,
-            db_url=f"sqlite:///{self.out_dir / 'store.db'}",
-            state_dir=self.out_dir / "mcp_state",
-            log_dir=self.out_dir / "logs",
-            engine=self.config.engine,
-            proxy_env={"ROLLWIRE_PROXY__SAMPLE_SEED": str(self.config.seed)},  # the same run samples alike again
-        )
+        stack = local_stack(self.settings, self.out_dir, self.config.serving, self.config.suite, self.config.seed)
         self.report("starting the stack (engine, env servers, gateway, proxy)", None)
         with stack as info:
             result = DemoResult(self.config, self.out_dir, info)
@@ -214,7 +225,7 @@ class Demo:
         return result
 
     def _phases(self, stack: LocalStack, info: StackInfo, result: DemoResult) -> None:
-        from rollwire.app.demo.policy import Learner, read_run
+        from rollwire.app.rl.learner import Learner, read_run
 
         config = self.config
         model_dir = self._model_dir()
@@ -222,50 +233,55 @@ class Demo:
         learner = Learner.open(model_dir, self.out_dir / "checkpoints", trainer)
         try:
             result.teacher = self._teacher(stack, info, model_dir)
-            teacher_runs = read_run(
-                info.admin_url, info.operator_key, result.teacher.run_id, len(result.teacher.rewards)
-            )
             self._track_phase("teacher", result.teacher, learner)
-            sft_phase = f"SFT warm start on {len(teacher_runs)} teacher trajectories"
-            self.report(sft_phase, None, "step 0")
-            learner.on_step = self._on_step(sft_phase, "sft", learner)
-            result.train_metrics += [m | {"phase": "sft"} for m in learner.sft(
-                teacher_runs, epochs=config.sft_epochs, batch_size=config.sft_batch, seed=config.seed)]  # fmt: skip
-            result.before = self._rollouts(
-                info, "eval before RL", "held_out", config.eval_group, learner.version, "eval"
-            )
-            self._track_phase("eval", result.before, learner)
-            learner.set_lr(config.grpo_lr, fresh=config.fresh_optimizer)
+            if learner.version == 0:  # a resumed demo whose SFT is in its checkpoint skips it
+                teacher_runs = read_run(
+                    info.admin_url, info.operator_key, result.teacher.run_id, len(result.teacher.rewards)
+                )
+                sft_phase = f"SFT warm start on {len(teacher_runs)} teacher trajectories"
+                self.report(sft_phase, None, "step 0")
+                learner.on_step = self._on_step(sft_phase, "sft", learner)
+                result.train_metrics += [m | {"phase": "sft"} for m in learner.sft(
+                    teacher_runs, epochs=config.sft_epochs, batch_size=config.sft_batch, seed=config.seed)]  # fmt: skip
+            if learner.version == 1:  # the first GRPO update has not been made: the start of RL
+                learner.set_lr(config.grpo_lr, fresh=config.fresh_optimizer)
+            else:  # resumed: the checkpoint's optimizer is GRPO's, at its rate
+                learner.set_lr(config.grpo_lr)
             learner.settings = learner.settings.model_copy(update={"aggregation": config.aggregation})
-            for k in range(1, config.iterations + 1):
-                stack.check_alive()
-                tasks = self._task_ids("train", config.tasks_per_iteration, k - 1)
-                phase = self._rollouts(
-                    info,
-                    f"GRPO iteration {k}/{config.iterations}",
-                    "train",
-                    config.group_size,
-                    learner.version,
-                    "grpo",
-                    tasks,
-                )
-                result.iterations.append(phase)
-                self._track_phase("grpo", phase, learner)
-                batch = read_run(info.admin_url, info.operator_key, phase.run_id, len(phase.rewards))
-                update = f"GRPO iteration {k}/{config.iterations}: update (mean reward {phase.mean:.2f})"
-                self.report(update, None, "step 0")
-                learner.on_step = self._on_step(update, "grpo", learner)
-                metrics = learner.grpo(
-                    batch,
-                    group_size=config.group_size,
-                    groups_per_step=config.groups_per_step,
-                    epochs=config.grpo_epochs,
-                )
-                result.train_metrics += [m | {"phase": "grpo", "iteration": k} for m in metrics]
+            result.before = self._rollouts(info, "eval before RL", "held_out", config.eval_group, 1, "eval")
+            self._track_phase("eval", result.before, learner)
+            result.rl = self._rl(info, learner, result)
             result.after = self._rollouts(info, "eval after RL", "held_out", config.eval_group, learner.version, "eval")
             self._track_phase("eval", result.after, learner)
         finally:
             learner.close()
+
+    def _rl(self, info: StackInfo, learner: Any, result: DemoResult) -> RLResult:
+        """The GRPO phase: ``rollwire rl``'s loop on the train split, its updates reported as the demo's iterations."""
+        from rollwire.app.rl.loop import RLConfig
+
+        config = self.config
+        rl = RLConfig(
+            iterations=config.iterations, group_size=config.group_size, groups_per_step=config.tasks_per_iteration,
+            max_lag=config.max_lag, epochs=config.grpo_epochs, dynamic_sampling=config.dynamic_sampling,
+            seed=config.seed,
+        )  # fmt: skip
+        phase = [f"GRPO ({config.iterations} updates, sampling up to {config.max_lag} ahead)"]
+
+        def on_line(line: str) -> None:
+            phase[0] = f"GRPO {line}"
+            self.report(phase[0], None)
+
+        learner.on_step = self._on_step_of(phase, "grpo", learner)
+        self.report(phase[0], None)
+        outcome = run_loop(info, learner, rl, config.rollouts, run_id=config.run_id, settings=self.settings,
+                           report=on_line, on_progress=lambda p: self.report(phase[0], p))  # fmt: skip
+        for k, step in enumerate(outcome.steps, start=1):
+            done = PhaseResult(f"GRPO update {k}", config.run_id, step.rewards, step.version, step.seconds)
+            result.iterations.append(done)
+            self._track_phase("grpo", done, learner)
+            result.train_metrics += [m | {"phase": "grpo", "iteration": k} for m in step.metrics]
+        return outcome
 
     def _model_dir(self) -> Path:
         from rollwire.model_names import resolve_model
@@ -285,16 +301,14 @@ class Demo:
                 self.config.teacher_group, 0, "teacher", self._task_ids("train", self.config.teacher_tasks),
             )  # fmt: skip
 
-    def _task_ids(self, split: str, limit: int = 0, turn: int = 0) -> list[str] | None:
-        """The split's tasks (first ``train_tasks``/``eval_tasks``), then ``limit`` of them starting at ``turn * limit``."""
+    def _task_ids(self, split: str, limit: int = 0) -> list[str]:
+        """The split's tasks (first ``train_tasks``/``eval_tasks``), then the first ``limit`` of them (0: all)."""
         from rollwire.orchestrator.suite_run import select_tasks
 
         cap = self.config.train_tasks if split == "train" else self.config.eval_tasks
         ids = [task.id for task in select_tasks(self.config.suite, split)]
         ids = ids[:cap] if cap else ids
-        if limit and limit < len(ids):
-            ids = [ids[(turn * limit + j) % len(ids)] for j in range(limit)]
-        return ids
+        return ids[:limit] if limit else ids
 
     def _rollouts(
         self,
@@ -306,13 +320,15 @@ class Demo:
         kind: str,
         task_ids: list[str] | None = None,
     ) -> PhaseResult:
+        """Run (or, resumed, finish) the phase's run: ``<run_id>.teacher`` or ``<run_id>.eval-v<version>``."""
         config, started = self.config, time.monotonic()
+        run_id = f"{config.run_id}.{kind}" + (f"-v{version}" if kind == "eval" else "")
         self.report(name, Progress())
         outcome: SuiteRunResult = run_interruptible(
             lambda: run_suite(
                 info, suite=config.suite, harness=config.harness, group_size=group, split=split, task_ids=task_ids or self._task_ids(split),
-                runtime=config.runtime, concurrency=config.concurrency, deadline_s=config.deadline_s,
-                run_name=name, run_meta={"kind": kind, "phase": name}, policy_version=version,
+                runtime=config.runtime, concurrency=config.concurrency, deadline_s=config.deadline_s, run_id=run_id,
+                run_name=name, run_meta={"kind": kind, "phase": name, "parent": config.run_id}, policy_version=version,
                 harness_options=config.harness_options(), on_progress=lambda p: self.report(name, p),
                 settings=self.settings,
             )

@@ -33,8 +33,35 @@ def summary(result: DemoResult) -> dict[str, Any]:
         "after_rl": phase(result.after),
         "gain": round(result.gain, 4),
         "iterations": [phase(p) for p in result.iterations],
+        "rl": rl_summary(result),
         "seconds": round(result.seconds, 1),
     }
+
+
+def rl_summary(result: DemoResult) -> dict[str, Any] | None:
+    """What the RL loop did besides its updates: draws, groups left out for no reward spread, lag, trainer time."""
+    rl = result.rl
+    if rl is None:
+        return None
+    half = len(rl.steps) // 2
+    return {
+        "run_id": rl.run_id,
+        "groups_drawn": len(rl.draws),
+        "groups_finished": rl.groups_finished,
+        "groups_zero_variance": rl.groups_zero_variance,
+        "zero_variance_share": round(rl.zero_variance_share, 4),
+        "max_policy_lag": max((step.max_lag for step in rl.steps), default=0),
+        "trainer_busy_share": round(rl.trainer_busy_s / rl.seconds, 4) if rl.seconds else 0.0,
+        "mean_reward_first_half": round(_mean_of([r for step in rl.steps[:half] for r in step.rewards]), 4),
+        "mean_reward_second_half": round(_mean_of([r for step in rl.steps[half:] for r in step.rewards]), 4),
+        "seconds": round(rl.seconds, 1),
+        "draws": [{"index": d.index, "task_id": d.task_id, "weight": round(d.weight, 4),
+                   "probability": round(d.probability, 4)} for d in rl.draws],  # fmt: skip
+    }
+
+
+def _mean_of(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
 
 
 def reward_curve(result: DemoResult, path: Path) -> Path:
@@ -74,9 +101,11 @@ def settings_in_words(c: DemoConfig) -> list[tuple[str, str]]:
     def capped(n: int) -> int:  # a count of train tasks, within the first ``train_tasks`` (0: no limit)
         return min(m for m in (n, c.train_tasks) if m) if n or c.train_tasks else 0
 
-    teacher, each = capped(c.teacher_tasks), capped(c.tasks_per_iteration)
-    per_iteration = "all train tasks" if each == 0 else f"{each} train tasks"
-    steps = "one optimizer step on all of them" if c.groups_per_step == 0 else f"{c.groups_per_step} groups per step"
+    teacher = capped(c.teacher_tasks)
+    ahead = "lockstep: sampling waits for each update" if c.max_lag == 0 else (
+        f"sampling runs up to {c.max_lag} update(s) ahead of training")
+    dynamic = ("groups whose rewards all agree are left out and redrawn" if c.dynamic_sampling
+               else "every group trains, equal rewards included")
     return [
         ("task suite", (f"{c.suite}; training on {first(c.train_tasks, 'train tasks')}, "
                        f"evaluating on {first(c.eval_tasks, 'held-out tasks')}")),
@@ -86,8 +115,9 @@ def settings_in_words(c: DemoConfig) -> list[tuple[str, str]]:
         ("teacher data", f"{c.teacher_group} scripted-expert rollout(s) of each of {first(teacher, 'train tasks')}"),
         ("SFT warm start", (f"{c.sft_epochs} passes over the teacher data, {c.sft_batch} trajectories per step, "
                            f"learning rate {c.sft_lr:g}")),
-        ("GRPO", (f"{c.iterations} iterations; each: {c.group_size} rollouts of {per_iteration} (in turn), then "
-                 f"{c.grpo_epochs} clipped pass(es) with {steps}, learning rate {c.grpo_lr:g}, {c.aggregation} "
+        ("GRPO", (f"{c.iterations} updates, each on {c.tasks_per_iteration} task groups of {c.group_size} rollouts drawn "
+                 f"by learnability (p(1-p) of each task's recent pass rate); {dynamic}; {ahead}; "
+                 f"{c.grpo_epochs} clipped pass(es) per update, learning rate {c.grpo_lr:g}, {c.aggregation} "
                  f"loss, {'a fresh' if c.fresh_optimizer else 'the SFT'} AdamW; advantages "
                  f"{'not scaled' if c.std_scale == 'none' else 'divided by the ' + c.std_scale + ' reward std'}, "
                  f"ratio clipped to [{1 - 0.2:g}, {1 + c.clip_high:g}]")),
@@ -189,6 +219,15 @@ def _trajectory_html(db_url: str, run_id: str, model_dir: Path | None) -> str:
     return "\n".join(parts)
 
 
+def _rl_html(rl: dict[str, Any] | None) -> str:
+    if rl is None:
+        return ""
+    return (f"<h2>The RL loop</h2><p>{rl['groups_drawn']} task groups drawn, {rl['groups_finished']} finished; "
+            f"{rl['groups_zero_variance']} ({rl['zero_variance_share']:.0%}) had no reward spread and were redrawn. "
+            f"Largest policy lag trained on: {rl['max_policy_lag']} version(s). The trainer was busy "
+            f"{rl['trainer_busy_share']:.0%} of the loop's {rl['seconds']:.0f} s.</p>")  # fmt: skip
+
+
 def _mean(phase: PhaseResult | None) -> str:
     return f"{phase.mean:.3f} over {len(phase.rewards)} rollouts" if phase else "-"
 
@@ -216,11 +255,12 @@ def write_report(result: DemoResult, model_dir: Path | None) -> dict[str, Path]:
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}}
 pre.tokens{{white-space:pre-wrap;background:#f6f6f6;padding:8px;font-size:12px}}mark{{background:#ffe08a}}.shared{{color:#888}}</style></head><body>
 <h1>rollwire demo</h1>
-<p>Held-out mean reward went from <b>{_mean(result.before)}</b> (SFT only) to <b>{_mean(result.after)}</b> after {len(result.iterations)} GRPO iterations
+<p>Held-out mean reward went from <b>{_mean(result.before)}</b> (SFT only) to <b>{_mean(result.after)}</b> after {len(result.iterations)} GRPO updates
 (gain <b>{numbers["gain"]:+.3f}</b>), in {numbers["seconds"]:.0f} s. Store: <code>{html.escape(result.stack.db_url)}</code></p>
 <p>{html.escape(reward_line(result.config.suite))}</p>
 <h2>Before and after RL</h2><table><tr><th>phase</th><th>rollouts</th><th>failed</th><th>mean reward</th><th>policy version</th><th>run</th></tr>{rows}</table>
 <h2>Reward curve</h2><img src="{png.name}" alt="reward curve">
+{_rl_html(numbers["rl"])}
 <h2>Settings</h2><table>{settings}</table>
 <h2>Held-out trajectories after RL: the best and the worst of each task</h2><p>Tokens as the engine saw them; <mark>marked</mark> tokens were sampled (loss mask 1).</p>
 {samples}

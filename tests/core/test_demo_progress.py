@@ -11,7 +11,7 @@ from rich.console import Console
 
 from rollwire.app.cli.demo import _LiveLine
 from rollwire.app.demo.loop import step_detail
-from rollwire.app.demo.policy import Learner
+from rollwire.app.rl.learner import Learner
 from rollwire.settings import TrainerSettings
 from rollwire.trajectory import Segment, Trajectory
 

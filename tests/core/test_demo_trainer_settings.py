@@ -1,4 +1,5 @@
-"""The demo's learner reads the engine's address where `rollwire train` does, so TIS is on with vLLM."""
+"""The demo's learner reads the engine's address where `rollwire train` does, so TIS is on with vLLM, and on
+whenever sampling runs ahead of training (tokens of older policies)."""
 
 from __future__ import annotations
 
@@ -25,10 +26,18 @@ def test_vllm_engine_pushes_to_vllm_with_tis() -> None:
     assert grpo_config(settings).is_correction == "tis"
 
 
-def test_bundled_engine_pushes_to_the_engine_without_correction() -> None:
-    settings = trainer_settings(DemoConfig(), TrainerSettings(), INFO)
+def test_bundled_engine_in_lockstep_pushes_to_the_engine_without_correction() -> None:
+    settings = trainer_settings(DemoConfig(max_lag=0), TrainerSettings(), INFO)
     assert (settings.vllm_url, settings.engine_url) == ("", "http://127.0.0.1:4")
     assert grpo_config(settings).is_correction == "none"
+
+
+def test_sampling_ahead_of_training_turns_the_correction_on() -> None:
+    settings = trainer_settings(DemoConfig(max_lag=1), TrainerSettings(), INFO)
+    assert settings.engine_url == "http://127.0.0.1:4"
+    assert grpo_config(settings).is_correction == "tis"
+    explicit = trainer_settings(DemoConfig(max_lag=1), TrainerSettings(is_correction="none"), INFO)
+    assert grpo_config(explicit).is_correction == "none"
 
 
 def test_upstream_is_treated_as_vllm() -> None:

@@ -1,9 +1,9 @@
-"""The demo's learner: one model and optimizer, updated with the trainer's own SFT and GRPO steps.
+"""The learner of ``rollwire rl`` and its demo preset: one model and optimizer, updated with the trainer's own
+SFT and GRPO steps.
 
-It is ``rollwire train`` taken apart for a synchronous loop: the same session, steps, checkpoints,
-weight sinks and policy-version publisher (``rollwire.trainer``), driven phase by phase instead of by
-an endless stream, so the demo can evaluate between phases. Trajectories still come from the proxy's
-trajectory stream.
+It is ``rollwire train`` taken apart for a loop that decides when to step: the same session, steps,
+checkpoints (cursor and pending buffer included), weight sinks and policy-version publisher
+(``rollwire.trainer``). Trajectories still come from the proxy's trajectory stream.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ import torch
 
 from rollwire.settings import TrainerSettings
 from rollwire.trainer.batching import GroupBuffer
+from rollwire.trainer.checkpoint import latest_checkpoint
 from rollwire.trainer.distributed import DistContext, init_distributed
-from rollwire.trainer.grpo import grpo_step, prepare_grpo, with_proximal_logprobs
-from rollwire.trainer.loop import Session, checkpoint_and_push, grpo_config, open_session, sft_config
+from rollwire.trainer.grpo import GRPOConfig, grpo_step, prepare_grpo, with_proximal_logprobs
+from rollwire.trainer.loop import Session, checkpoint_and_push, grpo_config, open_session, push, sft_config
 from rollwire.trainer.sft import sft_step
 from rollwire.trainer.stream import StreamConfig, TrajectoryStream
 from rollwire.trainer.weights import ProxyVersionPublisher, WeightSink, make_sinks
@@ -73,6 +74,10 @@ class Learner:
     def version(self) -> int:
         return self.session.state.policy_version
 
+    @property
+    def grpo_config(self) -> GRPOConfig:
+        return grpo_config(self.settings)
+
     def set_lr(self, lr: float, *, fresh: bool = False) -> None:
         """The learning rate from now on; ``fresh`` also starts a new AdamW (no moments carried over from SFT)."""
         if fresh:
@@ -101,11 +106,21 @@ class Learner:
     def grpo(
         self, trajectories: Sequence[Trajectory], *, group_size: int, groups_per_step: int = 0, epochs: int = 1
     ) -> list[dict[str, Any]]:
-        """One iteration: the batch's groups, in steps of ``groups_per_step`` groups (0: all), ``epochs`` passes, one push."""
+        """One iteration on a whole batch of trajectories: their full groups, as ``train_groups``."""
         buffer = GroupBuffer(group_size)
         for trajectory in trajectories:
             buffer.add(trajectory)
-        groups = buffer.pop_groups(len(buffer.ready()))
+        return self.train_groups(buffer.pop_groups(len(buffer.ready())), groups_per_step=groups_per_step, epochs=epochs)
+
+    def train_groups(
+        self, groups: Sequence[Sequence[Trajectory]], *, groups_per_step: int = 0, epochs: int = 1,
+        consumed: Sequence[str] = (),
+    ) -> list[dict[str, Any]]:
+        """One iteration: the groups in steps of ``groups_per_step`` groups (0: all), ``epochs`` passes, one push.
+
+        ``consumed``: rollouts taken off the stream and left out (groups with no reward spread), recorded as
+        consumed in the same checkpoint so a resumed run neither trains them nor waits for them.
+        """
         config = grpo_config(self.settings)
         chunk = groups_per_step or len(groups) or 1
         batches = [prepare_grpo(groups[at : at + chunk], config, self.version) for at in range(0, len(groups), chunk)]
@@ -117,8 +132,14 @@ class Learner:
         for _ in range(epochs):
             for batch in batches:
                 history.append(self._step(grpo_step, batch, config, len(history) + 1, steps))
-        self._push([t.rollout_id for group in groups for t in group])
+        self._push([*consumed, *(t.rollout_id for group in groups for t in group)])
         return history
+
+    def republish(self) -> None:
+        """Push the latest checkpoint again: a resumed run's fresh engine serves the base model until it does."""
+        folder = latest_checkpoint(self.out_dir)
+        if folder is not None and self.version > 0:
+            push(folder, self.version, self.sinks, self.publisher)
 
     def _step(
         self, step: Callable[..., dict[str, Any]], batch: Any, config: Any, index: int, steps: int

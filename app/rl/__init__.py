@@ -1,0 +1,1 @@
+"""Continuous RL (``rollwire rl``): rollouts and training overlapped under bounded staleness."""

@@ -1,0 +1,304 @@
+"""The continuous RL loop: a sampler drawing task groups and a trainer stepping on them, overlapped.
+
+Both run in one event loop. The **sampler** draws a task from the curriculum whenever the staleness gate has
+room, plans its group of rollouts in the run and drives them through the suite session (the scheduler's
+concurrency limit holds across groups); rollouts sample from whatever policy the engine serves when they call.
+The **trainer** reads the run's trajectory stream, fills groups in the learner's buffer, leaves out groups with
+no reward spread (dynamic sampling: the gate draws a replacement at once), and once a step's worth of groups
+is ready trains on them (in a worker thread), checkpoints cursor and buffer, pushes the weights and publishes
+the next policy version. Every fact a resume needs is in the store (draws, rows) or the checkpoint (cursor,
+buffer, consumed rollouts), so a run killed at any point and started again with its id trains no group twice
+and loses none: rows in flight at the kill are found lost and retried as infrastructure failures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+
+from rollwire.app.rl.curriculum import Curriculum, Draw
+from rollwire.app.rl.gate import StalenessGate
+from rollwire.app.rl.learner import Learner
+from rollwire.errors import Conflict, InvalidRequest, RollwireError
+from rollwire.orchestrator.scheduler import TaskSpec, live_rows
+from rollwire.orchestrator.suite_run import SuiteSession
+from rollwire.store.schema import Rollout, RolloutStatus
+from rollwire.trainer.grpo import group_has_signal
+from rollwire.trainer.stream import TrajectoryStream
+from rollwire.trajectory import Trajectory
+
+logger = logging.getLogger(__name__)
+
+TRAIN = "train"
+"""``meta.purpose`` of the rollouts the trainer learns from; the run's other rollouts (evaluations) it skips."""
+NO_SIGNAL_DRAWS = 10
+"""Draws in a row with no reward spread, in steps' worth of groups, after which the run stops: nothing is left
+to learn on this suite (the policy solves, or fails, every task it draws)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RLConfig:
+    iterations: int = 12
+    """Policy updates to make (each one a push and a new version)."""
+    group_size: int = 8
+    groups_per_step: int = 8
+    """Task groups with a reward spread in each update."""
+    max_lag: int = 1
+    """Steps the sampler may run ahead of the trainer (0: lockstep)."""
+    epochs: int = 4
+    """Clipped passes over each update's groups."""
+    dynamic_sampling: bool = True
+    """Leave out groups with no reward spread and draw others in their place."""
+    curriculum_floor: float = 0.05
+    curriculum_window: int = 16
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.iterations < 1:
+            raise InvalidRequest("--iterations must be at least 1", param="iterations")
+        if self.group_size < 2:
+            raise InvalidRequest("--group-size must be at least 2: GRPO compares rollouts within a group")
+        if self.epochs < 1:
+            raise InvalidRequest("--epochs must be at least 1", param="epochs")
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """One update: the version it made, its groups, the lag of their tokens, and its optimizer metrics."""
+
+    version: int
+    groups: list[str]
+    rewards: list[float]
+    max_lag: int
+    seconds: float
+    metrics: list[dict[str, Any]]
+
+    @property
+    def mean_reward(self) -> float:
+        return sum(self.rewards) / len(self.rewards) if self.rewards else 0.0
+
+
+@dataclass(slots=True)
+class RLResult:
+    run_id: str
+    start_version: int
+    steps: list[StepRecord] = field(default_factory=list)
+    draws: list[Draw] = field(default_factory=list)
+    groups_finished: int = 0
+    groups_zero_variance: int = 0
+    seconds: float = 0.0
+    trainer_busy_s: float = 0.0
+    """Wall time the trainer spent stepping and pushing (the rest it waited for groups)."""
+
+    @property
+    def zero_variance_share(self) -> float:
+        return self.groups_zero_variance / self.groups_finished if self.groups_finished else 0.0
+
+
+Report = Callable[[str], None]
+
+
+def group_rewards(rows: Sequence[Rollout]) -> list[float]:
+    """A finished group's rewards as the curriculum counts them: a rollout that did not finish scores 0."""
+    return [float(r.reward or 0.0) if r.status == RolloutStatus.FINISHED else 0.0 for r in rows]
+
+
+class RLLoop:
+    """One run of the loop against an open suite session and learner; ``run`` returns when the run has made
+    ``start_version + iterations`` (the start version is the learner's when the run was first opened)."""
+
+    def __init__(
+        self,
+        session: SuiteSession,
+        learner: Learner,
+        stream: TrajectoryStream,
+        config: RLConfig,
+        *,
+        run_id: str,
+        tasks: Sequence[TaskSpec],
+        report: Report = lambda _line: None,
+        run_meta: dict[str, object] | None = None,
+    ) -> None:
+        self.session, self.learner, self.stream, self.config = session, learner, stream, config
+        self.run_id, self.tasks, self.report = run_id, {task.id: task for task in tasks}, report
+        self.run_meta = run_meta or {}
+        self.curriculum = Curriculum([task.id for task in tasks], config.seed, config.curriculum_floor,
+                                     config.curriculum_window)  # fmt: skip
+        self._next_draw = 0
+        self._no_signal = 0
+
+    async def run(self) -> RLResult:
+        started = time.monotonic()
+        gate = StalenessGate(self.config.max_lag, self.config.groups_per_step)
+        meta = {**self.run_meta, "kind": "rl", "start_version": self.learner.version, "rl": _config_meta(self.config)}
+        rows = await self.session.open_run(self.run_id, self.run_id, meta, "train", self.learner.version,
+                                           self.config.group_size)  # fmt: skip
+        run = await anyio.to_thread.run_sync(self.session.book.find_run, self.run_id)
+        start = int((run.config or {}).get("start_version", self.learner.version)) if run else self.learner.version
+        result = RLResult(self.run_id, start)
+        in_flight = self._restore(rows, gate, result)
+        await anyio.to_thread.run_sync(self.learner.republish)
+        self.stream.cursor = self.learner.session.state.cursor
+        try:
+            async with anyio.create_task_group() as group:
+                for group_id, group_rows in in_flight.items():
+                    group.start_soon(self._resume_group, group_id, group_rows, result)
+                group.start_soon(self._sample, group, gate, result)
+                await self._train(gate, result)
+                group.cancel_scope.cancel()  # the target is met: groups still sampling are not needed
+        except BaseExceptionGroup as group_error:  # one failure cancels the rest: raise it as itself
+            raise _first_leaf(group_error) from None
+        await self._cancel_unfinished()
+        result.seconds = time.monotonic() - started
+        return result
+
+    # -- resume ------------------------------------------------------------------------------------------------
+    def _restore(self, rows: Sequence[Rollout], gate: StalenessGate, result: RLResult) -> dict[str, list[Rollout]]:
+        """Rebuild the sampler's state from the run's rows: draws, the curriculum's history, the outstanding
+        groups (drawn, not consumed by a checkpoint), and the groups to drive again (rows not final)."""
+        consumed = set(self.learner.session.state.trained_rollouts)
+        groups: dict[str, list[Rollout]] = {}
+        for row in rows:
+            if row.meta.get("purpose") == TRAIN and row.group_id:
+                groups.setdefault(row.group_id, []).append(row)
+        in_flight: dict[str, list[Rollout]] = {}
+        for group_id, members in sorted(groups.items(), key=lambda kv: int(kv[1][0].meta["draw"]["index"])):
+            draw = Draw(**members[0].meta["draw"])
+            result.draws.append(draw)
+            self._next_draw = max(self._next_draw, draw.index + 1)
+            live = live_rows(members)
+            if all(RolloutStatus(row.status).is_final for row in live):
+                self.curriculum.record(draw.task_id, group_rewards(live))
+            else:
+                in_flight[group_id] = members
+            if not any(row.id in consumed for row in members):
+                gate.outstanding.add(group_id)
+        if groups:
+            self.report(f"resumed: {len(groups)} groups drawn, {len(gate.outstanding)} not yet trained, "
+                        f"{len(in_flight)} to finish")  # fmt: skip
+        return in_flight
+
+    # -- sampler -----------------------------------------------------------------------------------------------
+    async def _sample(self, group: anyio.abc.TaskGroup, gate: StalenessGate, result: RLResult) -> None:
+        while True:
+            await gate.wait_for_room()
+            draw = self.curriculum.draw(self._next_draw)
+            self._next_draw += 1
+            group_id = f"{self.run_id}:draw-{draw.index:05d}"
+            gate.drawn(group_id)
+            result.draws.append(draw)
+            group.start_soon(self._sample_group, draw, group_id, result)
+
+    async def _sample_group(self, draw: Draw, group_id: str, result: RLResult) -> None:
+        meta = {"purpose": TRAIN, "draw": draw.to_meta(), "drawn_at_version": self.learner.version}
+        task = self.tasks[draw.task_id]
+        rows = await self.session.run_group(self.run_id, task, self.config.group_size, group_id, meta)
+        self._group_done(draw.task_id, rows, result)
+
+    async def _resume_group(self, group_id: str, rows: list[Rollout], result: RLResult) -> None:
+        task_id = rows[0].task_id or ""
+        done = await self.session.finish_group(self.run_id, group_id, rows, [self.tasks[task_id]])
+        self._group_done(task_id, done, result)
+
+    def _group_done(self, task_id: str, rows: Sequence[Rollout], result: RLResult) -> None:
+        self.curriculum.record(task_id, group_rewards(rows))
+        result.groups_finished += 1
+
+    # -- trainer -----------------------------------------------------------------------------------------------
+    async def _train(self, gate: StalenessGate, result: RLResult) -> None:
+        buffer = self.learner.session.buffer
+        state = self.learner.session.state
+        consumed: list[str] = []  # left out since the last checkpoint
+        target = result.start_version + self.config.iterations
+        config = self.learner.grpo_config
+        while self.learner.version < target:
+            got: list[Trajectory] = await anyio.to_thread.run_sync(self.stream.poll, abandon_on_cancel=True)
+            for trajectory in got:
+                if (trajectory.metadata.get("meta") or {}).get("purpose") == TRAIN:
+                    buffer.add(trajectory)
+                state.cursor = trajectory.cursor
+            settled: list[str] = []
+            for key in list(buffer.ready()):
+                members = buffer.pending[key]
+                if self.config.dynamic_sampling and not group_has_signal(members, config):
+                    buffer.pending.pop(key)
+                    consumed.extend(t.rollout_id for t in members)
+                    settled.append(key)
+                    result.groups_zero_variance += 1
+                    self._no_signal += 1
+            gate.settled(settled)
+            if self._no_signal >= NO_SIGNAL_DRAWS * self.config.groups_per_step:
+                raise RollwireError(
+                    f"{self._no_signal} groups in a row had no reward spread: the policy solves (or fails) every "
+                    "task it draws, and there is nothing left to learn from this suite at this group size"
+                )
+            ready = buffer.ready()
+            if len(ready) < self.config.groups_per_step:
+                continue
+            keys = ready[: self.config.groups_per_step]
+            groups = [buffer.pending.pop(key) for key in keys]
+            self._no_signal = 0
+            await self._step(keys, groups, consumed, gate, result)
+            consumed = []
+
+    async def _step(
+        self, keys: list[str], groups: list[list[Trajectory]], consumed: list[str], gate: StalenessGate,
+        result: RLResult,
+    ) -> None:
+        version = self.learner.version
+        lag = max((version - v for g in groups for t in g for v in t.policy_versions), default=0)
+        rewards = [float(t.reward or 0.0) for g in groups for t in g]
+        k = version - result.start_version + 1
+        self.report(f"update {k}/{self.config.iterations} on {len(groups)} groups "
+                    f"(mean reward {sum(rewards) / len(rewards):.2f}, policy lag <= {lag})")  # fmt: skip
+        started = time.monotonic()
+        metrics = await anyio.to_thread.run_sync(
+            lambda: self.learner.train_groups(groups, epochs=self.config.epochs, consumed=consumed)
+        )
+        seconds = time.monotonic() - started
+        result.trainer_busy_s += seconds
+        result.steps.append(StepRecord(self.learner.version, keys, rewards, lag, seconds, metrics))
+        gate.settled(keys)
+
+    async def _cancel_unfinished(self) -> None:
+        """Rows of groups the run no longer needs (sampling when the target was met) end as cancelled."""
+        book = self.session.book
+        rows = await anyio.to_thread.run_sync(book.rollouts, self.run_id)
+        error = "the run reached its target before this rollout ended"
+        for row in live_rows(rows):
+            status = RolloutStatus(row.status)
+            if not status.is_final and row.meta.get("purpose") == TRAIN:
+                cancel = functools.partial(book.set_status, row.id, RolloutStatus.CANCELLED, error=error)
+                with contextlib.suppress(Conflict):  # it became final meanwhile
+                    await anyio.to_thread.run_sync(cancel)
+
+
+def _config_meta(config: RLConfig) -> dict[str, object]:
+    return dataclasses.asdict(config)
+
+
+def _first_leaf(error: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first exception in a group that is not itself a group (a cancellation only when nothing else)."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [error]
+    while pending:
+        item = pending.pop(0)
+        if isinstance(item, BaseExceptionGroup):
+            pending.extend(item.exceptions)
+        else:
+            leaves.append(item)
+    real = [leaf for leaf in leaves if not isinstance(leaf, anyio.get_cancelled_exc_class())]
+    return (real or leaves)[0]
+
+
+__all__ = ["TRAIN", "RLConfig", "RLLoop", "RLResult", "StepRecord", "group_rewards"]

@@ -1,0 +1,122 @@
+"""What ``rollwire rl`` and its demo preset share: the stack in the run's folder, the learner's settings, and the
+loop run against them, so the demo is the same loop with a warm start and evaluations around it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rollwire.app.interrupt import run_interruptible
+from rollwire.app.stack import LocalStack, StackInfo
+from rollwire.settings import Settings, TrainerSettings
+
+if TYPE_CHECKING:
+    from rollwire.app.rl.learner import Learner
+    from rollwire.app.rl.loop import RLConfig, RLResult
+    from rollwire.orchestrator.scheduler import Progress
+
+
+@dataclass(frozen=True, slots=True)
+class Rollouts:
+    """Where and how the loop's rollouts run."""
+
+    suite: str = "tiny"
+    harness: str = "reference"
+    runtime: str = "local"
+    concurrency: int = 8
+    deadline_s: float = 120.0
+    harness_options: Mapping[str, object] = field(default_factory=dict)
+    task_ids: Sequence[str] = ()
+    """The train tasks the curriculum draws from (empty: the whole train split)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """What serves the policy: the bundled engine, vLLM's CPU build (``vllm``), or a running vLLM (``upstream``)."""
+
+    engine: str = "bundled"
+    upstream: str | None = None
+    model: str | None = None
+
+    @property
+    def on_vllm(self) -> bool:
+        return bool(self.upstream) or self.engine == "vllm"
+
+
+def local_stack(settings: Settings, out_dir: Path, serving: Serving, suite: str, seed: int) -> LocalStack:
+    """The stack of one run, its store, env state and logs in ``out_dir`` (a rerun finds them there)."""
+    if Path(suite).suffix:  # a suite file: the env servers may seed its tasks
+        mcp = settings.mcp.model_copy(update={"suites": [*settings.mcp.suites, suite]})
+        settings = settings.model_copy(update={"mcp": mcp})
+    return LocalStack(
+        settings,
+        upstream=serving.upstream,
+        model=serving.model,
+        db_url=f"sqlite:///{out_dir / 'store.db'}",
+        state_dir=out_dir / "mcp_state",
+        log_dir=out_dir / "logs",
+        engine=serving.engine,
+        proxy_env={"ROLLWIRE_PROXY__SAMPLE_SEED": str(seed)},  # the same run samples alike again
+    )
+
+
+def learner_settings(
+    base: TrainerSettings, info: StackInfo, serving: Serving, *, max_lag: int, **recipe: object
+) -> TrainerSettings:
+    """The learner's settings: the stack's proxy and engine, and the recipe's fields (lr, seed, group_size, ...).
+
+    The engine's address goes where `rollwire train` has it, so the weight sinks and the automatic
+    importance-sampling correction read it the same way: TIS with vLLM (its logprobs drift from the trainer's),
+    and TIS whenever sampling runs ahead of training (``max_lag`` >= 1: tokens of older policies); none with the
+    bundled engine in lockstep, whose logprobs are the trainer's own.
+    """
+    update: dict[str, object] = {
+        "admin_url": info.admin_url, "operator_key": info.operator_key, "keep_checkpoints": 2,
+        "engine_url": "" if serving.on_vllm else info.engine_url or "",
+        "vllm_url": (serving.upstream or info.engine_url or "") if serving.on_vllm else "",
+        **recipe,
+    }  # fmt: skip
+    if base.is_correction == "auto" and max_lag >= 1:
+        update["is_correction"] = "tis"
+    return base.model_copy(update=update)
+
+
+def run_loop(
+    info: StackInfo,
+    learner: Learner,
+    config: RLConfig,
+    rollouts: Rollouts,
+    *,
+    run_id: str,
+    settings: Settings,
+    report: Callable[[str], None],
+    on_progress: Callable[[Progress], None] | None = None,
+    run_meta: dict[str, object] | None = None,
+) -> RLResult:
+    """``RLLoop`` on the stack until ``config.iterations`` updates; SIGINT/SIGTERM stop it cleanly (resumable)."""
+    from rollwire.app.rl.loop import RLLoop
+    from rollwire.orchestrator.suite_run import open_suite
+    from rollwire.trainer.stream import StreamConfig, TrajectoryStream
+
+    stream = TrajectoryStream(StreamConfig(info.admin_url, info.operator_key, run_id, wait_s=1.0))
+
+    async def main() -> RLResult:
+        async with open_suite(
+            info, suite=rollouts.suite, harness=rollouts.harness, runtime=rollouts.runtime,
+            concurrency=rollouts.concurrency, deadline_s=rollouts.deadline_s, harness_options=rollouts.harness_options,
+            on_progress=on_progress, settings=settings,
+        ) as session:  # fmt: skip
+            tasks = session.tasks("train", list(rollouts.task_ids) or None)
+            loop = RLLoop(session, learner, stream, config, run_id=run_id, tasks=tasks, report=report, run_meta=run_meta)
+            return await loop.run()
+
+    try:
+        return run_interruptible(main)
+    finally:
+        stream.close()
+
+
+__all__ = ["Rollouts", "Serving", "learner_settings", "local_stack", "run_loop"]

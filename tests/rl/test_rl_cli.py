@@ -1,0 +1,118 @@
+"""`rollwire rl` through the real stack: killed with SIGKILL (the command and every process it started) during
+its run, then run again with the same --run-id and --out, it finishes its updates with no group trained twice
+or lost, and the rollouts the kill cut short are classed infrastructure and retried.
+
+The policy comes warm from a shortened `rollwire demo` (teacher SFT plus one update): the tiny model from
+scratch earns no reward on the tiny suite, so it would have no group to learn from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.polling import wait_until
+
+WARM = ["-K", "1", "-G", "4", "--train-tasks", "6", "--teacher-tasks", "6", "--tasks-per-iteration", "2",
+        "--eval-group", "1", "--eval-tasks", "2", "--concurrency", "6"]  # fmt: skip
+TASKS = "write-cat,write-dog,write-sun,write-red,write-box,write-cup"  # the warm demo's six train tasks
+ITERATIONS = 4
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "HOME": str(tmp), "ROLLWIRE_HOME": str(tmp / "home")}
+
+
+@contextlib.contextmanager
+def _started(argv: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """The command in its own session; whatever is left of it and its stack is killed on the way out."""
+    with log.open("wb") as sink:
+        process = subprocess.Popen(argv, env=env, start_new_session=True, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            yield process
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def warm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("warm")
+    argv = [sys.executable, "-m", "rollwire.app.cli", "--log-level", "WARNING", "demo", *WARM, "--out", str(tmp / "o")]
+    with _started(argv, _env(tmp), tmp / "demo.log") as process:
+        assert process.wait(timeout=600) == 0, (tmp / "demo.log").read_text()[-3000:]
+    return tmp / "o" / "checkpoints" / (tmp / "o" / "checkpoints" / "latest").read_text().strip()
+
+
+def _state(out: Path) -> dict[str, object] | None:
+    pointer = out / "checkpoints" / "latest"
+    if not pointer.is_file():
+        return None
+    with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):  # a checkpoint being replaced
+        return json.loads((out / "checkpoints" / pointer.read_text().strip() / "trainer_state.json").read_text())
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_kill_9_and_rerun_resumes_with_no_group_trained_twice_or_lost(warm_model: Path, tmp_path: Path) -> None:
+    out = tmp_path / "rl"
+    argv = [sys.executable, "-m", "rollwire.app.cli", "--log-level", "WARNING", "rl", "--suite", "tiny",
+            "--model", str(warm_model), "--tasks", TASKS, "-K", str(ITERATIONS), "-G", "4", "--groups-per-step", "2",
+            "--max-lag", "1", "--concurrency", "6", "--option", "max_tokens=64", "--option", "max_turns=1",
+            "--run-id", "rl-kill", "--out", str(out)]  # fmt: skip
+    with _started(argv, _env(tmp_path), tmp_path / "first.log") as first:
+        # the signal: the first update's checkpoint is in place (v1), while the sampler runs ahead of it
+        wait_until(lambda: (_state(out) or {}).get("policy_version", 0) >= 1 or first.poll() is not None,
+                   "the first update's checkpoint", timeout_s=600)  # fmt: skip
+        assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        os.killpg(first.pid, signal.SIGKILL)  # the command and its whole stack, as an OOM killer or a node loss would
+        first.wait()
+    db = sqlite3.connect(out / "store.db")
+    cut_short = {row[0] for row in db.execute(
+        "select id from rollout where run_id = 'rl-kill' and status in ('STARTING', 'RUNNING', 'SCORING')")}  # fmt: skip
+    db.close()
+
+    with _started(argv, _env(tmp_path), tmp_path / "second.log") as second:
+        assert second.wait(timeout=900) == 0, (tmp_path / "second.log").read_text()[-3000:]
+    state = _state(out)
+    assert state is not None and state["policy_version"] == ITERATIONS
+    consumed = list(state["trained_rollouts"])  # type: ignore[call-overload]
+    assert len(consumed) == len(set(consumed)), "a rollout was consumed twice"
+
+    db = sqlite3.connect(out / "store.db")
+    rows = {r[0]: r for r in db.execute(
+        "select id, group_id, status, error, meta, finished_seq from rollout where run_id = 'rl-kill'")}  # fmt: skip
+    retried = {json.loads(r[4]).get("retry_of") for r in rows.values()} - {None}
+    for rollout_id in cut_short:  # each rollout the kill cut short failed as the platform's, and ran again
+        status, error = rows[rollout_id][2], rows[rollout_id][3] or ""
+        assert status == "FAILED" and error.startswith("infrastructure"), (status, error)
+        assert rollout_id in retried
+    # every train group whose last rollout the trainer has read (cursor) is consumed whole or waits whole in the
+    # checkpoint's buffer; none is split between them, and the pending ones are not consumed
+    pending = {t["rollout_id"] for t in state["pending"]}  # type: ignore[attr-defined]
+    assert not pending & set(consumed)
+    groups: dict[str, list[tuple[object, ...]]] = {}
+    for row in rows.values():
+        if row[0] not in retried and json.loads(row[4]).get("purpose") == "train":
+            groups.setdefault(row[1], []).append(row)
+    read = [g for g in groups.values() if all(r[5] is not None and r[5] <= state["cursor"] for r in g)]  # type: ignore[operator]
+    assert len(read) >= 2 * ITERATIONS
+    for members in read:
+        ids = {r[0] for r in members}
+        assert ids <= set(consumed) or ids <= pending, f"group {members[0][1]} is split or lost"
+    results = json.loads((out / "results.json").read_text())
+    assert results["start_version"] == 0 and results["updates"][-1]["version"] == ITERATIONS
+    assert {u["version"] for u in results["updates"]} == set(range(ITERATIONS - len(results["updates"]) + 1, ITERATIONS + 1))
+    draws = [d["index"] for d in results["draws"]]
+    assert draws == sorted(set(draws)) and draws[0] == 0  # the rerun's draws carry on from the store's
