@@ -177,6 +177,28 @@ class SuiteSession:
         rows = await self.scheduler.plan_rows(run_id, planned)
         return await self.finish_group(run_id, group_id, rows, [task])
 
+    async def run_groups(
+        self, run_id: str, tag: str, tasks: Sequence[TaskSpec], size: int, meta: Mapping[str, object] | None = None
+    ) -> list[Rollout]:
+        """One group of ``size`` per task, ids ``<run_id>:<tag>:<task>``, all driven at once (the concurrency limit
+        holds); a group already in the run is finished, not planned again, so a rerun resumes the phase. Returns
+        the live rows of every group."""
+        rows = await anyio.to_thread.run_sync(self.book.rollouts, run_id)
+        existing = {row.group_id for row in rows}
+        out: dict[str, list[Rollout]] = {}
+
+        async def one(task: TaskSpec) -> None:
+            group_id = f"{run_id}:{tag}:{task.id}"
+            if group_id in existing:
+                out[task.id] = await self.finish_group(run_id, group_id, rows, [task])
+            else:
+                out[task.id] = await self.run_group(run_id, task, size, group_id, meta)
+
+        async with anyio.create_task_group() as group:
+            for task in tasks:
+                group.start_soon(one, task)
+        return [row for task in tasks for row in out[task.id]]
+
     async def finish_group(
         self, run_id: str, group_id: str, rows: Sequence[Rollout], tasks: Sequence[TaskSpec]
     ) -> list[Rollout]:

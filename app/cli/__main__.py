@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "agent": "rollwire.app.cli.agent",
     "demo": "rollwire.app.cli.demo",
     "rl": "rollwire.app.cli.rl",
+    "report": "rollwire.app.cli.report",
     "up": "rollwire.app.cli.up",
     "engine": "rollwire.app.cli.engine",
     "vllm": "rollwire.app.cli.vllm",

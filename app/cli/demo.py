@@ -49,6 +49,7 @@ RECIPE_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
     "grpo_lr": ((), "GRPO learning rate"),
     "grpo_epochs": ((), "clipped passes over each iteration's batch"),
     "max_lag": ((), "GRPO updates sampling may run ahead of training, 0: lockstep"),
+    "curriculum_floor": ((), "least draw weight of a train task (the most is 0.25); 0.25: uniform draws"),
     "aggregation": ((), "GRPO loss aggregation: sequence-mean or token-mean"),
     "std_scale": ((), "divide GRPO advantages by the reward std of: group, batch or none"),
     "clip_high": ((), "PPO clip upper bound is 1 + this"),

@@ -62,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "answered while the upstream serves one model (the requested name is recorded on each call)",
     )
     parser.add_argument(
+        "--no-adhoc-run", dest="adhoc_run", action="store_false",
+        help="record no ad-hoc run with one rollout at start (a stack whose rollouts all come from its orchestrator: "
+        "`rollwire rl`, the demo); by default one is made and its base URL printed, for a harness pointed by hand",
+    )  # fmt: skip
+    parser.add_argument(
         "--workers",
         type=int,
         default=None,
@@ -138,14 +143,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     except BaseException:
         sock.close()
         raise
-    engine = open_engine(store_url)
-    run_row = create_run(engine, {"name": "adhoc", "kind": "adhoc"})
     base = f"http://{proxy.host}:{proxy.port}"
-    rollout = create_rollouts(engine, run_row.id, {"count": 1}, base, proxy.gateway_url)[0]
-    engine.dispose()
     print(f"rollwire proxy: serving rollouts on {base} in front of {proxy.upstream}", flush=True)
     print(f"  admin listener (/admin/v1, /ui, /metrics): http://{admin_host}:{admin_port}", flush=True)
-    print(f"  base URL (ad-hoc run {run_row.id}, rollout {rollout['id']}): {rollout['base_url']}", flush=True)
+    if args.adhoc_run:
+        engine = open_engine(store_url)
+        run_row = create_run(engine, {"name": "adhoc", "kind": "adhoc"})
+        rollout = create_rollouts(engine, run_row.id, {"count": 1}, base, proxy.gateway_url)[0]
+        engine.dispose()
+        print(f"  base URL (ad-hoc run {run_row.id}, rollout {rollout['id']}): {rollout['base_url']}", flush=True)
     if not proxy.operator_key:  # one it made up: nobody else knows it (a given key is not echoed into logs)
         print(f"  operator key: {key}", flush=True)
     if proxy.workers > 1:

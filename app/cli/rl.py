@@ -57,6 +57,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     loop.add_argument("--lr", type=float, default=3e-4, help="learning rate (default 3e-4)")
     loop.add_argument("--no-dynamic-sampling", dest="dynamic_sampling", action="store_false",
                       help="train on every group, even one whose rewards all agree")  # fmt: skip
+    loop.add_argument("--curriculum-floor", type=float, default=0.05,
+                      help="least draw weight of a task (the most is 0.25, at pass rate 0.5); 0.25: uniform draws "
+                      "(default 0.05)")  # fmt: skip
+    loop.add_argument("--eval-every", type=int, default=0, metavar="E",
+                      help="evaluate the held-out split every E versions and at the end, beside training; a result "
+                      "counts only if all its tokens came from that one version (default 0: no evaluations)")  # fmt: skip
+    loop.add_argument("--eval-group", type=int, default=4, help="rollouts per held-out task in an evaluation (default 4)")
     loop.add_argument("--seed", type=int, default=0, help="seed of the trainer, the draws and sampling (default 0)")
     how = parser.add_argument_group("where it runs")
     how.add_argument("--runtime", choices=["local", "kubernetes"], default="local", help="where rollouts run (default local)")
@@ -84,6 +91,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     config = RLConfig(
         iterations=args.iterations, group_size=args.group_size, groups_per_step=args.groups_per_step,
         max_lag=args.max_lag, epochs=args.epochs, dynamic_sampling=args.dynamic_sampling, seed=args.seed,
+        curriculum_floor=args.curriculum_floor, eval_every=args.eval_every, eval_group=args.eval_group,
     )  # fmt: skip
     options = harness_options(args.option)
     tasks = tuple(t.strip() for t in (args.tasks or "").split(",") if t.strip())
@@ -121,6 +129,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     console.print(f"{len(result.steps)} updates this session, policy v{learner.version}; groups drawn "
                   f"{len(result.draws)}, finished {result.groups_finished}, no reward spread {result.groups_zero_variance} "
                   f"({result.zero_variance_share:.0%}); results: {out / 'results.json'}", markup=False, highlight=False)  # fmt: skip
+    for e in result.evals:
+        console.print(f"held-out at v{e.version}: " + ", ".join(f"{k} {v:.3f}" for k, v in e.rates.items()),
+                      markup=False, highlight=False)  # fmt: skip
+    console.print(f"report: rollwire report {run_id} --dir {out}", markup=False, highlight=False)
     return 0
 
 
@@ -137,6 +149,9 @@ def results(result: RLResult, config: object) -> dict[str, object]:
         "updates": [{"version": s.version, "groups": s.groups, "mean_reward": round(s.mean_reward, 4),
                      "max_lag": s.max_lag, "seconds": round(s.seconds, 2)} for s in result.steps],  # fmt: skip
         "draws": [d.to_meta() for d in result.draws],
+        "evaluations": [{"version": e.version, "rollouts": e.rollouts, "at_s": round(e.at_s, 1),
+                         **{k: round(v, 4) for k, v in e.rates.items()}} for e in result.evals],  # fmt: skip
+        "evaluations_discarded": result.evals_discarded,
     }
 
 

@@ -23,12 +23,12 @@ from rollwire.app.rl.runner import Rollouts, Serving, local_stack, run_loop
 from rollwire.app.stack import LocalStack, StackInfo
 from rollwire.errors import InvalidRequest, RollwireError
 from rollwire.orchestrator.scheduler import Progress
-from rollwire.orchestrator.suite_run import SuiteRunResult, run_suite
 from rollwire.settings import Settings, TrainerSettings
+from rollwire.store.schema import Rollout
 from rollwire.trainer.trackers.base import Tracker, scalars
 
 if TYPE_CHECKING:
-    from rollwire.app.rl.loop import RLResult
+    from rollwire.app.rl.loop import RLResult, StepRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +54,8 @@ class DemoConfig:
     """Updates the sampler may run ahead of the trainer (0: lockstep sampling and training)."""
     dynamic_sampling: bool = True
     """Leave out task groups whose rewards are all equal and draw others in their place."""
+    curriculum_floor: float = 0.05
+    """Least draw weight of a train task (0.25: every task drawn alike)."""
     aggregation: str = "sequence-mean"
     """GRPO loss aggregation: sequence-mean (each rollout counts once) or token-mean."""
     std_scale: str = "group"
@@ -79,6 +81,8 @@ class DemoConfig:
     seed: int = 0
     upstream: str | None = None
     model: str | None = None
+    keep_checkpoints: int = 2
+    """Checkpoints kept in ``<out>/checkpoints`` (``bench/async_rl.py`` keeps every version to evaluate it)."""
     run_id: str = "demo"
     """The demo's run; its phases are ``<run_id>.teacher``, ``<run_id>.eval-v<version>`` and the RL run itself."""
 
@@ -140,6 +144,12 @@ class PhaseResult:
     policy_version: int
     seconds: float
     failed: int = 0
+    tag: str = ""
+    """The phase's groups in the run: ``<run_id>:<tag>:<task>`` (empty: the RL loop's own groups)."""
+
+    @property
+    def group_prefix(self) -> str:
+        return f"{self.run_id}:{self.tag}:" if self.tag else f"{self.run_id}:draw-"
 
     @property
     def mean(self) -> float:
@@ -183,6 +193,7 @@ def trainer_settings(config: DemoConfig, base: TrainerSettings, info: StackInfo)
     return learner_settings(
         base, info, config.serving, max_lag=config.max_lag, lr=config.sft_lr, seed=config.seed,
         group_size=config.group_size, std_scale=config.std_scale, clip_high=config.clip_high,
+        keep_checkpoints=config.keep_checkpoints,
     )  # fmt: skip
 
 
@@ -226,6 +237,7 @@ class Demo:
 
     def _phases(self, stack: LocalStack, info: StackInfo, result: DemoResult) -> None:
         from rollwire.app.rl.learner import Learner, read_run
+        from rollwire.app.rl.loop import purpose_of
 
         config = self.config
         model_dir = self._model_dir()
@@ -235,9 +247,8 @@ class Demo:
             result.teacher = self._teacher(stack, info, model_dir)
             self._track_phase("teacher", result.teacher, learner)
             if learner.version == 0:  # a resumed demo whose SFT is in its checkpoint skips it
-                teacher_runs = read_run(
-                    info.admin_url, info.operator_key, result.teacher.run_id, len(result.teacher.rewards)
-                )
+                teacher_runs = read_run(info.admin_url, info.operator_key, config.run_id, len(result.teacher.rewards),
+                                        keep=lambda t: purpose_of(t) == "teacher")  # fmt: skip
                 sft_phase = f"SFT warm start on {len(teacher_runs)} teacher trajectories"
                 self.report(sft_phase, None, "step 0")
                 learner.on_step = self._on_step(sft_phase, "sft", learner)
@@ -264,7 +275,7 @@ class Demo:
         rl = RLConfig(
             iterations=config.iterations, group_size=config.group_size, groups_per_step=config.tasks_per_iteration,
             max_lag=config.max_lag, epochs=config.grpo_epochs, dynamic_sampling=config.dynamic_sampling,
-            seed=config.seed,
+            seed=config.seed, curriculum_floor=config.curriculum_floor,
         )  # fmt: skip
         phase = [f"GRPO ({config.iterations} updates, sampling up to {config.max_lag} ahead)"]
 
@@ -273,14 +284,18 @@ class Demo:
             self.report(phase[0], None)
 
         learner.on_step = self._on_step_of(phase, "grpo", learner)
-        self.report(phase[0], None)
-        outcome = run_loop(info, learner, rl, config.rollouts, run_id=config.run_id, settings=self.settings,
-                           report=on_line, on_progress=lambda p: self.report(phase[0], p))  # fmt: skip
-        for k, step in enumerate(outcome.steps, start=1):
+
+        def on_update(step: StepRecord) -> None:
+            k = len(result.iterations) + 1
             done = PhaseResult(f"GRPO update {k}", config.run_id, step.rewards, step.version, step.seconds)
             result.iterations.append(done)
             self._track_phase("grpo", done, learner)
             result.train_metrics += [m | {"phase": "grpo", "iteration": k} for m in step.metrics]
+
+        self.report(phase[0], None)
+        outcome = run_loop(info, learner, rl, config.rollouts, run_id=config.run_id, settings=self.settings,
+                           report=on_line, on_progress=lambda p: self.report(phase[0], p), on_update=on_update,
+                           run_meta=self._run_meta())  # fmt: skip
         return outcome
 
     def _model_dir(self) -> Path:
@@ -310,6 +325,10 @@ class Demo:
         ids = ids[:cap] if cap else ids
         return ids[:limit] if limit else ids
 
+    def _run_meta(self) -> dict[str, object]:
+        """The run's config as every phase opens it (whichever opens it first creates it): an RL run from v1."""
+        return {"kind": "rl", "start_version": 1, "demo": dataclasses.asdict(self.config)}
+
     def _rollouts(
         self,
         info: StackInfo,
@@ -320,27 +339,32 @@ class Demo:
         kind: str,
         task_ids: list[str] | None = None,
     ) -> PhaseResult:
-        """Run (or, resumed, finish) the phase's run: ``<run_id>.teacher`` or ``<run_id>.eval-v<version>``."""
+        """One group per task in the demo's run, tagged ``teacher`` or ``eval-v<version>`` (a rerun finishes them)."""
+        from rollwire.orchestrator.suite_run import open_suite
+
         config, started = self.config, time.monotonic()
-        run_id = f"{config.run_id}.{kind}" + (f"-v{version}" if kind == "eval" else "")
+        tag = kind + (f"-v{version}" if kind == "eval" else "")
+        meta = {"purpose": kind, "phase": name, "policy_version": version}
+
+        async def main() -> list[Rollout]:
+            async with open_suite(
+                info, suite=config.suite, harness=config.harness, runtime=config.runtime,
+                concurrency=config.concurrency, deadline_s=config.deadline_s, harness_options=config.harness_options(),
+                on_progress=lambda p: self.report(name, p), settings=self.settings,
+            ) as session:  # fmt: skip
+                await session.open_run(config.run_id, config.run_id, self._run_meta(), "train", 1, config.group_size)
+                tasks = session.tasks(split, task_ids or self._task_ids(split))
+                return await session.run_groups(config.run_id, tag, tasks, group, meta)
+
         self.report(name, Progress())
-        outcome: SuiteRunResult = run_interruptible(
-            lambda: run_suite(
-                info, suite=config.suite, harness=config.harness, group_size=group, split=split, task_ids=task_ids or self._task_ids(split),
-                runtime=config.runtime, concurrency=config.concurrency, deadline_s=config.deadline_s, run_id=run_id,
-                run_name=name, run_meta={"kind": kind, "phase": name, "parent": config.run_id}, policy_version=version,
-                harness_options=config.harness_options(), on_progress=lambda p: self.report(name, p),
-                settings=self.settings,
-            )
-        )  # fmt: skip
-        rows = outcome.rollouts
+        rows: list[Rollout] = run_interruptible(main)
         # A rollout that did not finish (harness crashed, deadline) scores 0: an honest mean counts it.
         rewards = [float(r.reward or 0.0) if r.status == "finished" else 0.0 for r in rows]
         failed = sum(1 for r in rows if r.status != "finished")
         if failed == len(rows):
             errors = sorted({(r.error or "")[:200] for r in rows})
             raise RollwireError(f"{name}: no rollout finished ({len(rows)} failed; e.g. {errors[:2]})")
-        return PhaseResult(name, outcome.run_id, rewards, version, time.monotonic() - started, failed)
+        return PhaseResult(name, config.run_id, rewards, version, time.monotonic() - started, failed, tag)
 
 
 __all__ = ["Demo", "DemoConfig", "DemoResult", "PhaseResult", "Reporter", "step_detail", "trainer_settings"]

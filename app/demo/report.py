@@ -22,7 +22,7 @@ def summary(result: DemoResult) -> dict[str, Any]:
     def phase(p: PhaseResult | None) -> dict[str, Any] | None:
         if p is None:
             return None
-        return {"run_id": p.run_id, "rollouts": len(p.rewards), "failed": p.failed, "mean_reward": round(p.mean, 4),
+        return {"run_id": p.run_id, "groups": p.group_prefix + "*", "rollouts": len(p.rewards), "failed": p.failed, "mean_reward": round(p.mean, 4),
                 "policy_version": p.policy_version, "seconds": round(p.seconds, 1)}  # fmt: skip
 
     return {
@@ -172,8 +172,8 @@ def _shared_prefix(sequences: list[list[int]]) -> int:
     return n
 
 
-def _trajectory_html(db_url: str, run_id: str, model_dir: Path | None) -> str:
-    """The best and worst rollout of every task of a run, tokens decoded one by one, sampled ones marked."""
+def _trajectory_html(db_url: str, phase: PhaseResult, model_dir: Path | None) -> str:
+    """The best and worst rollout of every task of a phase, tokens decoded one by one, sampled ones marked."""
     from sqlmodel import Session, select
 
     from rollwire.reconstruct import reconstruct
@@ -196,7 +196,8 @@ def _trajectory_html(db_url: str, run_id: str, model_dir: Path | None) -> str:
 
     engine = open_engine(db_url)
     with Session(engine) as session:
-        rows = list(session.exec(select(Rollout).where(Rollout.run_id == run_id)).all())
+        rows = list(session.exec(select(Rollout).where(Rollout.run_id == phase.run_id)).all())
+    rows = [row for row in rows if (row.group_id or "").startswith(phase.group_prefix)]
     shown = [(label, row, reconstruct(engine, row.id)) for label, row in _pick(rows)]
     engine.dispose()
     firsts = [t.segments[0] for _, _, t in shown if t.segments]
@@ -239,7 +240,7 @@ def write_report(result: DemoResult, model_dir: Path | None) -> dict[str, Path]:
     png = reward_curve(result, out / "reward_curve.png")
     rows = "".join(
         f"<tr><td>{html.escape(name)}</td><td>{p['rollouts']}</td><td>{p['failed']}</td><td>{p['mean_reward']:.3f}</td>"
-        f"<td>{p['policy_version']}</td><td>{p['run_id']}</td></tr>"
+        f"<td>{p['policy_version']}</td><td>{p['groups']}</td></tr>"
         for name, p in (
             ("held-out, before RL (SFT only)", numbers["before_rl"]),
             ("held-out, after RL", numbers["after_rl"]),
@@ -249,7 +250,7 @@ def write_report(result: DemoResult, model_dir: Path | None) -> dict[str, Path]:
     settings = "".join(
         f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in settings_in_words(result.config)
     )
-    samples = _trajectory_html(result.stack.db_url, result.after.run_id, model_dir) if result.after else ""
+    samples = _trajectory_html(result.stack.db_url, result.after, model_dir) if result.after else ""
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>rollwire demo report</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em}}
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}}
@@ -258,7 +259,7 @@ pre.tokens{{white-space:pre-wrap;background:#f6f6f6;padding:8px;font-size:12px}}
 <p>Held-out mean reward went from <b>{_mean(result.before)}</b> (SFT only) to <b>{_mean(result.after)}</b> after {len(result.iterations)} GRPO updates
 (gain <b>{numbers["gain"]:+.3f}</b>), in {numbers["seconds"]:.0f} s. Store: <code>{html.escape(result.stack.db_url)}</code></p>
 <p>{html.escape(reward_line(result.config.suite))}</p>
-<h2>Before and after RL</h2><table><tr><th>phase</th><th>rollouts</th><th>failed</th><th>mean reward</th><th>policy version</th><th>run</th></tr>{rows}</table>
+<h2>Before and after RL</h2><table><tr><th>phase</th><th>rollouts</th><th>failed</th><th>mean reward</th><th>policy version</th><th>groups</th></tr>{rows}</table>
 <h2>Reward curve</h2><img src="{png.name}" alt="reward curve">
 {_rl_html(numbers["rl"])}
 <h2>Settings</h2><table>{settings}</table>

@@ -31,15 +31,19 @@ from rollwire.trajectory import Trajectory
 StepReporter = Callable[[int, int, dict[str, Any]], None]
 
 
-def read_run(admin_url: str, operator_key: str, run_id: str, expected: int, wait_s: float = 2.0) -> list[Trajectory]:
-    """Every final rollout of a finished run, from the proxy's trajectory stream (stops when ``expected`` came)."""
+def read_run(
+    admin_url: str, operator_key: str, run_id: str, expected: int, wait_s: float = 2.0,
+    keep: Callable[[Trajectory], bool] = lambda _t: True,
+) -> list[Trajectory]:
+    """The final rollouts of a run that ``keep`` takes, from the proxy's trajectory stream (stops when ``expected``
+    of them came, or after three empty polls)."""
     stream = TrajectoryStream(StreamConfig(admin_url, operator_key, run_id, wait_s))
     out: list[Trajectory] = []
     try:
         empty = 0
         while len(out) < expected and empty < 3:
             got = stream.poll()
-            out.extend(got)
+            out.extend(t for t in got if keep(t))
             empty = 0 if got else empty + 1
     finally:
         stream.close()

@@ -29,6 +29,7 @@ import anyio.to_thread
 from rollwire.app.rl.curriculum import Curriculum, Draw
 from rollwire.app.rl.gate import StalenessGate
 from rollwire.app.rl.learner import Learner
+from rollwire.app.rl.pass_at_k import suite_pass_rates
 from rollwire.errors import Conflict, InvalidRequest, RollwireError
 from rollwire.orchestrator.scheduler import TaskSpec, live_rows
 from rollwire.orchestrator.suite_run import SuiteSession
@@ -40,7 +41,8 @@ from rollwire.trajectory import Trajectory
 logger = logging.getLogger(__name__)
 
 TRAIN = "train"
-"""``meta.purpose`` of the rollouts the trainer learns from; the run's other rollouts (evaluations) it skips."""
+"""``meta.purpose`` of the rollouts the trainer learns from; the run's other rollouts (teacher data, evaluations:
+``purpose_of``) it skips."""
 NO_SIGNAL_DRAWS = 10
 """Draws in a row with no reward spread, in steps' worth of groups, after which the run stops: nothing is left
 to learn on this suite (the policy solves, or fails, every task it draws)."""
@@ -62,6 +64,13 @@ class RLConfig:
     curriculum_floor: float = 0.05
     curriculum_window: int = 16
     seed: int = 0
+    eval_every: int = 0
+    """Evaluate the held-out split every E published versions, and the last one (0: no evaluations)."""
+    eval_group: int = 4
+    """Rollouts per held-out task in an evaluation (pass@k for k = 1 .. this)."""
+    eval_retries: int = 2
+    """Evaluations of a version whose tokens came from another version (a push landed mid-way) are discarded and
+    run again at the version then served, at most this many times."""
 
     def __post_init__(self) -> None:
         if self.iterations < 1:
@@ -70,6 +79,8 @@ class RLConfig:
             raise InvalidRequest("--group-size must be at least 2: GRPO compares rollouts within a group")
         if self.epochs < 1:
             raise InvalidRequest("--epochs must be at least 1", param="epochs")
+        if self.eval_every < 0 or self.eval_group < 1:
+            raise InvalidRequest("--eval-every must be 0 (off) or more, --eval-group at least 1", param="eval_every")
 
 
 @dataclass(slots=True)
@@ -82,10 +93,23 @@ class StepRecord:
     max_lag: int
     seconds: float
     metrics: list[dict[str, Any]]
+    at_s: float = 0.0
+    """When the update's weights were pushed, in seconds since the loop started."""
 
     @property
     def mean_reward(self) -> float:
         return sum(self.rewards) / len(self.rewards) if self.rewards else 0.0
+
+
+@dataclass(slots=True)
+class EvalRecord:
+    """A held-out evaluation whose every token came from ``version``: pass@k and pass^k over its tasks."""
+
+    version: int
+    rates: dict[str, float]
+    rollouts: int
+    at_s: float
+    """When it ended, in seconds since the loop started."""
 
 
 @dataclass(slots=True)
@@ -94,11 +118,21 @@ class RLResult:
     start_version: int
     steps: list[StepRecord] = field(default_factory=list)
     draws: list[Draw] = field(default_factory=list)
+    evals: list[EvalRecord] = field(default_factory=list)
+    evals_discarded: int = 0
     groups_finished: int = 0
     groups_zero_variance: int = 0
     seconds: float = 0.0
     trainer_busy_s: float = 0.0
     """Wall time the trainer spent stepping and pushing (the rest it waited for groups)."""
+    slot_busy_s: float = 0.0
+    """Rollout-seconds the rollout slots were running (``SlotMeter``); with ``concurrency``, their idle share."""
+    concurrency: int = 0
+
+    @property
+    def slots_idle_share(self) -> float:
+        capacity = self.concurrency * self.seconds
+        return max(0.0, 1.0 - self.slot_busy_s / capacity) if capacity else 0.0
 
     @property
     def zero_variance_share(self) -> float:
@@ -106,6 +140,12 @@ class RLResult:
 
 
 Report = Callable[[str], None]
+
+
+def purpose_of(trajectory: Trajectory) -> str | None:
+    """What a rollout of the run was for (``train``, ``teacher``, ``eval``), from its row's meta."""
+    purpose = (trajectory.metadata.get("meta") or {}).get("purpose")
+    return str(purpose) if purpose is not None else None
 
 
 def group_rewards(rows: Sequence[Rollout]) -> list[float]:
@@ -127,20 +167,30 @@ class RLLoop:
         run_id: str,
         tasks: Sequence[TaskSpec],
         report: Report = lambda _line: None,
+        on_update: Callable[[StepRecord], None] | None = None,
         run_meta: dict[str, object] | None = None,
+        eval_tasks: Sequence[TaskSpec] = (),
     ) -> None:
         self.session, self.learner, self.stream, self.config = session, learner, stream, config
+        self.eval_tasks = list(eval_tasks)
+        if config.eval_every and not self.eval_tasks:
+            raise InvalidRequest("--eval-every needs held-out tasks: the suite has no held-out split", param="eval_every")
         self.run_id, self.tasks, self.report = run_id, {task.id: task for task in tasks}, report
         self.run_meta = run_meta or {}
+        self.on_update = on_update
+        """Called after every update with its record (the demo's tracker logs it at the learner's step)."""
         self.curriculum = Curriculum([task.id for task in tasks], config.seed, config.curriculum_floor,
                                      config.curriculum_window)  # fmt: skip
         self._next_draw = 0
         self._no_signal = 0
+        self._started = time.monotonic()
+        self._eval_lock = anyio.Lock()
+        self._group: anyio.abc.TaskGroup
 
     async def run(self) -> RLResult:
-        started = time.monotonic()
+        started = self._started = time.monotonic()
         gate = StalenessGate(self.config.max_lag, self.config.groups_per_step)
-        meta = {**self.run_meta, "kind": "rl", "start_version": self.learner.version, "rl": _config_meta(self.config)}
+        meta = {"kind": "rl", "start_version": self.learner.version, "rl": _config_meta(self.config), **self.run_meta}
         rows = await self.session.open_run(self.run_id, self.run_id, meta, "train", self.learner.version,
                                            self.config.group_size)  # fmt: skip
         run = await anyio.to_thread.run_sync(self.session.book.find_run, self.run_id)
@@ -151,10 +201,15 @@ class RLLoop:
         self.stream.cursor = self.learner.session.state.cursor
         try:
             async with anyio.create_task_group() as group:
+                self._group = group
                 for group_id, group_rows in in_flight.items():
                     group.start_soon(self._resume_group, group_id, group_rows, result)
                 group.start_soon(self._sample, group, gate, result)
+                if self.config.eval_every and self.learner.version == start:
+                    group.start_soon(self._evaluate, start, result)
                 await self._train(gate, result)
+                if self.config.eval_every:  # the final version, whatever E says
+                    await self._evaluate(self.learner.version, result)
                 group.cancel_scope.cancel()  # the target is met: groups still sampling are not needed
         except BaseExceptionGroup as group_error:  # one failure cancels the rest: raise it as itself
             raise _first_leaf(group_error) from None
@@ -224,7 +279,7 @@ class RLLoop:
         while self.learner.version < target:
             got: list[Trajectory] = await anyio.to_thread.run_sync(self.stream.poll, abandon_on_cancel=True)
             for trajectory in got:
-                if (trajectory.metadata.get("meta") or {}).get("purpose") == TRAIN:
+                if purpose_of(trajectory) == TRAIN:
                     buffer.add(trajectory)
                 state.cursor = trajectory.cursor
             settled: list[str] = []
@@ -256,6 +311,9 @@ class RLLoop:
         result: RLResult,
     ) -> None:
         version = self.learner.version
+        if not self.config.dynamic_sampling:  # kept in the batch: counted here, as dynamic sampling counts them
+            config = self.learner.grpo_config
+            result.groups_zero_variance += sum(not group_has_signal(group, config) for group in groups)
         lag = max((version - v for g in groups for t in g for v in t.policy_versions), default=0)
         rewards = [float(t.reward or 0.0) for g in groups for t in g]
         k = version - result.start_version + 1
@@ -267,8 +325,47 @@ class RLLoop:
         )
         seconds = time.monotonic() - started
         result.trainer_busy_s += seconds
-        result.steps.append(StepRecord(self.learner.version, keys, rewards, lag, seconds, metrics))
+        at = time.monotonic() - self._started
+        record = StepRecord(self.learner.version, keys, rewards, lag, seconds, metrics, at)
+        result.steps.append(record)
         gate.settled(keys)
+        done = self.learner.version - result.start_version
+        if self.config.eval_every and done % self.config.eval_every == 0 and done < self.config.iterations:
+            self._group.start_soon(self._evaluate, self.learner.version, result)
+        if self.on_update is not None:
+            self.on_update(record)
+
+    # -- evaluation ----------------------------------------------------------------------------------------------
+    async def _evaluate(self, version: int, result: RLResult, attempt: int = 0) -> None:
+        """The held-out split at ``version``, sharing the rollout slots with sampling (one evaluation at a time).
+
+        Its result counts only if every model call of every rollout sampled ``version``; otherwise the rows are
+        marked discarded and the evaluation runs again at the version served then (``eval_retries`` times).
+        """
+        async with self._eval_lock:
+            if any(done.version == version for done in result.evals):
+                return  # a retry that landed on a version already evaluated
+            tag = f"eval-v{version}" + (f"-retry{attempt}" if attempt else "")
+            meta = {"purpose": "eval", "policy_version": version}
+            rows = await self.session.run_groups(self.run_id, tag, self.eval_tasks, self.config.eval_group, meta)
+            book = self.session.book
+            seen = await anyio.to_thread.run_sync(book.call_versions, [row.id for row in rows])
+            others = sorted({v for versions in seen.values() for v in versions} - {version})
+            if not others:
+                by_task: dict[str, list[float]] = {}
+                for row in rows:
+                    by_task.setdefault(row.task_id or "", []).append(group_rewards([row])[0])
+                rates = suite_pass_rates(by_task)
+                result.evals.append(EvalRecord(version, rates, len(rows), time.monotonic() - self._started))
+                self.report(f"held-out at v{version}: pass@1 {rates.get('pass@1', 0.0):.2f} over {len(rows)} rollouts")
+                return
+            result.evals_discarded += 1
+            reason = f"the evaluation of v{version} sampled versions {others} too: a push landed during it"
+            for row in rows:
+                await anyio.to_thread.run_sync(book.merge_meta, row.id, {"eval_discarded": reason})
+            self.report(f"{reason}; discarded" + ("" if attempt >= self.config.eval_retries else ", run again"))
+        if attempt < self.config.eval_retries:
+            await self._evaluate(self.learner.version, result, attempt + 1)
 
     async def _cancel_unfinished(self) -> None:
         """Rows of groups the run no longer needs (sampling when the target was met) end as cancelled."""
@@ -277,7 +374,7 @@ class RLLoop:
         error = "the run reached its target before this rollout ended"
         for row in live_rows(rows):
             status = RolloutStatus(row.status)
-            if not status.is_final and row.meta.get("purpose") == TRAIN:
+            if not status.is_final and row.meta.get("purpose") in (TRAIN, "eval"):
                 cancel = functools.partial(book.set_status, row.id, RolloutStatus.CANCELLED, error=error)
                 with contextlib.suppress(Conflict):  # it became final meanwhile
                     await anyio.to_thread.run_sync(cancel)
@@ -301,4 +398,4 @@ def _first_leaf(error: BaseExceptionGroup[BaseException]) -> BaseException:
     return (real or leaves)[0]
 
 
-__all__ = ["TRAIN", "RLConfig", "RLLoop", "RLResult", "StepRecord", "group_rewards"]
+__all__ = ["TRAIN", "EvalRecord", "RLConfig", "RLLoop", "RLResult", "StepRecord", "group_rewards", "purpose_of"]

@@ -4,6 +4,7 @@ loop run against them, so the demo is the same loop with a warm start and evalua
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from rollwire.settings import Settings, TrainerSettings
 
 if TYPE_CHECKING:
     from rollwire.app.rl.learner import Learner
-    from rollwire.app.rl.loop import RLConfig, RLResult
+    from rollwire.app.rl.loop import RLConfig, RLResult, StepRecord
     from rollwire.orchestrator.scheduler import Progress
 
 
@@ -59,6 +60,7 @@ def local_stack(settings: Settings, out_dir: Path, serving: Serving, suite: str,
         state_dir=out_dir / "mcp_state",
         log_dir=out_dir / "logs",
         engine=serving.engine,
+        proxy_args=["--no-adhoc-run"],  # the store holds this run's rollouts and nothing else
         proxy_env={"ROLLWIRE_PROXY__SAMPLE_SEED": str(seed)},  # the same run samples alike again
     )
 
@@ -74,7 +76,7 @@ def learner_settings(
     bundled engine in lockstep, whose logprobs are the trainer's own.
     """
     update: dict[str, object] = {
-        "admin_url": info.admin_url, "operator_key": info.operator_key, "keep_checkpoints": 2,
+        "admin_url": info.admin_url, "operator_key": info.operator_key, "keep_checkpoints": 2,  # the recipe may say more
         "engine_url": "" if serving.on_vllm else info.engine_url or "",
         "vllm_url": (serving.upstream or info.engine_url or "") if serving.on_vllm else "",
         **recipe,
@@ -82,6 +84,33 @@ def learner_settings(
     if base.is_correction == "auto" and max_lag >= 1:
         update["is_correction"] = "tis"
     return base.model_copy(update=update)
+
+
+@dataclass(slots=True)
+class SlotMeter:
+    """Integrates the scheduler's running count over time: the rollout-seconds the slots were busy."""
+
+    clock: Callable[[], float] = time.monotonic
+    busy_s: float = 0.0
+    _running: int = 0
+    _since: float | None = None
+
+    def restart(self) -> None:
+        """Count from now, from zero (the running count stays what the last progress said)."""
+        self.busy_s, self._since = 0.0, self.clock()
+
+    def __call__(self, progress: Progress) -> None:
+        self._advance()
+        self._running = progress.running
+
+    def _advance(self) -> None:
+        now = self.clock()
+        self.busy_s += self._running * (now - (self._since if self._since is not None else now))
+        self._since = now
+
+    def stop(self) -> float:
+        self._advance()
+        return self.busy_s
 
 
 def run_loop(
@@ -94,6 +123,7 @@ def run_loop(
     settings: Settings,
     report: Callable[[str], None],
     on_progress: Callable[[Progress], None] | None = None,
+    on_update: Callable[[StepRecord], None] | None = None,
     run_meta: dict[str, object] | None = None,
 ) -> RLResult:
     """``RLLoop`` on the stack until ``config.iterations`` updates; SIGINT/SIGTERM stop it cleanly (resumable)."""
@@ -102,16 +132,27 @@ def run_loop(
     from rollwire.trainer.stream import StreamConfig, TrajectoryStream
 
     stream = TrajectoryStream(StreamConfig(info.admin_url, info.operator_key, run_id, wait_s=1.0))
+    meter = SlotMeter()
+
+    def progress(p: Progress) -> None:
+        meter(p)
+        if on_progress is not None:
+            on_progress(p)
 
     async def main() -> RLResult:
         async with open_suite(
             info, suite=rollouts.suite, harness=rollouts.harness, runtime=rollouts.runtime,
             concurrency=rollouts.concurrency, deadline_s=rollouts.deadline_s, harness_options=rollouts.harness_options,
-            on_progress=on_progress, settings=settings,
+            on_progress=progress, settings=settings,
         ) as session:  # fmt: skip
             tasks = session.tasks("train", list(rollouts.task_ids) or None)
-            loop = RLLoop(session, learner, stream, config, run_id=run_id, tasks=tasks, report=report, run_meta=run_meta)
-            return await loop.run()
+            held_out = session.tasks("held_out") if config.eval_every else []
+            loop = RLLoop(session, learner, stream, config, run_id=run_id, tasks=tasks, report=report,
+                          on_update=on_update, run_meta=run_meta, eval_tasks=held_out)  # fmt: skip
+            meter.restart()  # the loop's own time, not the session's start-up
+            result = await loop.run()
+            result.slot_busy_s, result.concurrency = meter.stop(), rollouts.concurrency
+            return result
 
     try:
         return run_interruptible(main)
@@ -119,4 +160,4 @@ def run_loop(
         stream.close()
 
 
-__all__ = ["Rollouts", "Serving", "learner_settings", "local_stack", "run_loop"]
+__all__ = ["Rollouts", "Serving", "SlotMeter", "learner_settings", "local_stack", "run_loop"]

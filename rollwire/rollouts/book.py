@@ -206,6 +206,23 @@ class RolloutBook:
         with session_scope(self._engine) as session:
             return [str(error or "the engine failed") for error in session.connection().execute(statement).scalars()]
 
+    def call_versions(self, rollout_ids: Iterable[str]) -> dict[str, set[int]]:
+        """The policy versions each rollout's model calls sampled from (the proxy records one per call); a rollout
+        that made no call has none."""
+        ids = list(rollout_ids)
+        out: dict[str, set[int]] = {rollout_id: set() for rollout_id in ids}
+        if not ids:
+            return out
+        statement = (
+            select(col(ModelCall.rollout_id), col(ModelCall.policy_version))
+            .where(col(ModelCall.rollout_id).in_(ids))
+            .distinct()
+        )
+        with session_scope(self._engine) as session:
+            for rollout_id, version in session.connection().execute(statement):
+                out[rollout_id].add(int(version))
+        return out
+
     # -- state changes ------------------------------------------------------------------------------------------
     def claim(self, rollout_id: str, source: RolloutStatus = S.PENDING) -> str | None:
         """pending -> starting with a fresh token; the token, or None if someone else moved it first.

@@ -2,8 +2,8 @@
 curves to TensorBoard with --tracker).
 
 Asserted from the store the demo leaves behind, not from what it prints: teacher rollouts recorded and
-labelled, rewards from the checkers, weights pushed (the engine's version advanced), and rollouts of
-later iterations sampled under the newer policy version.
+labelled, rewards from the checkers, weights pushed (the engine's version advanced), the RL loop's updates
+on groups with a reward spread, and each evaluation sampled under the one policy version it names.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-DEMO = ["-K", "2", "-G", "2", "--train-tasks", "3", "--eval-group", "2", "--eval-tasks", "2", "--teacher-group", "1",
-        "--sft-epochs", "2", "--concurrency", "6"]  # fmt: skip
+DEMO = ["-K", "2", "-G", "4", "--train-tasks", "3", "--tasks-per-iteration", "2", "--eval-group", "2", "--eval-tasks",
+        "2", "--teacher-group", "1", "--concurrency", "6"]  # fmt: skip
 
 
 def _run(tmp_path: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -52,33 +52,44 @@ def test_shortened_demo_closes_the_loop(tmp_path: Path) -> None:
 
     db = sqlite3.connect(out / "store.db")
     runs = {row[0]: json.loads(row[1]) for row in db.execute("select id, config from run")}
-    kinds = [config.get("kind") for config in runs.values()]
-    assert kinds.count("teacher") == 1 and kinds.count("eval") == 2 and kinds.count("grpo") == 2
+    assert list(runs) == ["demo"] and runs["demo"]["kind"] == "rl"  # one training run is one run in the store
 
-    def rollouts(run_id: str) -> list[tuple[str, str, float | None]]:
-        return [(i, s.lower(), r) for i, s, r in db.execute("select id, status, reward from rollout where run_id = ?", (run_id,))]
+    def rollouts(prefix: str) -> list[tuple[str, str, float | None]]:
+        query = "select id, status, reward from rollout where group_id like ?"
+        return [(i, s.lower(), r) for i, s, r in db.execute(query, (prefix + "%",))]
 
-    def versions(run_id: str) -> set[int]:
-        query = "select distinct m.policy_version from modelcall m join rollout r on m.rollout_id = r.id where r.run_id = ?"
-        return {row[0] for row in db.execute(query, (run_id,))}
+    def versions(prefix: str) -> set[int]:
+        query = ("select distinct m.policy_version from modelcall m join rollout r on m.rollout_id = r.id "
+                 "where r.group_id like ?")  # fmt: skip
+        return {row[0] for row in db.execute(query, (prefix + "%",))}
 
-    teacher = numbers["teacher"]["run_id"]
+    teacher, before, after, rl_groups = "demo:teacher:", "demo:eval-v1:", "demo:eval-v3:", "demo:draw-"
+    assert numbers["teacher"]["groups"] == teacher + "*" and numbers["after_rl"]["groups"] == after + "*"
     assert [r[1:] for r in rollouts(teacher)] == [("finished", 1.0)] * 3  # the expert solves every train task
     assert versions(teacher) == {0}
-    # SFT pushed v1; eval-before ran on v1; GRPO iteration k ran on v k and pushed v k+1; eval-after ran on v3.
-    assert versions(numbers["before_rl"]["run_id"]) == {1}
-    assert [versions(it["run_id"]) for it in numbers["iterations"]] == [{1}, {2}]
-    assert versions(numbers["after_rl"]["run_id"]) == {3}
-    for phase in (numbers["before_rl"], numbers["after_rl"], *numbers["iterations"]):
-        rows = rollouts(phase["run_id"])
+    # SFT pushed v1; eval-before ran on v1; the RL loop sampled from v1 on and pushed v2 and v3; eval-after ran on v3.
+    assert versions(before) == {1}
+    assert 1 in versions(rl_groups) and versions(rl_groups) <= {1, 2, 3}
+    assert versions(after) == {3}
+    for prefix, phase in ((before, numbers["before_rl"]), (after, numbers["after_rl"])):
+        rows = rollouts(prefix)
         assert len(rows) == phase["rollouts"] and all(status in ("finished", "failed", "timed_out") for _, status, _ in rows)
+    assert len(rollouts(before)) == 2 * 2
+    assert all(status in ("finished", "failed", "timed_out", "cancelled") for _, status, _ in rollouts(rl_groups))
+    for prefix in (before, after, rl_groups):
+        rows = rollouts(prefix)
         assert all(reward is not None for _, status, reward in rows if status == "finished")  # scored by the checker
         calls = db.execute(
-            "select count(*) from modelcall m join rollout r on m.rollout_id = r.id where r.run_id = ?", (phase["run_id"],)
+            "select count(*) from modelcall m join rollout r on m.rollout_id = r.id where r.group_id like ? and "
+            "r.status != 'CANCELLED'", (prefix + "%",)
         ).fetchone()[0]
-        assert calls >= len(rows)  # every rollout made at least one model call through the proxy
-    assert len(rollouts(numbers["iterations"][0]["run_id"])) == 3 * 2
-    assert len(rollouts(numbers["before_rl"]["run_id"])) == 2 * 2
+        assert calls >= len([r for r in rows if r[1] != "cancelled"])  # each made a model call through the proxy
+    # each update trained on two groups of four, each with a reward spread (the rest were redrawn)
+    assert [it["rollouts"] for it in numbers["iterations"]] == [8, 8]
+    assert [it["policy_version"] for it in numbers["iterations"]] == [2, 3]
+    rl = numbers["rl"]
+    assert rl["groups_drawn"] >= 4 and rl["groups_finished"] >= 4 and rl["max_policy_lag"] <= 1
+    assert len(rl["draws"]) == rl["groups_drawn"] and {d["task_id"] for d in rl["draws"]} <= {"write-cat", "write-dog", "write-sun"}
     checkpoints = sorted(p.name for p in (out / "checkpoints").glob("step-*"))
     assert checkpoints, "no checkpoint was written"
     assert "held-out mean reward" in result.stdout and "gain" in result.stdout
@@ -123,7 +134,7 @@ def test_demo_bad_options_fail_with_one_line(tmp_path: Path) -> None:
 def test_help_lists_every_command() -> None:
     result = subprocess.run([sys.executable, "-m", "rollwire.app.cli", "--help"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0
-    for command in ("demo", "up", "engine", "proxy", "train", "traces"):
+    for command in ("demo", "rl", "report", "up", "engine", "proxy", "train", "traces"):
         assert command in result.stdout
 
 

@@ -63,6 +63,20 @@ def _state(out: Path) -> dict[str, object] | None:
     return None
 
 
+def _in_flight(out: Path) -> dict[str, str]:
+    """Rollouts of the run mid-flight in the store, by status. A read-write connection: a read-only one cannot
+    recover the WAL index a killed writer left, and reads the main file alone (rows as they were long before)."""
+    if not (out / "store.db").is_file():
+        return {}
+    try:
+        with contextlib.closing(sqlite3.connect(out / "store.db", timeout=5)) as db:
+            rows = db.execute("select id, status from rollout where run_id = 'rl-kill' and status in "
+                              "('STARTING', 'RUNNING', 'SCORING')").fetchall()  # fmt: skip
+    except sqlite3.OperationalError:  # no table yet
+        return {}
+    return dict(rows)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_kill_9_and_rerun_resumes_with_no_group_trained_twice_or_lost(warm_model: Path, tmp_path: Path) -> None:
@@ -72,16 +86,15 @@ def test_kill_9_and_rerun_resumes_with_no_group_trained_twice_or_lost(warm_model
             "--max-lag", "1", "--concurrency", "6", "--option", "max_tokens=64", "--option", "max_turns=1",
             "--run-id", "rl-kill", "--out", str(out)]  # fmt: skip
     with _started(argv, _env(tmp_path), tmp_path / "first.log") as first:
-        # the signal: the first update's checkpoint is in place (v1), while the sampler runs ahead of it
-        wait_until(lambda: (_state(out) or {}).get("policy_version", 0) >= 1 or first.poll() is not None,
-                   "the first update's checkpoint", timeout_s=600)  # fmt: skip
+        # the signal: the first update's checkpoint is in place (v1) and the sampler has rollouts running ahead of it
+        wait_until(lambda: first.poll() is not None or ((_state(out) or {}).get("policy_version", 0) >= 1
+                                                         and "RUNNING" in _in_flight(out).values()),
+                   "the first update's checkpoint with rollouts running", timeout_s=600, every_s=0.01)  # fmt: skip
         assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
         os.killpg(first.pid, signal.SIGKILL)  # the command and its whole stack, as an OOM killer or a node loss would
         first.wait()
-    db = sqlite3.connect(out / "store.db")
-    cut_short = {row[0] for row in db.execute(
-        "select id from rollout where run_id = 'rl-kill' and status in ('STARTING', 'RUNNING', 'SCORING')")}  # fmt: skip
-    db.close()
+    cut_short = {rollout_id for rollout_id, status in _in_flight(out).items() if status == "RUNNING"}
+    assert cut_short  # read after the kill: harnesses the kill left mid-run (a row it left scoring is scored again)
 
     with _started(argv, _env(tmp_path), tmp_path / "second.log") as second:
         assert second.wait(timeout=900) == 0, (tmp_path / "second.log").read_text()[-3000:]
@@ -116,3 +129,34 @@ def test_kill_9_and_rerun_resumes_with_no_group_trained_twice_or_lost(warm_model
     assert {u["version"] for u in results["updates"]} == set(range(ITERATIONS - len(results["updates"]) + 1, ITERATIONS + 1))
     draws = [d["index"] for d in results["draws"]]
     assert draws == sorted(set(draws)) and draws[0] == 0  # the rerun's draws carry on from the store's
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_evaluations_run_beside_training_and_count_only_pure_versions(warm_model: Path, tmp_path: Path) -> None:
+    """--eval-every 1: the held-out split at the start version, after each update and at the end, beside sampling;
+    each result kept is stored with its version, and every model call of its rollouts sampled that version."""
+    out = tmp_path / "rl"
+    argv = [sys.executable, "-m", "rollwire.app.cli", "--log-level", "WARNING", "rl", "--suite", "tiny",
+            "--model", str(warm_model), "--tasks", TASKS, "-K", "2", "-G", "4", "--groups-per-step", "2",
+            "--eval-every", "1", "--eval-group", "2", "--concurrency", "6", "--option", "max_tokens=64",
+            "--option", "max_turns=1", "--run-id", "rl-eval", "--out", str(out)]  # fmt: skip
+    with _started(argv, _env(tmp_path), tmp_path / "rl.log") as process:
+        assert process.wait(timeout=600) == 0, (tmp_path / "rl.log").read_text()[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    kept = results["evaluations"]
+    assert kept and kept[-1]["version"] == 2  # the final version is always evaluated
+    assert all(0.0 <= e["pass@1"] <= e["pass@2"] <= 1.0 and e["pass^2"] <= e["pass@1"] for e in kept)
+    db = sqlite3.connect(out / "store.db")
+    rows = db.execute("select r.id, r.meta, m.policy_version from rollout r join modelcall m on m.rollout_id = r.id "
+                      "where r.run_id = 'rl-eval'").fetchall()  # fmt: skip
+    evals = [(rid, json.loads(meta), version) for rid, meta, version in rows if json.loads(meta).get("purpose") == "eval"]
+    kept_versions = {e["version"] for e in kept}
+    for _rid, meta, version in evals:
+        if "eval_discarded" in meta:
+            assert "a push landed during it" in meta["eval_discarded"]
+        else:
+            assert version == meta["policy_version"] and meta["policy_version"] in kept_versions
+    assert all(e["rollouts"] == 8 * 2 for e in kept)  # every held-out task, --eval-group rollouts each
+    discarded = any("eval_discarded" in meta for _, meta, _ in evals)
+    assert (results["evaluations_discarded"] > 0) == discarded

@@ -1,4 +1,5 @@
-"""The staleness gate: at most (max_lag + 1) x groups_per_step groups drawn and not yet settled by the trainer."""
+"""The staleness gate (at most (max_lag + 1) x groups_per_step groups drawn and not yet settled by the trainer), and
+the meter of busy rollout slots."""
 
 from __future__ import annotations
 
@@ -56,3 +57,19 @@ def test_bad_settings_are_refused() -> None:
         StalenessGate(max_lag=-1, groups_per_step=1)
     with pytest.raises(InvalidRequest, match="groups-per-step"):
         StalenessGate(max_lag=0, groups_per_step=0)
+
+
+def test_the_slot_meter_integrates_running_rollouts_over_time() -> None:
+    from rollwire.app.rl.runner import SlotMeter
+    from rollwire.orchestrator.scheduler import Progress
+
+    now = [100.0]
+    meter = SlotMeter(clock=lambda: now[0])
+    meter.restart()
+    meter(Progress(running=2))  # 2 running from t = 100
+    now[0] = 103.0
+    meter(Progress(running=5))  # 2 x 3 s, then 5 running
+    now[0] = 104.5
+    meter(Progress(running=0))  # + 5 x 1.5 s
+    now[0] = 110.0
+    assert meter.stop() == pytest.approx(2 * 3 + 5 * 1.5)

@@ -1,0 +1,167 @@
+"""``rollwire report RUN``: an RL run's curves and tables from its store alone (no log or results file needed).
+
+Train reward per policy version comes from the train groups (``meta.purpose = train``) by the version they were
+drawn at; held-out pass@k per version from the evaluation groups (``meta.purpose = eval``) by the version they
+sampled; the curriculum's draws from each train group's ``meta.draw``. Where other runs in the store ran the same
+suite with another harness, one table compares pass@k per harness, each at its newest evaluated version.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rollwire.app.rl.pass_at_k import suite_pass_rates
+from rollwire.errors import NotFound
+from rollwire.orchestrator.scheduler import live_rows
+from rollwire.rollouts import RolloutBook
+from rollwire.store.schema import Rollout, RolloutStatus
+
+
+def reward_of(row: Rollout) -> float:
+    """A rollout that did not finish scores 0, as every mean in rollwire counts it."""
+    return float(row.reward or 0.0) if row.status == RolloutStatus.FINISHED else 0.0
+
+
+@dataclass(slots=True)
+class RunFigures:
+    run_id: str
+    suite: str
+    harness: str
+    train_by_version: dict[int, list[float]] = field(default_factory=dict)
+    evals: dict[int, dict[str, list[float]]] = field(default_factory=dict)
+    """version -> held-out task -> rewards."""
+    train_by_task: dict[str, list[float]] = field(default_factory=dict)
+    draws: list[dict[str, Any]] = field(default_factory=list)
+
+    def eval_rates(self) -> dict[int, dict[str, float]]:
+        return {v: suite_pass_rates(tasks) for v, tasks in sorted(self.evals.items())}
+
+
+def figures(book: RolloutBook, run_id: str) -> RunFigures:
+    run = book.find_run(run_id)
+    if run is None:
+        raise NotFound(f"the store has no run {run_id!r}")
+    config = dict(run.config or {})
+    out = RunFigures(run_id, str(config.get("suite", "")), str(config.get("harness", "")))
+    draws: dict[str, dict[str, Any]] = {}
+    for row in live_rows(book.rollouts(run_id)):
+        if row.status == RolloutStatus.CANCELLED:
+            continue  # ended by the run, not by the policy
+        meta = row.meta or {}
+        purpose = meta.get("purpose")
+        if purpose == "train":
+            version = int(meta.get("drawn_at_version", 0))
+            out.train_by_version.setdefault(version, []).append(reward_of(row))
+            out.train_by_task.setdefault(row.task_id or "", []).append(reward_of(row))
+            if "draw" in meta and row.group_id:
+                draws[row.group_id] = dict(meta["draw"])
+        elif purpose == "eval" and "eval_discarded" not in meta:  # one with tokens of another version is no result
+            version = int(meta.get("policy_version", 0))
+            out.evals.setdefault(version, {}).setdefault(row.task_id or "", []).append(reward_of(row))
+    out.draws = sorted(draws.values(), key=lambda d: int(d["index"]))
+    return out
+
+
+def harness_table(book: RolloutBook, runs: Sequence[str], suite: str) -> list[tuple[str, str, int, dict[str, float]]]:
+    """(harness, run, version, pass rates) of every run of ``suite`` with an evaluation, at its newest one."""
+    rows = []
+    for run_id in runs:
+        found = figures(book, run_id)
+        if found.suite != suite or not found.evals:
+            continue
+        version = max(found.evals)
+        rows.append((found.harness, run_id, version, suite_pass_rates(found.evals[version])))
+    return sorted(rows)
+
+
+def _plot_versions(found: RunFigures, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    train = sorted(found.train_by_version.items())
+    ax.plot([v for v, _ in train], [sum(r) / len(r) for _, r in train], marker="o", label="train reward (drawn at)")
+    rates = found.eval_rates()
+    if rates:
+        ax.plot(list(rates), [r.get("pass@1", 0.0) for r in rates.values()], marker="s", label="held-out pass@1")
+    ax.set_xlabel("policy version")
+    ax.set_ylabel("reward / pass rate")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(f"{found.run_id}: {found.suite} suite, {found.harness} harness")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _plot_draws(found: RunFigures, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    counts = Counter(d["task_id"] for d in found.draws)
+    tasks = sorted(counts, key=lambda t: (-counts[t], t))
+    fig, ax = plt.subplots(figsize=(7, max(2.5, 0.18 * len(tasks))), dpi=110)
+    ax.barh(tasks[::-1], [counts[t] for t in tasks[::-1]])
+    ax.set_xlabel("groups drawn")
+    ax.set_title("the curriculum's draws per task")
+    ax.tick_params(axis="y", labelsize=6)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def write(book: RolloutBook, run_id: str, out: Path, all_runs: Sequence[str]) -> dict[str, Path]:
+    """``report.html``, ``versions.png`` and ``draws.png`` of ``run_id`` in ``out``."""
+    found = figures(book, run_id)
+    out.mkdir(parents=True, exist_ok=True)
+    curve = _plot_versions(found, out / "versions.png")
+    draws = _plot_draws(found, out / "draws.png")
+    rates = found.eval_rates()
+    ks = sorted({key for r in rates.values() for key in r}, key=lambda k: (k[4:], k[:4]))
+    eval_rows = "".join(
+        f"<tr><td>{v}</td>" + "".join(f"<td>{r.get(k, 0.0):.3f}</td>" for k in ks) + "</tr>" for v, r in rates.items()
+    )
+    tasks = "".join(
+        f"<tr><td>{html.escape(t)}</td><td>{len(r)}</td><td>{sum(1 for x in r if x >= 1.0) / len(r):.2f}</td>"
+        f"<td>{sum(r) / len(r):.3f}</td></tr>"
+        for t, r in sorted(found.train_by_task.items())
+    )
+    by_task: dict[str, list[float]] = defaultdict(list)
+    for d in found.draws:
+        by_task[d["task_id"]].append(float(d["weight"]))
+    harnesses = harness_table(book, all_runs, found.suite)
+    hks = sorted({key for *_, r in harnesses for key in r}, key=lambda k: (k[4:], k[:4]))
+    harness_rows = "".join(
+        f"<tr><td>{html.escape(h)}</td><td>{html.escape(r)}</td><td>{v}</td>"
+        + "".join(f"<td>{rates_.get(k, 0.0):.3f}</td>" for k in hks) + "</tr>"
+        for h, r, v, rates_ in harnesses
+    )  # fmt: skip
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>rollwire report {html.escape(run_id)}</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em}}
+table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}}</style></head><body>
+<h1>{html.escape(run_id)}</h1><p>{html.escape(found.suite)} suite, {html.escape(found.harness)} harness;
+{len(found.draws)} groups drawn, {sum(len(r) for r in found.train_by_version.values())} train rollouts,
+{len(rates)} evaluated versions.</p>
+<h2>Across policy versions</h2><img src="{curve.name}" alt="train reward and held-out pass@1 per version">
+<h2>Held-out evaluations</h2><table><tr><th>version</th>{"".join(f"<th>{k}</th>" for k in ks)}</tr>{eval_rows}</table>
+<h2>Train tasks</h2><table><tr><th>task</th><th>rollouts</th><th>pass rate</th><th>mean reward</th></tr>{tasks}</table>
+<h2>The curriculum's draws</h2><img src="{draws.name}" alt="draws per task">
+<h2>Harnesses on this suite</h2><table><tr><th>harness</th><th>run</th><th>version</th>{"".join(f"<th>{k}</th>" for k in hks)}</tr>{harness_rows}</table>
+</body></html>"""
+    (out / "report.html").write_text(page)
+    return {"html": out / "report.html", "versions": curve, "draws": draws}
+
+
+__all__ = ["RunFigures", "figures", "harness_table", "reward_of", "write"]
