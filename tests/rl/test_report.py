@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from rollwire.store.db import open_engine
 from rollwire.store.schema import RolloutStatus as S
 
 
-def _rows(book: RolloutBook, run_id: str, group: str, task: str, meta: dict[str, object], rewards: list[float | None]) -> None:
+def _rows(book: RolloutBook, run_id: str, group: str, task: str, meta: dict[str, object], rewards: Sequence[float | None]) -> None:
     ids = book.plan(run_id, [PlannedRollout(task, group, i, meta) for i in range(len(rewards))])
     for rollout_id, reward in zip(ids, rewards, strict=True):
         book.set_status(rollout_id, S.STARTING)

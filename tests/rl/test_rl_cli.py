@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,7 +55,7 @@ def warm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp / "o" / "checkpoints" / (tmp / "o" / "checkpoints" / "latest").read_text().strip()
 
 
-def _state(out: Path) -> dict[str, object] | None:
+def _state(out: Path) -> dict[str, Any] | None:
     pointer = out / "checkpoints" / "latest"
     if not pointer.is_file():
         return None
@@ -100,7 +101,7 @@ def test_kill_9_and_rerun_resumes_with_no_group_trained_twice_or_lost(warm_model
         assert second.wait(timeout=900) == 0, (tmp_path / "second.log").read_text()[-3000:]
     state = _state(out)
     assert state is not None and state["policy_version"] == ITERATIONS
-    consumed = list(state["trained_rollouts"])  # type: ignore[call-overload]
+    consumed = list(state["trained_rollouts"])
     assert len(consumed) == len(set(consumed)), "a rollout was consumed twice"
 
     db = sqlite3.connect(out / "store.db")
@@ -113,13 +114,13 @@ def test_kill_9_and_rerun_resumes_with_no_group_trained_twice_or_lost(warm_model
         assert rollout_id in retried
     # every train group whose last rollout the trainer has read (cursor) is consumed whole or waits whole in the
     # checkpoint's buffer; none is split between them, and the pending ones are not consumed
-    pending = {t["rollout_id"] for t in state["pending"]}  # type: ignore[attr-defined]
+    pending = {t["rollout_id"] for t in state["pending"]}
     assert not pending & set(consumed)
     groups: dict[str, list[tuple[object, ...]]] = {}
     for row in rows.values():
         if row[0] not in retried and json.loads(row[4]).get("purpose") == "train":
             groups.setdefault(row[1], []).append(row)
-    read = [g for g in groups.values() if all(r[5] is not None and r[5] <= state["cursor"] for r in g)]  # type: ignore[operator]
+    read = [g for g in groups.values() if all(r[5] is not None and r[5] <= state["cursor"] for r in g)]
     assert len(read) >= 2 * ITERATIONS
     for members in read:
         ids = {r[0] for r in members}
