@@ -23,16 +23,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from rollwire.app.demo.loop import Demo, DemoConfig, DemoResult  # noqa: E402
-from rollwire.settings import Settings  # noqa: E402
+if TYPE_CHECKING:  # imported in main(): the checkers' worker processes re-import this file as their __main__
+    from rollwire.app.demo.loop import DemoResult
 
 
 def quiet(phase: str, progress: object, detail: str = "") -> None:
@@ -41,6 +38,9 @@ def quiet(phase: str, progress: object, detail: str = "") -> None:
 
 
 def run_lag(lag: int, args: argparse.Namespace, root: Path) -> tuple[DemoResult, Path]:
+    from rollwire.app.demo.loop import Demo, DemoConfig
+    from rollwire.settings import Settings
+
     out = root / f"lag{lag}"
     out.mkdir(parents=True, exist_ok=True)
     config = DemoConfig(max_lag=lag, iterations=args.iterations, eval_group=args.eval_group, seed=args.seed,
@@ -54,8 +54,10 @@ def evaluate_versions(runs: dict[int, tuple[DemoResult, Path]], args: argparse.N
     import anyio
     import httpx
 
+    from rollwire.app.demo.loop import DemoConfig
     from rollwire.app.rl.runner import Serving, local_stack
     from rollwire.orchestrator.suite_run import run_suite
+    from rollwire.settings import Settings
     from rollwire.store.db import open_engine
     from rollwire.trainer.checkpoint import STATE_FILE
     from rollwire.trainer.weights import ProxyVersionPublisher, make_sinks

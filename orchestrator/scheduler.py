@@ -23,6 +23,7 @@ from rollwire.orchestrator.checker_process import CheckerLimit
 from rollwire.orchestrator.runtimes.base import Ended, EndKind, Handle, RolloutJob, Runtime
 from rollwire.orchestrator.scoring import Scorer, ScoringInput
 from rollwire.rollouts import PlannedRollout, RolloutBook
+from rollwire.rollouts.book import live_rows
 from rollwire.settings import OrchestratorSettings
 from rollwire.store.schema import Rollout, RolloutStatus
 from rollwire.trajectory import INFRASTRUCTURE, POLICY, SETUP
@@ -95,12 +96,6 @@ class Progress:
     @property
     def mean_reward(self) -> float | None:
         return sum(self.rewards) / len(self.rewards) if self.rewards else None
-
-
-def live_rows(rows: Sequence[Rollout]) -> list[Rollout]:
-    """The latest attempt of every planned rollout: rows no infrastructure retry has replaced."""
-    replaced = {row.meta.get("retry_of") for row in rows}
-    return [row for row in rows if row.id not in replaced]
 
 
 class Scheduler:

@@ -29,10 +29,10 @@ import anyio.to_thread
 from rollwire.app.rl.curriculum import Curriculum, Draw
 from rollwire.app.rl.gate import StalenessGate
 from rollwire.app.rl.learner import Learner
-from rollwire.app.rl.pass_at_k import suite_pass_rates
 from rollwire.errors import Conflict, InvalidRequest, RollwireError
 from rollwire.orchestrator.scheduler import TaskSpec, live_rows
 from rollwire.orchestrator.suite_run import SuiteSession
+from rollwire.pass_rates import suite_pass_rates
 from rollwire.store.schema import Rollout, RolloutStatus
 from rollwire.trainer.grpo import group_has_signal
 from rollwire.trainer.stream import TrajectoryStream

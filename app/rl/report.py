@@ -1,9 +1,6 @@
-"""``rollwire report RUN``: an RL run's curves and tables from its store alone (no log or results file needed).
-
-Train reward per policy version comes from the train groups (``meta.purpose = train``) by the version they were
-drawn at; held-out pass@k per version from the evaluation groups (``meta.purpose = eval``) by the version they
-sampled; the curriculum's draws from each train group's ``meta.draw``. Where other runs in the store ran the same
-suite with another harness, one table compares pass@k per harness, each at its newest evaluated version.
+"""``rollwire report RUN``: an RL run's curves and tables from its store alone (no log or results file needed),
+drawn from ``rollwire.run_figures`` (the trace viewer's run page reads the same figures). Where other runs in the
+store ran the same suite with another harness, one table compares pass@k per harness.
 """
 
 from __future__ import annotations
@@ -11,72 +8,10 @@ from __future__ import annotations
 import html
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from rollwire.app.rl.pass_at_k import suite_pass_rates
-from rollwire.errors import NotFound
-from rollwire.orchestrator.scheduler import live_rows
 from rollwire.rollouts import RolloutBook
-from rollwire.store.schema import Rollout, RolloutStatus
-
-
-def reward_of(row: Rollout) -> float:
-    """A rollout that did not finish scores 0, as every mean in rollwire counts it."""
-    return float(row.reward or 0.0) if row.status == RolloutStatus.FINISHED else 0.0
-
-
-@dataclass(slots=True)
-class RunFigures:
-    run_id: str
-    suite: str
-    harness: str
-    train_by_version: dict[int, list[float]] = field(default_factory=dict)
-    evals: dict[int, dict[str, list[float]]] = field(default_factory=dict)
-    """version -> held-out task -> rewards."""
-    train_by_task: dict[str, list[float]] = field(default_factory=dict)
-    draws: list[dict[str, Any]] = field(default_factory=list)
-
-    def eval_rates(self) -> dict[int, dict[str, float]]:
-        return {v: suite_pass_rates(tasks) for v, tasks in sorted(self.evals.items())}
-
-
-def figures(book: RolloutBook, run_id: str) -> RunFigures:
-    run = book.find_run(run_id)
-    if run is None:
-        raise NotFound(f"the store has no run {run_id!r}")
-    config = dict(run.config or {})
-    out = RunFigures(run_id, str(config.get("suite", "")), str(config.get("harness", "")))
-    draws: dict[str, dict[str, Any]] = {}
-    for row in live_rows(book.rollouts(run_id)):
-        if row.status == RolloutStatus.CANCELLED:
-            continue  # ended by the run, not by the policy
-        meta = row.meta or {}
-        purpose = meta.get("purpose")
-        if purpose == "train":
-            version = int(meta.get("drawn_at_version", 0))
-            out.train_by_version.setdefault(version, []).append(reward_of(row))
-            out.train_by_task.setdefault(row.task_id or "", []).append(reward_of(row))
-            if "draw" in meta and row.group_id:
-                draws[row.group_id] = dict(meta["draw"])
-        elif purpose == "eval" and "eval_discarded" not in meta:  # one with tokens of another version is no result
-            version = int(meta.get("policy_version", 0))
-            out.evals.setdefault(version, {}).setdefault(row.task_id or "", []).append(reward_of(row))
-    out.draws = sorted(draws.values(), key=lambda d: int(d["index"]))
-    return out
-
-
-def harness_table(book: RolloutBook, runs: Sequence[str], suite: str) -> list[tuple[str, str, int, dict[str, float]]]:
-    """(harness, run, version, pass rates) of every run of ``suite`` with an evaluation, at its newest one."""
-    rows = []
-    for run_id in runs:
-        found = figures(book, run_id)
-        if found.suite != suite or not found.evals:
-            continue
-        version = max(found.evals)
-        rows.append((found.harness, run_id, version, suite_pass_rates(found.evals[version])))
-    return sorted(rows)
+from rollwire.run_figures import RunFigures, figures, harness_table
 
 
 def _plot_versions(found: RunFigures, path: Path) -> Path:
@@ -164,4 +99,4 @@ table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;te
     return {"html": out / "report.html", "versions": curve, "draws": draws}
 
 
-__all__ = ["RunFigures", "figures", "harness_table", "reward_of", "write"]
+__all__ = ["write"]

@@ -7,6 +7,8 @@ Routes (mounted under ``/ui/api``; operator key as ``Authorization: Bearer``/``x
 - ``GET runs`` -> list of {id, name, kind, created_ns, counts{status: n}, total, mean_reward,
   policy_versions[], reward_by_version[{version, mean_reward, n}]}
 - ``GET runs/{run}/rollouts`` -> list of rollout rows (no token hash) with num_calls, num_tool_events
+- ``GET runs/{run}/versions`` -> an RL run's curves across policy versions (``run_figures``): {train[{version,
+  mean_reward, n}], held_out[{version, pass@1, ..., n}]}
 - ``GET rollouts/{id}`` -> the admin rollout view with each call's error/ended_ns, plus ``tool_events``
 - ``GET rollouts/{id}/trajectory`` -> the admin trajectory JSON (the page's raw link)
 - ``GET rollouts/{id}/tokens`` -> the trajectory plus ``pieces`` {token id: decoded text}
@@ -153,6 +155,24 @@ async def run_rollouts_route(request: Request) -> Response:
     return JSONResponse(rows)
 
 
+def run_versions(engine: Engine, run_id: str) -> dict[str, Any]:
+    """Train reward by the version a group was drawn at, held-out pass rates by the version evaluated."""
+    from rollwire.rollouts import RolloutBook
+    from rollwire.run_figures import figures
+
+    found = figures(RolloutBook(engine), run_id)
+    return {
+        "train": [{"version": v, "mean_reward": _mean(r), "n": len(r)} for v, r in sorted(found.train_by_version.items())],
+        "held_out": [{"version": v, **rates, "n": sum(len(r) for r in found.evals[v].values())}
+                     for v, rates in found.eval_rates().items()],  # fmt: skip
+    }
+
+
+async def run_versions_route(request: Request) -> Response:
+    check_operator(request)
+    return JSONResponse(await anyio.to_thread.run_sync(run_versions, _engine(request), request.path_params["run"]))
+
+
 async def rollout_route(request: Request) -> Response:
     check_operator(request)
     view = await anyio.to_thread.run_sync(rollout_detail, _engine(request), request.path_params["id"])
@@ -176,10 +196,11 @@ def api_routes() -> list[Route]:
     return [
         Route("/runs", runs_route, methods=["GET"]),
         Route("/runs/{run}/rollouts", run_rollouts_route, methods=["GET"]),
+        Route("/runs/{run}/versions", run_versions_route, methods=["GET"]),
         Route("/rollouts/{id}", rollout_route, methods=["GET"]),
         Route("/rollouts/{id}/trajectory", trajectory_route, methods=["GET"]),
         Route("/rollouts/{id}/tokens", tokens_route, methods=["GET"]),
     ]
 
 
-__all__ = ["COOKIE", "ViewerState", "api_routes", "check_operator", "viewer_state", "list_rollouts", "list_runs", "rollout_detail", "token_view"]
+__all__ = ["COOKIE", "ViewerState", "api_routes", "check_operator", "viewer_state", "list_rollouts", "list_runs", "rollout_detail", "run_versions", "token_view"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import secrets
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +46,12 @@ class PlannedRollout:
     meta: Mapping[str, Any] = field(default_factory=dict)
     """Task facts other services read from the row (``suite``: the gateway and env servers find the task by it)."""
     budgets: Mapping[str, Any] = field(default_factory=dict)
+
+
+def live_rows(rows: Sequence[Rollout]) -> list[Rollout]:
+    """The latest attempt of every planned rollout: rows no infrastructure retry (``retry``) has replaced."""
+    replaced = {row.meta.get("retry_of") for row in rows}
+    return [row for row in rows if row.id not in replaced]
 
 
 def new_rollout_id() -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rollwire.app.rl.pass_at_k import pass_at_k, pass_hat_k, suite_pass_rates
 from rollwire.errors import InvalidRequest
+from rollwire.pass_rates import pass_at_k, pass_hat_k, suite_pass_rates
 
 
 def test_pass_at_k_by_hand() -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rollwire.app.rl.report import figures, harness_table
 from rollwire.rollouts import PlannedRollout, RolloutBook
+from rollwire.run_figures import figures, harness_table
 from rollwire.store.db import open_engine
 from rollwire.store.schema import RolloutStatus as S
 

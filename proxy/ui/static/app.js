@@ -49,14 +49,36 @@ async function runsPage() {
     `${rows.join("") || '<tr><td colspan="8">no runs yet</td></tr>'}</table>`;
 }
 
+function versionCurve(versions) {
+  // train reward by the version a group was drawn at, held-out pass@1 by the version evaluated; x: policy version
+  const series = [["train", versions.train, "mean_reward"], ["held-out", versions.held_out, "pass@1"]]
+    .filter(([, points]) => points.length);
+  if (!series.length) return "";
+  const all = series.flatMap(([, points]) => points.map((p) => p.version));
+  const lo = Math.min(...all), hi = Math.max(lo + 1, ...all), w = 420, h = 140, pad = 24;
+  const x = (v) => pad + ((v - lo) / (hi - lo)) * (w - 2 * pad), y = (r) => h - pad - r * (h - 2 * pad);
+  const lines = series.map(([name, points, key]) => {
+    const xy = points.map((p) => `${x(p.version).toFixed(1)},${y(p[key]).toFixed(1)}`);
+    const dots = points.map((p) => `<circle class="point" cx="${x(p.version).toFixed(1)}" cy="${y(p[key]).toFixed(1)}" ` +
+      `r="3"><title>${name} v${p.version}: ${fmt(p[key])} (n=${p.n})</title></circle>`);
+    return `<g class="curve ${name}"><polyline points="${xy.join(" ")}"/>${dots.join("")}</g>`;
+  });
+  const axis = `<text x="${pad}" y="${h - 4}">v${lo}</text><text x="${w - pad - 16}" y="${h - 4}">v${hi}</text>` +
+    `<text x="2" y="${pad}">1</text><text x="2" y="${h - pad}">0</text>`;
+  const legend = series.map(([name], i) => `<text class="legend ${name}" x="${pad + i * 90}" y="12">${name}</text>`);
+  return `<svg class="versions" width="${w}" height="${h}">${axis}${legend.join("")}${lines.join("")}</svg>`;
+}
+
 async function runPage(runId) {
-  const rollouts = await getJSON(`/runs/${encodeURIComponent(runId)}/rollouts`);
+  const [rollouts, versions] = await Promise.all([
+    getJSON(`/runs/${encodeURIComponent(runId)}/rollouts`), getJSON(`/runs/${encodeURIComponent(runId)}/versions`)]);
   const rows = rollouts.map((r) =>
     `<tr><td><a class="rollout-link" href="#/rollout/${encodeURIComponent(r.id)}">${esc(r.id)}</a></td>` +
     `<td>${esc(r.task_id ?? "")}</td><td>${esc(r.group_id ?? "")}</td><td class="num">${r.sample_index}</td>` +
     `<td>${statusCell(r.status)}</td><td class="num">${fmt(r.reward)}</td><td class="num">${r.num_calls}</td>` +
     `<td class="num">${r.num_tool_events}</td><td class="num">${fmt(r.exit_code, 0)}</td></tr>`);
-  main.innerHTML = `<h2>Run ${esc(runId)}</h2><table id="rollouts"><tr><th>rollout</th><th>task</th><th>group</th>` +
+  const curve = versionCurve(versions);
+  main.innerHTML = `<h2>Run ${esc(runId)}</h2>${curve ? `<h3>Across policy versions</h3>${curve}` : ""}<table id="rollouts"><tr><th>rollout</th><th>task</th><th>group</th>` +
     `<th>sample</th><th>status</th><th>reward</th><th>model calls</th><th>tool events</th><th>exit</th></tr>` +
     `${rows.join("") || '<tr><td colspan="9">no rollouts</td></tr>'}</table>`;
 }
