@@ -6,43 +6,23 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from rollwire.rollouts import PlannedRollout, RolloutBook
+from rollwire.rollouts import RolloutBook
 from rollwire.run_figures import figures, harness_table
 from rollwire.store.db import open_engine
-from rollwire.store.schema import RolloutStatus as S
-
-
-def _rows(book: RolloutBook, run_id: str, group: str, task: str, meta: dict[str, object], rewards: Sequence[float | None]) -> None:
-    ids = book.plan(run_id, [PlannedRollout(task, group, i, meta) for i in range(len(rewards))])
-    for rollout_id, reward in zip(ids, rewards, strict=True):
-        book.set_status(rollout_id, S.STARTING)
-        book.set_status(rollout_id, S.RUNNING)
-        if reward is None:  # a rollout the policy failed: counted as 0
-            book.set_status(rollout_id, S.FAILED, error="harness exited with status 1")
-        else:
-            book.set_status(rollout_id, S.FINISHED, reward=reward)
+from tests.rl.rows import write_group, write_rl_run
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'store.db'}"
     book = RolloutBook(open_engine(url))
-    book.ensure_run("rl-a", "rl-a", {"suite": "tiny", "harness": "reference", "kind": "rl"})
-    draw = {"index": 0, "task_id": "t1", "weight": 0.25, "pass_rate": None, "total_weight": 0.5, "seed": 0}
-    _rows(book, "rl-a", "rl-a:draw-00000", "t1", {"purpose": "train", "drawn_at_version": 1, "draw": draw}, [1.0, 0.0])
-    draw2 = draw | {"index": 1, "task_id": "t2"}
-    _rows(book, "rl-a", "rl-a:draw-00001", "t2", {"purpose": "train", "drawn_at_version": 2, "draw": draw2}, [1.0, None])
-    for version, h1, h2 in ((1, [0.0, 0.0], [1.0, 0.0]), (3, [1.0, 1.0], [1.0, 0.5])):
-        meta = {"purpose": "eval", "policy_version": version}
-        _rows(book, "rl-a", f"rl-a:eval-v{version}:h1", "h1", meta, h1)
-        _rows(book, "rl-a", f"rl-a:eval-v{version}:h2", "h2", meta, h2)
+    write_rl_run(book)
     book.ensure_run("rl-b", "rl-b", {"suite": "tiny", "harness": "codex", "kind": "rl"})
-    _rows(book, "rl-b", "rl-b:eval-v1:h1", "h1", {"purpose": "eval", "policy_version": 1}, [1.0, 0.0])
+    write_group(book, "rl-b", "rl-b:eval-v1:h1", "h1", {"purpose": "eval", "policy_version": 1}, [1.0, 0.0])
     return url
 
 

@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 from viewer import DevTools, find_chromium, write_rollout
 
+from rollwire.rollouts import RolloutBook
+from rollwire.store import open_engine
 from tests.proxy.conftest import OPERATOR_KEY, Proxy
 from tests.proxy.ui.conftest import Recorded
+from tests.rl.rows import write_rl_run
 
 
 @pytest.fixture()
@@ -76,3 +79,24 @@ def test_segment_break_shown(browser: DevTools, start_proxy: Callable[..., Proxy
     assert seen["breaks"] == ["segment break: history rewritten"]
     assert seen["drawn"] == perf["tokens"] == sum(len(s["token_ids"]) for s in trajectory["segments"])
     browser.screenshot(tmp_path / "segments.png")
+
+
+def test_run_page_draws_the_curve_across_versions(
+    browser: DevTools, start_proxy: Callable[..., Proxy], tmp_path: Path
+) -> None:
+    """An RL run's page: train reward by the version each group was drawn at and held-out pass@1 by the version
+    evaluated, the numbers `rollwire report` computes (worked out by hand in ``tests/rl/rows.py``)."""
+    store_url = f"sqlite:///{tmp_path / 'rl.db'}"
+    write_rl_run(RolloutBook(open_engine(store_url)))
+    proxy = start_proxy("http://127.0.0.1:9", store_url=store_url)
+    browser.call("Page.navigate", url=f"{proxy.admin_url}/ui/?key={OPERATOR_KEY}#/run/rl-a")
+    browser.wait_for("document.querySelectorAll('svg.versions circle.point').length")
+    seen = browser.wait_for("""({
+        train: [...document.querySelectorAll('svg.versions .train circle title')].map(t => t.textContent),
+        heldOut: [...document.querySelectorAll('svg.versions .held-out circle title')].map(t => t.textContent),
+        lines: document.querySelectorAll('svg.versions polyline').length})""")
+    # train: v1 (1, 0) -> 0.5; v2 (1, failed = 0) -> 0.5. held-out pass@1: v1 (0/2, 1/2) -> 0.25; v3 (2/2, 1/2) -> 0.75
+    assert seen["train"] == ["train v1: 0.500 (n=2)", "train v2: 0.500 (n=2)"]
+    assert seen["heldOut"] == ["held-out v1: 0.250 (n=4)", "held-out v3: 0.750 (n=4)"]
+    assert seen["lines"] == 2
+    browser.screenshot(tmp_path / "versions.png")
