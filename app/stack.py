@@ -282,6 +282,14 @@ class LocalStack:
                     f"the {child.name} exited with status {child.process.returncode}: {_tail(child.log)}"
                 )
 
+    def failed_part(self) -> str | None:
+        """Which part has exited while the stack should be running (None: all are up): the platform's own
+        evidence that rollouts running now did not get a fair run."""
+        for child in self._children:
+            if child.process.poll() is not None:
+                return f"the {child.name} exited with status {child.process.returncode}"
+        return None
+
     def __enter__(self) -> StackInfo:
         return self.start()
 

@@ -109,8 +109,12 @@ class Scheduler:
         settings: OrchestratorSettings,
         endpoints: Endpoints,
         on_progress: Callable[[Progress], None] | None = None,
+        platform_fault: Callable[[], str | None] | None = None,
     ) -> None:
         self._book, self._runtime, self._adapter, self._scorer = book, runtime, adapter, scorer
+        self._platform_fault = platform_fault
+        """Says why the platform is down (a part of the stack exited), or None: a rollout that ends while it is
+        down is the platform's failure, whatever its harness did (an exit, a timeout, an answer that scores)."""
         self._settings, self._endpoints = settings, endpoints
         self._on_progress = on_progress or (lambda _progress: None)
         self._db_lock = anyio.CapacityLimiter(1)  # one store writer per process
@@ -245,6 +249,9 @@ class Scheduler:
         facts: dict[str, Any] = {"exit_code": ended.exit_code, "log_tail": tail, "final_answer": ended.final_answer}
         if ended.kind == EndKind.LOST:
             return await self._lost(row, S.RUNNING, ended.reason or "infrastructure failure", **facts)
+        fault = self._platform_fault() if self._platform_fault is not None else None
+        if fault is not None:
+            return await self._lost(row, S.RUNNING, f"the platform failed during the rollout: {fault}", **facts)
         engine_failures = await self._db(self._book.engine_failures, row.id)
         if engine_failures:
             return await self._lost(row, S.RUNNING, f"the engine failed its model call: {engine_failures[0]}", **facts)

@@ -221,12 +221,14 @@ async def open_suite(
     on_progress: Callable[[Progress], None] | None = None,
     settings: Settings | None = None,
     host_env: Mapping[str, str] | None = None,
+    platform_fault: Callable[[], str | None] | None = None,
 ) -> AsyncIterator[SuiteSession]:
     """Open the suite's scorer, the store and the runtime for as long as the ``async with`` lasts.
 
     ``host_env`` is the environment local harnesses inherit PATH and locale from (default: this process's).
     Rollouts reach the proxy and gateway at ``settings.orchestrator.proxy_url``/``gateway_url`` when set
-    (a pod sees other addresses than this machine), else at the stack's.
+    (a pod sees other addresses than this machine), else at the stack's. ``platform_fault`` says when a part of the
+    stack is down (``LocalStack.failed_part``): a rollout ending then is retried as the platform's failure.
     """
     if concurrency < 1:
         raise InvalidRequest("concurrency must be at least 1", param="concurrency")
@@ -253,7 +255,7 @@ async def open_suite(
     async with build_runtime(runtime, orch, env, hidden) as opened:
         scheduler = Scheduler(
             book=book, runtime=opened, adapter=adapter, scorer=scorer, settings=orch, endpoints=endpoints,
-            on_progress=on_progress,
+            on_progress=on_progress, platform_fault=platform_fault,
         )  # fmt: skip
         yield SuiteSession(suite, name, book, scheduler, config)
 

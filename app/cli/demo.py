@@ -21,15 +21,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rollwire.app.cli.live_line import LiveLine
 from rollwire.app.interrupt import stop_on_sigterm
 from rollwire.settings import Settings
 
 if TYPE_CHECKING:
-    from rich.console import Console
-    from rich.text import Text
-
     from rollwire.app.demo.loop import DemoConfig
-    from rollwire.orchestrator.scheduler import Progress
 
 HELP = "run the main job: teacher SFT, then GRPO through the real local stack, evaluation and a report"
 
@@ -105,42 +102,6 @@ def _config(args: argparse.Namespace) -> DemoConfig:
     return DemoConfig(**{n: getattr(args, n) for n in names if getattr(args, n, None) is not None})
 
 
-class _LiveLine:
-    """One live status line: elapsed time (ticking), phase, then rollouts done / running / failed and the mean
-    reward so far, or the training step / steps, loss and tokens/s. A finished phase leaves one printed line."""
-
-    def __init__(self, console: Console) -> None:
-        from rich.live import Live
-
-        self.started = time.monotonic()
-        self.console = console
-        self.phase, self.detail = "", ""
-        self.progress: Progress | None = None
-        self.live = Live(console=console, refresh_per_second=4, transient=True, get_renderable=self._render)
-
-    def __call__(self, phase: str, progress: Progress | None, detail: str = "") -> None:
-        if phase != self.phase and self.phase:
-            elapsed = time.monotonic() - self.started
-            self.console.print(f"[dim]{elapsed:6.0f}s[/] done: {self.phase}")
-        self.phase, self.progress, self.detail = phase, progress, detail
-        self.live.refresh()
-
-    def _render(self) -> Text:
-        from rich.text import Text
-
-        line = Text(f"{time.monotonic() - self.started:6.0f}s", style="bold")
-        line.append(f" {self.phase}")
-        progress = self.progress
-        if progress is not None:
-            mean = progress.mean_reward
-            line.append(f"  rollouts {progress.done}/{progress.planned or '?'} done, {progress.running} running")
-            failed = progress.failed + progress.timed_out
-            line.append(f", {failed} failed" + (f", mean reward {mean:.2f}" if mean is not None else ""))
-        if self.detail:
-            line.append(f"  {self.detail}")
-        return line
-
-
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
     from rich.markup import escape as rich_escape
@@ -164,7 +125,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         run = TrackerRun(out / args.tracker, "rollwire", f"demo-{out.name}", dataclasses.asdict(config))
         tracker = open_tracker(args.tracker, run)
         console.print(f"tracker: {args.tracker} run in {rich_escape(str(run.folder))}")
-    line = _LiveLine(console)
+    line = LiveLine(console)
     stop_on_sigterm()
     try:
         with line.live:

@@ -1,7 +1,7 @@
 """Continuous RL on a task suite: rollouts and training overlapped, in one command.
 
 It starts a stack for the run (the bundled engine serving --model, the env servers, the gateway, the proxy and a
-store in the run's folder), then samples task groups continuously at --concurrency against the newest policy
+store in the run's folder), or joins a running one (--stack: the file `rollwire up` writes), then samples task groups continuously at --concurrency against the newest policy
 and trains on groups as they complete: each update takes --groups-per-step groups with a reward spread,
 makes --epochs clipped passes, checkpoints, pushes the weights to the engine and publishes the new policy version.
 
@@ -24,10 +24,11 @@ import argparse
 import dataclasses
 import json
 import secrets
-import time
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rollwire.app.cli.live_line import LiveLine
 from rollwire.app.cli.stack_args import add_option_argument, harness_options
 from rollwire.app.interrupt import stop_on_sigterm
 from rollwire.errors import InvalidRequest
@@ -35,6 +36,7 @@ from rollwire.settings import Settings
 
 if TYPE_CHECKING:
     from rollwire.app.rl.loop import RLResult
+    from rollwire.app.stack import StackInfo
 
 HELP = "continuous RL: rollouts and GRPO overlapped with bounded staleness, a learnability curriculum, resumable"
 
@@ -72,6 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--upstream", metavar="URL", help="a running vLLM to sample from instead (needs --model FOLDER)")
     how.add_argument("--concurrency", type=int, default=8, help="rollouts running at once (default 8)")
     how.add_argument("--deadline", type=float, default=120.0, metavar="S", help="seconds one rollout may take (default 120)")
+    how.add_argument("--stack", metavar="FILE",
+                     help="join a running stack (the stack file of `rollwire up`) instead of starting one: the run goes "
+                     "in its store, and --model must name the weights its engine serves")  # fmt: skip
     how.add_argument("--run-id", help="the run's id (default: a new one); an existing run's id resumes it")
     how.add_argument("--out", metavar="DIR",
                      help="the run's folder: store, checkpoints, logs, results.json (default <home>/rl/<run-id>)")  # fmt: skip
@@ -81,13 +86,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
     from transformers.utils import logging as hf_logging
 
-    from rollwire.app.rl.learner import Learner
+    from rollwire.app.rl.learner import Learner, step_detail
     from rollwire.app.rl.loop import RLConfig
     from rollwire.app.rl.runner import Rollouts, Serving, learner_settings, local_stack, run_loop
+    from rollwire.app.stack import StackInfo
     from rollwire.model_names import resolve_model
 
     if args.upstream and not args.model:
         raise InvalidRequest("--upstream needs --model: the local folder of the served model (tokenizer, weights)")
+    if args.stack and args.upstream:
+        raise InvalidRequest("--stack joins a stack that already has its engine: drop --upstream")
     config = RLConfig(
         iterations=args.iterations, group_size=args.group_size, groups_per_step=args.groups_per_step,
         max_lag=args.max_lag, epochs=args.epochs, dynamic_sampling=args.dynamic_sampling, seed=args.seed,
@@ -106,20 +114,32 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     console.print(f"[bold]rollwire rl[/] run {run_id}: {args.suite} suite, {args.harness} harness, "
                   f"K={args.iterations}, G={args.group_size}, max lag {args.max_lag}; folder {out}", markup=True)  # fmt: skip
     console.print(f"resume after a stop with: --run-id {run_id} --out {out}", markup=False, highlight=False)
-    started = time.monotonic()
+    line = LiveLine(console)
+    phase = ["starting the stack" if not args.stack else "joining the stack"]
 
-    def say(line: str) -> None:
-        console.print(f"{time.monotonic() - started:6.0f}s {line}", markup=False, highlight=False)
+    def say(text: str) -> None:  # an update, an evaluation: the line moves on to the next phase
+        phase[0] = text
+        line(text, None)
 
     stop_on_sigterm()
-    stack = local_stack(settings, out, serving, args.suite, args.seed)
+    stack: AbstractContextManager[StackInfo]
+    fault = None  # a joined stack's parts are not this command's to watch
+    if args.stack:
+        stack = nullcontext(StackInfo.load(Path(args.stack).expanduser()))
+    else:
+        stack = local = local_stack(settings, out, serving, args.suite, args.seed)
+        fault = local.failed_part
     try:
         with stack as info:
             trainer = learner_settings(settings.trainer, info, serving, max_lag=args.max_lag, lr=args.lr, seed=args.seed,
                                        group_size=args.group_size)  # fmt: skip
             learner = Learner.open(model_dir, out / "checkpoints", trainer)
+            learner.on_step = lambda step, steps, metrics: line(phase[0], None, step_detail(step, steps, metrics))
+            say("sampling and training")
             try:
-                result = run_loop(info, learner, config, rollouts, run_id=run_id, settings=settings, report=say)
+                with line.live:
+                    result = run_loop(info, learner, config, rollouts, run_id=run_id, settings=settings, report=say,
+                                      on_progress=lambda p: line(phase[0], p), platform_fault=fault)  # fmt: skip
             finally:
                 learner.close()
     except KeyboardInterrupt:

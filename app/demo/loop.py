@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rollwire.app.interrupt import run_interruptible
+from rollwire.app.rl.learner import step_detail
 from rollwire.app.rl.runner import Rollouts, Serving, local_stack, run_loop
 from rollwire.app.stack import LocalStack, StackInfo
 from rollwire.errors import InvalidRequest, RollwireError
@@ -181,11 +182,6 @@ class Reporter(Protocol):
     def __call__(self, phase: str, progress: Progress | None, detail: str = "") -> None: ...
 
 
-def step_detail(step: int, steps: int, metrics: dict[str, Any]) -> str:
-    """The live line's words for one optimizer step."""
-    return f"step {step}/{steps}, loss {metrics.get('loss', 0.0):.4f}, {metrics.get('tokens_per_s', 0.0):,.0f} tokens/s"
-
-
 def trainer_settings(config: DemoConfig, base: TrainerSettings, info: StackInfo) -> TrainerSettings:
     """The learner's settings for this demo (``learner_settings``): the stack's proxy and engine, the recipe's rates."""
     from rollwire.app.rl.runner import learner_settings
@@ -206,6 +202,8 @@ class Demo:
         self.config, self.settings, self.out_dir, self.report = config, settings, out_dir, report
         self.tracker = tracker
         """Also gets every optimizer step's metrics (``sft/...``, ``grpo/...``) and each phase's mean reward."""
+        self._fault: Callable[[], str | None] | None = None
+        """The stack's ``failed_part`` once it runs."""
 
     def _on_step(self, phase: str, kind: str, learner: Any) -> Callable[[int, int, dict[str, Any]], None]:
         """The learner's step callback: the live line, and the tracker at the learner's overall step count."""
@@ -240,6 +238,7 @@ class Demo:
         from rollwire.app.rl.loop import purpose_of
 
         config = self.config
+        self._fault = stack.failed_part  # every phase's rollouts: one that ends while a part is down is retried
         model_dir = self._model_dir()
         trainer = trainer_settings(config, self.settings.trainer, info)
         learner = Learner.open(model_dir, self.out_dir / "checkpoints", trainer)
@@ -295,7 +294,7 @@ class Demo:
         self.report(phase[0], None)
         outcome = run_loop(info, learner, rl, config.rollouts, run_id=config.run_id, settings=self.settings,
                            report=on_line, on_progress=lambda p: self.report(phase[0], p), on_update=on_update,
-                           run_meta=self._run_meta())  # fmt: skip
+                           run_meta=self._run_meta(), platform_fault=self._fault)  # fmt: skip
         return outcome
 
     def _model_dir(self) -> Path:
@@ -350,7 +349,7 @@ class Demo:
             async with open_suite(
                 info, suite=config.suite, harness=config.harness, runtime=config.runtime,
                 concurrency=config.concurrency, deadline_s=config.deadline_s, harness_options=config.harness_options(),
-                on_progress=lambda p: self.report(name, p), settings=self.settings,
+                on_progress=lambda p: self.report(name, p), settings=self.settings, platform_fault=self._fault,
             ) as session:  # fmt: skip
                 await session.open_run(config.run_id, config.run_id, self._run_meta(), "train", 1, config.group_size)
                 tasks = session.tasks(split, task_ids or self._task_ids(split))
@@ -367,4 +366,4 @@ class Demo:
         return PhaseResult(name, config.run_id, rewards, version, time.monotonic() - started, failed, tag)
 
 
-__all__ = ["Demo", "DemoConfig", "DemoResult", "PhaseResult", "Reporter", "step_detail", "trainer_settings"]
+__all__ = ["Demo", "DemoConfig", "DemoResult", "PhaseResult", "Reporter", "trainer_settings"]

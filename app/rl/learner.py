@@ -50,6 +50,11 @@ def read_run(
     return out
 
 
+def step_detail(step: int, steps: int, metrics: dict[str, Any]) -> str:
+    """The live line's words for one optimizer step."""
+    return f"step {step}/{steps}, loss {metrics.get('loss', 0.0):.4f}, {metrics.get('tokens_per_s', 0.0):,.0f} tokens/s"
+
+
 @dataclass(slots=True)
 class Learner:
     """Holds the policy between phases; every ``push`` makes a checkpoint the engine serves next."""
@@ -166,4 +171,4 @@ class Learner:
         self.client.close()
 
 
-__all__ = ["Learner", "StepReporter", "read_run"]
+__all__ = ["Learner", "StepReporter", "read_run", "step_detail"]

@@ -212,7 +212,7 @@ class RLLoop:
                     await self._evaluate(self.learner.version, result)
                 group.cancel_scope.cancel()  # the target is met: groups still sampling are not needed
         except BaseExceptionGroup as group_error:  # one failure cancels the rest: raise it as itself
-            raise _first_leaf(group_error) from None
+            raise first_leaf(group_error) from None
         await self._cancel_unfinished()
         result.seconds = time.monotonic() - started
         return result
@@ -384,7 +384,7 @@ def _config_meta(config: RLConfig) -> dict[str, object]:
     return dataclasses.asdict(config)
 
 
-def _first_leaf(error: BaseExceptionGroup[BaseException]) -> BaseException:
+def first_leaf(error: BaseExceptionGroup[BaseException]) -> BaseException:
     """The first exception in a group that is not itself a group (a cancellation only when nothing else)."""
     leaves: list[BaseException] = []
     pending: list[BaseException] = [error]
@@ -398,4 +398,4 @@ def _first_leaf(error: BaseExceptionGroup[BaseException]) -> BaseException:
     return (real or leaves)[0]
 
 
-__all__ = ["TRAIN", "EvalRecord", "RLConfig", "RLLoop", "RLResult", "StepRecord", "group_rewards", "purpose_of"]
+__all__ = ["TRAIN", "EvalRecord", "first_leaf", "RLConfig", "RLLoop", "RLResult", "StepRecord", "group_rewards", "purpose_of"]

@@ -10,8 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import anyio
+
 from rollwire.app.interrupt import run_interruptible
 from rollwire.app.stack import LocalStack, StackInfo
+from rollwire.errors import RollwireError
 from rollwire.settings import Settings, TrainerSettings
 
 if TYPE_CHECKING:
@@ -125,9 +128,15 @@ def run_loop(
     on_progress: Callable[[Progress], None] | None = None,
     on_update: Callable[[StepRecord], None] | None = None,
     run_meta: dict[str, object] | None = None,
+    platform_fault: Callable[[], str | None] | None = None,
 ) -> RLResult:
-    """``RLLoop`` on the stack until ``config.iterations`` updates; SIGINT/SIGTERM stop it cleanly (resumable)."""
-    from rollwire.app.rl.loop import RLLoop
+    """``RLLoop`` on the stack until ``config.iterations`` updates; SIGINT/SIGTERM stop it cleanly (resumable).
+
+    With ``platform_fault`` (``LocalStack.failed_part``), a part of the stack that exits stops the run with one line
+    (its rollouts still running are left for the rerun, which retries them as the platform's failures), and a
+    rollout that ends while a part is down is retried, not scored.
+    """
+    from rollwire.app.rl.loop import RLLoop, first_leaf
     from rollwire.orchestrator.suite_run import open_suite
     from rollwire.trainer.stream import StreamConfig, TrajectoryStream
 
@@ -143,14 +152,21 @@ def run_loop(
         async with open_suite(
             info, suite=rollouts.suite, harness=rollouts.harness, runtime=rollouts.runtime,
             concurrency=rollouts.concurrency, deadline_s=rollouts.deadline_s, harness_options=rollouts.harness_options,
-            on_progress=progress, settings=settings,
+            on_progress=progress, settings=settings, platform_fault=platform_fault,
         ) as session:  # fmt: skip
             tasks = session.tasks("train", list(rollouts.task_ids) or None)
             held_out = session.tasks("held_out") if config.eval_every else []
             loop = RLLoop(session, learner, stream, config, run_id=run_id, tasks=tasks, report=report,
                           on_update=on_update, run_meta=run_meta, eval_tasks=held_out)  # fmt: skip
             meter.restart()  # the loop's own time, not the session's start-up
-            result = await loop.run()
+            try:
+                async with anyio.create_task_group() as group:
+                    if platform_fault is not None:
+                        group.start_soon(_watch, platform_fault)
+                    result = await loop.run()
+                    group.cancel_scope.cancel()
+            except BaseExceptionGroup as error:  # the watcher's line, or the loop's own error, as itself
+                raise first_leaf(error) from None
             result.slot_busy_s, result.concurrency = meter.stop(), rollouts.concurrency
             return result
 
@@ -158,6 +174,18 @@ def run_loop(
         return run_interruptible(main)
     finally:
         stream.close()
+
+
+WATCH_EVERY_S = 0.5
+
+
+async def _watch(platform_fault: Callable[[], str | None]) -> None:
+    """Stop the run when a part of the stack exits (a process exit has no event to wait on: it is polled)."""
+    while True:
+        fault = platform_fault()
+        if fault is not None:
+            raise RollwireError(f"{fault}: the run stopped; the same command (same --run-id and --out) resumes it")
+        await anyio.sleep(WATCH_EVERY_S)
 
 
 __all__ = ["Rollouts", "Serving", "SlotMeter", "learner_settings", "local_stack", "run_loop"]

@@ -9,9 +9,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from rollwire.app.cli.demo import _LiveLine
-from rollwire.app.demo.loop import step_detail
-from rollwire.app.rl.learner import Learner
+from rollwire.app.cli.live_line import LiveLine
+from rollwire.app.rl.learner import Learner, step_detail
 from rollwire.settings import TrainerSettings
 from rollwire.trajectory import Segment, Trajectory
 
@@ -54,7 +53,7 @@ def test_sft_and_grpo_report_every_step(tiny_model_dir: Path, tmp_path: Path) ->
 
 def test_live_line_shows_the_step_and_counts() -> None:
     console = Console(file=io.StringIO(), width=80)
-    line = _LiveLine(console)
+    line = LiveLine(console)
     line("SFT warm start on 8 teacher trajectories", None, "step 3/38, loss 1.2346, 12,346 tokens/s")
     assert "SFT warm start on 8 teacher trajectories  step 3/38, loss 1.2346, 12,346 tokens/s" in line._render().plain
     line("GRPO iteration 1/30", None)

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+import openai
 import pytest
 
 from tests.polling import wait_until
@@ -161,3 +163,102 @@ def test_evaluations_run_beside_training_and_count_only_pure_versions(warm_model
     assert all(e["rollouts"] == 8 * 2 for e in kept)  # every held-out task, --eval-group rollouts each
     discarded = any("eval_discarded" in meta for _, meta, _ in evals)
     assert (results["evaluations_discarded"] > 0) == discarded
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_rl_joins_a_running_stack(warm_model: Path, tmp_path: Path) -> None:
+    """--stack: the run goes into the store of the stack `rollwire up` started, and the stack's engine serves the
+    pushed policy afterwards (a new call through its proxy is recorded at the new version)."""
+    home = tmp_path / "home"
+    env = {**_env(tmp_path), "ROLLWIRE_HOME": str(home)}
+    ports = [f"--{part}-port=0" for part in ("proxy", "admin", "engine", "env", "gateway")]
+    up = [sys.executable, "-m", "rollwire.app.cli", "--log-level", "WARNING", "up", "--model", str(warm_model), *ports]
+    with _started(up, env, tmp_path / "up.log") as stack_process:
+        stack_file = home / "stack.json"
+        wait_until(stack_file.is_file, "the stack file", timeout_s=300)
+        assert stack_process.poll() is None, (tmp_path / "up.log").read_text()[-2000:]
+        argv = [sys.executable, "-m", "rollwire.app.cli", "--log-level", "WARNING", "rl", "--suite", "tiny", "--stack",
+                str(stack_file), "--model", str(warm_model), "--tasks", TASKS, "-K", "1", "-G", "4",
+                "--groups-per-step", "2", "--max-lag", "0", "--option", "max_tokens=64", "--option", "max_turns=1",
+                "--run-id", "rl-join", "--out", str(tmp_path / "rl")]  # fmt: skip
+        with _started(argv, env, tmp_path / "rl.log") as process:
+            assert process.wait(timeout=600) == 0, (tmp_path / "rl.log").read_text()[-3000:]
+        stack = json.loads(stack_file.read_text())
+        headers = {"Authorization": f"Bearer {stack['operator_key']}"}
+        with httpx.Client(base_url=stack["admin_url"], headers=headers, timeout=60) as admin:
+            run = admin.post("/admin/v1/runs", json={}).json()["id"]
+            rollout = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": 1}).json()[0]
+        client = openai.OpenAI(base_url=rollout["base_url"], api_key="unused")
+        client.chat.completions.create(model=stack["model"], messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+        db = sqlite3.connect(stack["db_url"].removeprefix("sqlite:///"))
+        sampled = {row[0] for row in db.execute("select distinct m.policy_version from modelcall m join rollout r on "
+                                                "m.rollout_id = r.id where r.run_id = 'rl-join'")}  # fmt: skip
+        after = db.execute("select policy_version from modelcall where rollout_id = ?", (rollout["id"],)).fetchall()
+        assert sampled == {0} and after == [(1,)]  # lockstep: the update's groups on v0; then the stack serves v1
+
+
+PARTS = {"engine": " engine ", "proxy": " proxy --upstream", "gateway": " mcp gateway ", "env": " mcp serve all "}
+"""Each part of the command's stack (as the stack names it: env is the MCP env servers) -> its command line."""
+
+
+def _part_pid(root: int, marker: str) -> int | None:
+    """The descendant of ``root`` whose command line holds ``marker``."""
+    todo, found = [root], []
+    while todo:
+        parent = todo.pop()
+        with contextlib.suppress(OSError):
+            for child in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
+                todo.append(int(child))
+                with contextlib.suppress(OSError):
+                    if marker in " " + Path(f"/proc/{child}/cmdline").read_text().replace("\0", " "):
+                        found.append(int(child))
+    return found[0] if found else None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_each_part_killed_once_the_run_stops_and_a_rerun_finishes_it(warm_model: Path, tmp_path: Path) -> None:
+    """The engine, the proxy, the gateway and the env servers, each SIGKILLed once while rollouts run: the command
+    stops with one line naming the part, a rerun resumes, and the run reaches its updates with no group trained
+    twice or lost and no rollout the fault touched scored as the policy's."""
+    out, iterations = tmp_path / "rl", 6
+    argv = [sys.executable, "-m", "rollwire.app.cli", "--log-level", "WARNING", "rl", "--suite", "tiny",
+            "--model", str(warm_model), "--tasks", TASKS, "-K", str(iterations), "-G", "4", "--groups-per-step", "2",
+            "--max-lag", "1", "--concurrency", "6", "--option", "max_tokens=64", "--option", "max_turns=1",
+            "--run-id", "rl-kill", "--out", str(out)]  # fmt: skip
+    for cycle, (part, marker) in enumerate(PARTS.items()):
+        log = tmp_path / f"cycle{cycle}.log"
+        with _started(argv, _env(tmp_path), log) as process:
+            wait_until(lambda: process.poll() is not None or ((_state(out) or {}).get("policy_version", 0) > cycle
+                                                               and "RUNNING" in _in_flight(out).values()),
+                       f"update {cycle + 1} with rollouts running", timeout_s=600, every_s=0.01)  # fmt: skip
+            assert process.poll() is None, log.read_text()[-3000:]
+            pid = _part_pid(process.pid, marker)
+            assert pid is not None, f"no {part} under the command"
+            os.kill(pid, signal.SIGKILL)
+            assert process.wait(timeout=180) != 0
+        said = log.read_text().strip().splitlines()[-1]
+        assert f"the {part} exited with status -9" in said and "resumes it" in said, said
+    with _started(argv, _env(tmp_path), tmp_path / "last.log") as process:
+        assert process.wait(timeout=900) == 0, (tmp_path / "last.log").read_text()[-3000:]
+    state = _state(out)
+    assert state is not None and state["policy_version"] == iterations
+    consumed = list(state["trained_rollouts"])
+    assert len(consumed) == len(set(consumed)), "a rollout was consumed twice"
+    db = sqlite3.connect(out / "store.db")
+    query = "select id, group_id, status, error, meta, finished_seq from rollout where run_id = 'rl-kill'"
+    rows = db.execute(query).fetchall()
+    failed = [(r[2], r[3]) for r in rows if r[2] in ("FAILED", "TIMED_OUT")]
+    assert failed and all((error or "").startswith("infrastructure") for _, error in failed), failed
+    retried = {json.loads(r[4]).get("retry_of") for r in rows} - {None}
+    assert {r[0] for r in rows if r[2] == "FAILED"} <= retried | {r[0] for r in rows if "no retry left" in (r[3] or "")}
+    pending = {t["rollout_id"] for t in state["pending"]}
+    groups: dict[str, list[Any]] = {}
+    for row in rows:
+        if row[0] not in retried and json.loads(row[4]).get("purpose") == "train":
+            groups.setdefault(row[1], []).append(row)
+    read = [g for g in groups.values() if all(r[5] is not None and r[5] <= state["cursor"] for r in g)]
+    for members in read:
+        ids = {r[0] for r in members}
+        assert ids <= set(consumed) or ids <= pending, f"group {members[0][1]} is split or lost"
