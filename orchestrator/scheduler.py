@@ -88,6 +88,8 @@ class Progress:
     timed_out: int = 0
     retried: int = 0
     rewards: list[float] = field(default_factory=list)
+    occupied: int = 0
+    """Rollout slots held now: starting, running, scored (``running`` counts only a harness running)."""
 
     @property
     def done(self) -> int:
@@ -182,9 +184,14 @@ class Scheduler:
 
     async def _drive(self, row: Rollout, tasks: Mapping[str, TaskSpec], slots: anyio.Semaphore) -> None:
         async with slots:
-            current: Rollout | None = row
-            while current is not None:
-                current = await self._attempt(current, tasks[current.task_id or ""])
+            self.progress.occupied += 1
+            try:
+                current: Rollout | None = row
+                while current is not None:
+                    current = await self._attempt(current, tasks[current.task_id or ""])
+            finally:
+                self.progress.occupied -= 1
+                self._on_progress(self.progress)
 
     async def _attempt(self, row: Rollout, task: TaskSpec) -> Rollout | None:
         """Drive one row to a final state; returns the retry row when infrastructure failed it."""

@@ -91,24 +91,25 @@ def learner_settings(
 
 @dataclass(slots=True)
 class SlotMeter:
-    """Integrates the scheduler's running count over time: the rollout-seconds the slots were busy."""
+    """Integrates the scheduler's held slots over time (``Progress.occupied``: a rollout starting, running or being
+    scored): the rollout-seconds the slots were busy."""
 
     clock: Callable[[], float] = time.monotonic
     busy_s: float = 0.0
-    _running: int = 0
+    _held: int = 0
     _since: float | None = None
 
     def restart(self) -> None:
-        """Count from now, from zero (the running count stays what the last progress said)."""
+        """Count from now, from zero (the held count stays what the last progress said)."""
         self.busy_s, self._since = 0.0, self.clock()
 
     def __call__(self, progress: Progress) -> None:
         self._advance()
-        self._running = progress.running
+        self._held = progress.occupied
 
     def _advance(self) -> None:
         now = self.clock()
-        self.busy_s += self._running * (now - (self._since if self._since is not None else now))
+        self.busy_s += self._held * (now - (self._since if self._since is not None else now))
         self._since = now
 
     def stop(self) -> float:

@@ -66,10 +66,10 @@ def test_the_slot_meter_integrates_running_rollouts_over_time() -> None:
     now = [100.0]
     meter = SlotMeter(clock=lambda: now[0])
     meter.restart()
-    meter(Progress(running=2))  # 2 running from t = 100
+    meter(Progress(occupied=2))  # 2 slots held from t = 100
     now[0] = 103.0
-    meter(Progress(running=5))  # 2 x 3 s, then 5 running
+    meter(Progress(occupied=5))  # 2 x 3 s, then 5 held
     now[0] = 104.5
-    meter(Progress(running=0))  # + 5 x 1.5 s
+    meter(Progress(occupied=0))  # + 5 x 1.5 s
     now[0] = 110.0
     assert meter.stop() == pytest.approx(2 * 3 + 5 * 1.5)
