@@ -222,17 +222,23 @@ def test_each_part_killed_once_the_run_stops_and_a_rerun_finishes_it(warm_model:
     """The engine, the proxy, the gateway and the env servers, each SIGKILLed once while rollouts run: the command
     stops with one line naming the part, a rerun resumes, and the run reaches its updates with no group trained
     twice or lost and no rollout the fault touched scored as the policy's."""
-    out, iterations = tmp_path / "rl", 6
+    out, iterations = tmp_path / "rl", 12  # room for each kill to land before the last update
     argv = [sys.executable, "-m", "rollwire.app.cli", "--log-level", "WARNING", "rl", "--suite", "tiny",
             "--model", str(warm_model), "--tasks", TASKS, "-K", str(iterations), "-G", "4", "--groups-per-step", "2",
             "--max-lag", "1", "--concurrency", "6", "--option", "max_tokens=64", "--option", "max_turns=1",
             "--run-id", "rl-kill", "--out", str(out)]  # fmt: skip
     for cycle, (part, marker) in enumerate(PARTS.items()):
         log = tmp_path / f"cycle{cycle}.log"
+        before = (_state(out) or {}).get("policy_version", 0)
+        stale = set(_in_flight(out))  # rows the last kill left mid-flight: not this command's
+
+        def running_after_an_update() -> bool:
+            fresh = {i for i, status in _in_flight(out).items() if status == "RUNNING"} - stale
+            return (_state(out) or {}).get("policy_version", 0) > before and bool(fresh)
+
         with _started(argv, _env(tmp_path), log) as process:
-            wait_until(lambda: process.poll() is not None or ((_state(out) or {}).get("policy_version", 0) > cycle
-                                                               and "RUNNING" in _in_flight(out).values()),
-                       f"update {cycle + 1} with rollouts running", timeout_s=600, every_s=0.01)  # fmt: skip
+            wait_until(lambda: process.poll() is not None or running_after_an_update(),
+                       f"an update of this command with its rollouts running ({part})", timeout_s=600, every_s=0.01)  # fmt: skip
             assert process.poll() is None, log.read_text()[-3000:]
             pid = _part_pid(process.pid, marker)
             assert pid is not None, f"no {part} under the command"
