@@ -1,12 +1,13 @@
 """Run the main job on the embedded default: the whole RL loop on this machine, through the real stack.
 
 It starts the bundled engine (tiny local model), the MCP env servers, the gateway, the proxy and the
-store, then: (1) records teacher trajectories (the reference agent driven by a scripted expert behind
-its own proxy, labelled kind=teacher in the store) and runs an SFT warm start on them; (2) evaluates the
-SFT-only policy on the held-out tasks; (3) runs K GRPO iterations: G rollouts per train task with the
-reference agent on the local runtime, scored by the suite's checkers, one update, new weights pushed to
-the engine; (4) evaluates again with the same sampling settings; (5) writes a report (reward curve PNG,
-HTML summary, results.json) next to the store.
+store, then, all in one run of the store: (1) records teacher trajectories (the reference agent driven by a
+scripted expert behind its own proxy, groups tagged teacher) and runs an SFT warm start on them; (2) evaluates
+the SFT-only policy on the held-out tasks; (3) runs `rollwire rl`'s loop for K updates: task groups of G
+rollouts drawn by learnability, groups with no reward spread redrawn, sampling up to --max-lag updates ahead of
+training, each update's weights pushed to the engine; (4) evaluates again with the same sampling settings;
+(5) writes a report (reward curve PNG, HTML summary, results.json) next to the store. Killed, the same command
+with the same --out and --run-id resumes where it stopped.
 
 Serve the model with vLLM's CPU build instead with --engine vllm (installed on first use into a venv
 rollwire manages), or point the same loop at a running vLLM with --upstream URL --model FOLDER, at another suite with --suite,
