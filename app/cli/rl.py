@@ -15,7 +15,7 @@ kill -9) resumes from the last checkpoint and the stream's cursor: no group is t
 The policy must already earn some reward on the suite (a task no rollout ever solves teaches nothing):
 start from a warm model with --model FOLDER (a checkpoint of `rollwire train` or `rollwire demo`). Example:
 
-  rollwire rl --suite tiny --model ~/.rollwire/demo/<time>/checkpoints/step-000040 -K 20 --max-lag 1
+  rollwire rl --suite tiny --model ~/.rollwire/demo/<time>/checkpoints/step-000040 -K 20 --max-lag 1   # one ahead
 """
 
 from __future__ import annotations
@@ -54,7 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     loop.add_argument("--iterations", "-K", type=int, default=12, help="policy updates to make (default 12)")
     loop.add_argument("--group-size", "-G", type=int, default=8, help="rollouts per task group (default 8)")
     loop.add_argument("--groups-per-step", type=int, default=8, help="groups with a reward spread per update (default 8)")
-    loop.add_argument("--max-lag", type=int, default=1, help="updates sampling may run ahead of training, 0: lockstep (default 1)")
+    loop.add_argument("--max-lag", type=int, default=0,
+                      help="updates sampling may run ahead of training; 0, the default, is lockstep (on one machine "
+                      "overlap was faster per update but learned less: see bench/async_rl.py)")  # fmt: skip
     loop.add_argument("--epochs", type=int, default=4, help="clipped passes over each update's groups (default 4)")
     loop.add_argument("--lr", type=float, default=3e-4, help="learning rate (default 3e-4)")
     loop.add_argument("--no-dynamic-sampling", dest="dynamic_sampling", action="store_false",

@@ -51,7 +51,7 @@ class DemoConfig:
     At 3e-3 SFT alone reaches most of the held-out reward and leaves RL little to show."""
     grpo_lr: float = 3e-4
     grpo_epochs: int = 4
-    max_lag: int = 1
+    max_lag: int = 0
     """Updates the sampler may run ahead of the trainer (0: lockstep sampling and training)."""
     dynamic_sampling: bool = True
     """Leave out task groups whose rewards are all equal and draw others in their place."""

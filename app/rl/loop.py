@@ -55,8 +55,9 @@ class RLConfig:
     group_size: int = 8
     groups_per_step: int = 8
     """Task groups with a reward spread in each update."""
-    max_lag: int = 1
-    """Steps the sampler may run ahead of the trainer (0: lockstep)."""
+    max_lag: int = 0
+    """Updates the sampler may run ahead of the trainer (0: lockstep). On one 2-core machine overlap made updates
+    8-14% faster but plateaued lower held-out (``docs/bench-log.md``, ``bench/async_rl.py``): opt in."""
     epochs: int = 4
     """Clipped passes over each update's groups."""
     dynamic_sampling: bool = True
