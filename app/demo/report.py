@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rollwire.app.demo.loop import DemoConfig, DemoResult, PhaseResult
+from rollwire.app.rl.report import save_reward_figure
 
 
 def summary(result: DemoResult) -> dict[str, Any]:
@@ -80,16 +81,8 @@ def reward_curve(result: DemoResult, path: Path) -> Path:
                 [x], [phase.mean], color=color, s=60, zorder=3, label=f"held-out, {phase.name} ({phase.mean:.2f})"
             )
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-    ax.set_xlabel("GRPO iteration (0: after SFT, before RL)")
-    ax.set_ylabel("mean reward")
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    ax.set_title(f"rollwire demo: {result.config.suite} suite, {result.config.harness} harness")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    title = f"rollwire demo: {result.config.suite} suite, {result.config.harness} harness"
+    return save_reward_figure(fig, ax, "GRPO update (0: after SFT, before RL)", "mean reward", title, path)
 
 
 def settings_in_words(c: DemoConfig) -> list[tuple[str, str]]:

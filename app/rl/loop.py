@@ -191,7 +191,7 @@ class RLLoop:
     async def run(self) -> RLResult:
         started = self._started = time.monotonic()
         gate = StalenessGate(self.config.max_lag, self.config.groups_per_step)
-        meta = {"kind": "rl", "start_version": self.learner.version, "rl": _config_meta(self.config), **self.run_meta}
+        meta = {"kind": "rl", "start_version": self.learner.version, "rl": dataclasses.asdict(self.config), **self.run_meta}
         rows = await self.session.open_run(self.run_id, self.run_id, meta, "train", self.learner.version,
                                            self.config.group_size)  # fmt: skip
         run = await anyio.to_thread.run_sync(self.session.book.find_run, self.run_id)
@@ -379,10 +379,6 @@ class RLLoop:
                 cancel = functools.partial(book.set_status, row.id, RolloutStatus.CANCELLED, error=error)
                 with contextlib.suppress(Conflict):  # it became final meanwhile
                     await anyio.to_thread.run_sync(cancel)
-
-
-def _config_meta(config: RLConfig) -> dict[str, object]:
-    return dataclasses.asdict(config)
 
 
 def first_leaf(error: BaseExceptionGroup[BaseException]) -> BaseException:

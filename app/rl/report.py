@@ -9,6 +9,7 @@ import html
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rollwire.rollouts import RolloutBook
 from rollwire.run_figures import RunFigures, figures, harness_table
@@ -26,12 +27,20 @@ def _plot_versions(found: RunFigures, path: Path) -> Path:
     rates = found.eval_rates()
     if rates:
         ax.plot(list(rates), [r.get("pass@1", 0.0) for r in rates.values()], marker="s", label="held-out pass@1")
-    ax.set_xlabel("policy version")
-    ax.set_ylabel("reward / pass rate")
+    return save_reward_figure(fig, ax, "policy version", "reward / pass rate",
+                              f"{found.run_id}: {found.suite} suite, {found.harness} harness", path)  # fmt: skip
+
+
+def save_reward_figure(fig: Any, ax: Any, xlabel: str, ylabel: str, title: str, path: Path) -> Path:
+    """The finish every reward curve shares (axes in [0, 1], grid, legend), written to ``path`` as a PNG."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
-    ax.set_title(f"{found.run_id}: {found.suite} suite, {found.harness} harness")
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -99,4 +108,4 @@ table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;te
     return {"html": out / "report.html", "versions": curve, "draws": draws}
 
 
-__all__ = ["write"]
+__all__ = ["save_reward_figure", "write"]

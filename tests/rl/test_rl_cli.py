@@ -27,6 +27,9 @@ from tests.polling import wait_until
 
 WARM = ["-K", "1", "-G", "4", "--train-tasks", "6", "--teacher-tasks", "6", "--tasks-per-iteration", "2",
         "--eval-group", "1", "--eval-tasks", "2", "--concurrency", "6"]  # fmt: skip
+# The reference harness runs with the demo's options (--option max_tokens=64 max_turns=1) in these tests: the warm
+# model is the demo's, trained on one 64-token call per rollout; at the harness's defaults (4 turns, 128 tokens) it
+# would sample past what it learned, and each rollout would cost 4x the CPU. The demo runs it the same way.
 TASKS = "write-cat,write-dog,write-sun,write-red,write-box,write-cup"  # the warm demo's six train tasks
 ITERATIONS = 4
 
