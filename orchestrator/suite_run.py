@@ -279,6 +279,7 @@ async def run_suite(
     on_progress: Callable[[Progress], None] | None = None,
     settings: Settings | None = None,
     host_env: Mapping[str, str] | None = None,
+    platform_fault: Callable[[], str | None] | None = None,
 ) -> SuiteRunResult:
     """Run ``group_size`` rollouts of each picked task with ``harness`` (a registry name, or an adapter object of
     the caller's own) until every one is final; the other arguments are ``open_suite``'s."""
@@ -289,6 +290,7 @@ async def run_suite(
     async with open_suite(
         stack, suite=suite, harness=harness, runtime=runtime, concurrency=concurrency, deadline_s=deadline_s,
         harness_options=harness_options, on_progress=on_progress, settings=settings, host_env=host_env,
+        platform_fault=platform_fault,
     ) as session:  # fmt: skip
         tasks = await anyio.to_thread.run_sync(_resume_tasks, session.book, run_id, suite, session.harness, picked)
         config = {**(run_meta or {}), **session.run_config, "split": split}

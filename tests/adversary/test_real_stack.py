@@ -86,21 +86,22 @@ class RedTeamAdapter:
 
 
 @pytest.fixture(scope="module")
-def stack(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo, Path]]:
-    """The stack as ``rollwire up`` starts it, and its stack file (with the operator key) beside its store."""
+def stack(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo, Path, LocalStack]]:
+    """The stack as ``rollwire up`` starts it, its stack file (with the operator key) beside its store, and the
+    stack itself (``failed_part``: the platform's evidence that a part is down)."""
     folder = tmp_path_factory.mktemp("red-team-stack")
     stack = LocalStack(
         Settings(), db_url=f"sqlite:///{folder / 'store.db'}", state_dir=folder / "state", log_dir=folder / "logs"
     )
     with stack as info:
-        yield info, info.save(folder / "stack.json")
+        yield info, info.save(folder / "stack.json"), stack
 
 
 @pytest.mark.parametrize("pooled", [False, True], ids=["cold", "warm-pool"])
 def test_hostile_rollouts_in_a_real_stack_fail_every_attack_and_the_honest_one_scores(
-    stack: tuple[StackInfo, Path], tmp_path: Path, pooled: bool
+    stack: tuple[StackInfo, Path, LocalStack], tmp_path: Path, pooled: bool
 ) -> None:
-    info, saved = stack
+    info, saved, parts = stack
     tasks = [task.id for task in load_suite("tiny").split("train")[: len(ROLES)]]
     roles = dict(zip(tasks, ROLES, strict=True))
     workspaces = tmp_path / "ws"
@@ -125,6 +126,9 @@ def test_hostile_rollouts_in_a_real_stack_fail_every_attack_and_the_honest_one_s
         result = anyio.run(lambda: run_suite(
             info, suite="tiny", harness=RedTeamAdapter(targets, roles, pooled), task_ids=tasks, concurrency=1,
             settings=Settings(orchestrator=orchestrator),
+            # a rollout that ends while a part is down is retried, not scored: an attack that brought a part down
+            # would turn the tricks below into infrastructure retries, and `retried == []` would catch it
+            platform_fault=parts.failed_part,
         ))  # fmt: skip
     try:
         assert not project_file.exists(), "a rollout wrote into the project"
@@ -135,6 +139,7 @@ def test_hostile_rollouts_in_a_real_stack_fail_every_attack_and_the_honest_one_s
     for row in result.rollouts:
         rows[roles[row.task_id or ""]].append(row)
     assert sum(len(found) for found in rows.values()) == len(ROLES), "a rollout was lost"
+    assert parts.failed_part() is None  # no attack brought a part of the stack down
     retried = [(roles[row.task_id or ""], row.attempt) for row in result.rollouts if row.attempt != 0]
     assert retried == [], retried  # every ending here is the rollout's own: none is retried as infrastructure
 
