@@ -300,13 +300,15 @@ class Scheduler:
         """
         last = row.attempt + 1 >= self._settings.max_attempts
         error = f"{INFRASTRUCTURE}{' (no retry left)' if last else ''}: {reason}"
-        if not await self._finish(row, source, S.FAILED, error=error, count=False, **facts):
-            return None
         if last:
-            self.progress.failed += 1
-            self._on_progress(self.progress)
+            if await self._finish(row, source, S.FAILED, error=error, count=False, **facts):
+                self.progress.failed += 1
+                self._on_progress(self.progress)
             return None
-        retry_id = await self._db(self._book.retry, row)
+        # the failure and its retry are one write: a stop between them would leave the rollout lost for good
+        retry_id = await self._db(self._book.fail_and_retry, row, source, error=error, **facts)
+        if retry_id is None:
+            return None
         self.progress.retried += 1
         logger.warning("rollout lost (%s); retrying as %s", reason, retry_id, extra={"rollout_id": row.id})
         return await self._db(self._book.get, retry_id)

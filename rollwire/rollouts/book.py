@@ -11,10 +11,11 @@ retry is a new row (``attempt + 1``, ``meta.retry_of``) so a trajectory never mi
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,21 @@ def live_rows(rows: Sequence[Rollout]) -> list[Rollout]:
 
 def new_rollout_id() -> str:
     return f"ro-{uuid.uuid4().hex[:16]}"
+
+
+def _next_attempt(failed: Rollout, rollout_id: str) -> Rollout:
+    """The pending row that retries ``failed``: same task and group, the attempt after it, no runtime facts."""
+    return Rollout(
+        id=rollout_id,
+        run_id=failed.run_id,
+        token_hash=tokens.unusable_hash(),
+        task_id=failed.task_id,
+        group_id=failed.group_id,
+        sample_index=failed.sample_index,
+        attempt=failed.attempt + 1,
+        meta={**{k: v for k, v in failed.meta.items() if k not in RUNTIME_META}, "retry_of": failed.id},
+        budgets=dict(failed.budgets or {}),
+    )
 
 
 _STATUS_FOR_SHARE = (
@@ -168,23 +184,15 @@ class RolloutBook:
                 ids.append(rollout_id)
         return ids
 
-    def retry(self, failed: Rollout) -> str:
-        """A new pending attempt of a rollout that failed for infrastructure reasons (same task, no runtime facts)."""
+    def fail_and_retry(self, failed: Rollout, source: RolloutStatus, **fields: Any) -> str | None:
+        """``source -> FAILED`` and the next attempt's pending row in one transaction, so no stop between the two
+        leaves a lost rollout with no retry; None if the row is no longer in ``source`` (nothing is written)."""
+        check_move(failed.id, source, S.FAILED)
         rollout_id = new_rollout_id()
-        with session_scope(self._engine) as session:
-            session.add(
-                Rollout(
-                    id=rollout_id,
-                    run_id=failed.run_id,
-                    token_hash=tokens.unusable_hash(),
-                    task_id=failed.task_id,
-                    group_id=failed.group_id,
-                    sample_index=failed.sample_index,
-                    attempt=failed.attempt + 1,
-                    meta={**{k: v for k, v in failed.meta.items() if k not in RUNTIME_META}, "retry_of": failed.id},
-                    budgets=dict(failed.budgets or {}),
-                )
-            )
+        retry = functools.partial(_next_attempt, failed, rollout_id)
+        if not self._finalize(failed.id, source, dict(fields, status=S.FAILED), also=retry):
+            return None
+        tokens.forget(failed.id)
         return rollout_id
 
     # -- reading ----------------------------------------------------------------------------------------------
@@ -289,8 +297,11 @@ class RolloutBook:
             logger.debug("rollout %s: %s -> %s", rollout_id, source, values.get("status"), extra={"rollout_id": rollout_id})
         return changed
 
-    def _finalize(self, rollout_id: str, source: RolloutStatus, values: dict[str, Any]) -> bool:
-        """The final state and the next stream cursor in one statement; a clash with another finisher is retried."""
+    def _finalize(
+        self, rollout_id: str, source: RolloutStatus, values: dict[str, Any], also: Callable[[], Rollout] | None = None
+    ) -> bool:
+        """The final state and the next stream cursor in one statement (and ``also``, a row added in the same
+        transaction when the move happens); a clash with another finisher is retried."""
         for _ in range(CURSOR_TRIES):
             try:
                 with session_scope(self._engine) as session:
@@ -300,7 +311,10 @@ class RolloutBook:
                         .where(col(Rollout.id) == rollout_id, col(Rollout.status) == source)
                         .values(**values, finished_ns=now_ns(), finished_seq=int(top or 0) + 1)
                     )
-                    return session.connection().execute(statement).rowcount == 1
+                    moved = session.connection().execute(statement).rowcount == 1
+                    if moved and also is not None:
+                        session.add(also())  # a fresh object each try: a failed try's session is spent
+                    return moved
             except StoreError as exc:  # a cursor clash (unique index), or SQLite's stale read snapshot
                 if not isinstance(exc.__cause__, (IntegrityError, OperationalError)):
                     raise
