@@ -92,6 +92,10 @@ def write(book: RolloutBook, run_id: str, out: Path, all_runs: Sequence[str]) ->
         + "".join(f"<td>{rates_.get(k, 0.0):.3f}</td>" for k in hks) + "</tr>"
         for h, r, v, rates_ in harnesses
     )  # fmt: skip
+    faults = "".join(
+        f"<tr><td>{html.escape(reason)}</td><td>{f.attempts}</td><td>{f.retried}</td></tr>"
+        for reason, f in sorted(found.faults.items(), key=lambda item: item[1].first_ns)
+    ) or '<tr><td colspan="3">none: the platform failed no rollout of this run</td></tr>'
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>rollwire report {html.escape(run_id)}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em}}
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}}</style></head><body>
@@ -102,6 +106,9 @@ table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;te
 <h2>Held-out evaluations</h2><table><tr><th>version</th>{"".join(f"<th>{k}</th>" for k in ks)}</tr>{eval_rows}</table>
 <h2>Train tasks</h2><table><tr><th>task</th><th>rollouts</th><th>pass rate</th><th>mean reward</th></tr>{tasks}</table>
 <h2>The curriculum's draws</h2><img src="{draws.name}" alt="draws per task">
+<h2>Faults met</h2><p>Rollouts the platform failed (a part down, a workload lost), classed by the scheduler on its
+own evidence: they train nothing, and each is retried while attempts remain.</p>
+<table><tr><th>reason</th><th>attempts failed</th><th>retried</th></tr>{faults}</table>
 <h2>Harnesses on this suite</h2><table><tr><th>harness</th><th>run</th><th>version</th>{"".join(f"<th>{k}</th>" for k in hks)}</tr>{harness_rows}</table>
 </body></html>"""
     (out / "report.html").write_text(page)

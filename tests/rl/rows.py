@@ -35,3 +35,24 @@ def write_rl_run(book: RolloutBook, run_id: str = "rl-a", harness: str = "refere
         meta = {"purpose": "eval", "policy_version": version}
         write_group(book, run_id, f"{run_id}:eval-v{version}:h1", "h1", meta, h1)
         write_group(book, run_id, f"{run_id}:eval-v{version}:h2", "h2", meta, h2)
+
+
+PROXY_DOWN = "the platform failed during the rollout: the proxy exited with status -9"
+
+
+def write_faults(book: RolloutBook, run_id: str) -> None:
+    """Two rollouts the platform failed: one lost with the proxy down on both its attempts (the second with no
+    retry left), one lost once and finished on its retry. Their group has no purpose, so no other figure moves."""
+    first, second = book.plan(run_id, [PlannedRollout("t1", f"{run_id}:faults", i) for i in range(2)])
+    for rollout_id, reasons in ((first, [PROXY_DOWN, PROXY_DOWN]), (second, ["workload lost", None])):
+        for attempt, reason in enumerate(reasons):
+            book.set_status(rollout_id, S.STARTING)
+            book.set_status(rollout_id, S.RUNNING)
+            if reason is None:
+                book.set_status(rollout_id, S.FINISHED, reward=1.0)
+            elif attempt == len(reasons) - 1:
+                book.set_status(rollout_id, S.FAILED, error=f"infrastructure (no retry left): {reason}")
+            else:
+                retry = book.fail_and_retry(book.get(rollout_id), S.RUNNING, error=f"infrastructure: {reason}")
+                assert retry is not None
+                rollout_id = retry

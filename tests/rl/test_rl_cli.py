@@ -9,6 +9,7 @@ scratch earns no reward on the tiny suite, so it would have no group to learn fr
 from __future__ import annotations
 
 import contextlib
+import html
 import json
 import os
 import signal
@@ -23,6 +24,9 @@ import httpx
 import openai
 import pytest
 
+from rollwire.rollouts import RolloutBook
+from rollwire.run_figures import figures
+from rollwire.store.db import open_engine
 from tests.polling import wait_until
 
 WARM = ["-K", "1", "-G", "4", "--train-tasks", "6", "--teacher-tasks", "6", "--tasks-per-iteration", "2",
@@ -117,19 +121,7 @@ def test_kill_9_and_rerun_resumes_with_no_group_trained_twice_or_lost(warm_model
         status, error = rows[rollout_id][2], rows[rollout_id][3] or ""
         assert status == "FAILED" and error.startswith("infrastructure"), (status, error)
         assert rollout_id in retried
-    # every train group whose last rollout the trainer has read (cursor) is consumed whole or waits whole in the
-    # checkpoint's buffer; none is split between them, and the pending ones are not consumed
-    pending = {t["rollout_id"] for t in state["pending"]}
-    assert not pending & set(consumed)
-    groups: dict[str, list[tuple[object, ...]]] = {}
-    for row in rows.values():
-        if row[0] not in retried and json.loads(row[4]).get("purpose") == "train":
-            groups.setdefault(row[1], []).append(row)
-    read = [g for g in groups.values() if all(r[5] is not None and r[5] <= state["cursor"] for r in g)]
-    assert len(read) >= 2 * ITERATIONS
-    for members in read:
-        ids = {r[0] for r in members}
-        assert ids <= set(consumed) or ids <= pending, f"group {members[0][1]} is split or lost"
+    assert _groups_read_whole(list(rows.values()), retried, state) >= 2 * ITERATIONS
     results = json.loads((out / "results.json").read_text())
     assert results["start_version"] == 0 and results["updates"][-1]["version"] == ITERATIONS
     assert {u["version"] for u in results["updates"]} == set(range(ITERATIONS - len(results["updates"]) + 1, ITERATIONS + 1))
@@ -201,6 +193,22 @@ def test_rl_joins_a_running_stack(warm_model: Path, tmp_path: Path) -> None:
         assert sampled == {0} and after == [(1,)]  # lockstep: the update's groups on v0; then the stack serves v1
 
 
+def _groups_read_whole(rows: list[Any], retried: set[str], state: dict[str, Any]) -> int:
+    """Every train group whose last rollout the trainer has read (cursor) is consumed whole or waits whole in the
+    checkpoint's buffer: none is split between them, and the pending ones are not consumed. Returns how many."""
+    consumed, pending = set(state["trained_rollouts"]), {t["rollout_id"] for t in state["pending"]}
+    assert not pending & consumed
+    groups: dict[str, list[Any]] = {}
+    for row in rows:  # (id, group_id, status, error, meta, finished_seq)
+        if row[0] not in retried and json.loads(row[4]).get("purpose") == "train":
+            groups.setdefault(row[1], []).append(row)
+    read = [g for g in groups.values() if all(r[5] is not None and r[5] <= state["cursor"] for r in g)]
+    for members in read:
+        ids = {r[0] for r in members}
+        assert ids <= consumed or ids <= pending, f"group {members[0][1]} is split or lost"
+    return len(read)
+
+
 PARTS = {"engine": " engine ", "proxy": " proxy --upstream", "gateway": " mcp gateway ", "env": " mcp serve all "}
 """Each part of the command's stack (as the stack names it: env is the MCP env servers) -> its command line."""
 
@@ -262,12 +270,11 @@ def test_each_part_killed_once_the_run_stops_and_a_rerun_finishes_it(warm_model:
     assert failed and all((error or "").startswith("infrastructure") for _, error in failed), failed
     retried = {json.loads(r[4]).get("retry_of") for r in rows} - {None}
     assert {r[0] for r in rows if r[2] == "FAILED"} <= retried | {r[0] for r in rows if "no retry left" in (r[3] or "")}
-    pending = {t["rollout_id"] for t in state["pending"]}
-    groups: dict[str, list[Any]] = {}
-    for row in rows:
-        if row[0] not in retried and json.loads(row[4]).get("purpose") == "train":
-            groups.setdefault(row[1], []).append(row)
-    read = [g for g in groups.values() if all(r[5] is not None and r[5] <= state["cursor"] for r in g)]
-    for members in read:
-        ids = {r[0] for r in members}
-        assert ids <= set(consumed) or ids <= pending, f"group {members[0][1]} is split or lost"
+    _groups_read_whole(rows, retried, state)
+    report = subprocess.run([*argv[:5], "report", "rl-kill", "--dir", str(out), "--out", str(tmp_path / "report")],
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert report.returncode == 0, report.stderr[-2000:]
+    met = figures(RolloutBook(open_engine(f"sqlite:///{out / 'store.db'}")), "rl-kill").faults
+    assert sum(f.attempts for f in met.values()) == len(failed)  # every lost attempt is listed, under its reason
+    page = (tmp_path / "report" / "report.html").read_text()
+    assert all(html.escape(reason) in page for reason in met), met
