@@ -173,11 +173,15 @@ async def trajectory_route(request: Request) -> Response:
 
 
 async def policy_version_route(request: Request) -> Response:
+    """GET: the version published last (null: none since the proxy started). POST ``{"version": N}``: publish N."""
+    served = _state(request).calls.served
+    if request.method == "GET":
+        return JSONResponse({"version": served.published_version})
     body = await _json(request)
     version = body.get("version")
     if isinstance(version, bool) or not isinstance(version, int):
         raise InvalidRequest("version must be an integer", param="version")
-    _state(request).calls.served.publish(version)
+    served.publish(version)
     return JSONResponse({"version": version})
 
 

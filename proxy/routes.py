@@ -167,7 +167,7 @@ def admin_routes(metrics: ProxyMetrics) -> list[BaseRoute]:
         Route(f"{a}/rollouts/{{id}}/revoke", _operator(admin.revoke_route), methods=["POST"]),
         Route(f"{a}/rollouts/{{id}}", _operator(admin.rollout_route), methods=["GET"]),
         Route(f"{a}/rollouts/{{id}}/trajectory", _operator(admin.trajectory_route), methods=["GET"]),
-        Route(f"{a}/policy_version", _operator(admin.policy_version_route), methods=["POST"]),
+        Route(f"{a}/policy_version", _operator(admin.policy_version_route), methods=["GET", "POST"]),
         Route(f"{a}/trajectories/stream", _operator(stream_route), methods=["GET"]),
     ]
     # /metrics counts every rollout's calls, tokens and budget refusals: nothing a rollout needs, and a view of

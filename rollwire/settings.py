@@ -174,6 +174,11 @@ class KubernetesSettings(BaseModel):
         description="Port of a rollout pod's first MCP sidecar; each further rollout-scoped server (by name) takes the "
         "next. The gateway reads the same setting.",
     )
+    trainer_volume_claim: str = Field(
+        "rollwire-trainer",
+        description="PersistentVolumeClaim the trainer Job of `rollwire rl` mounts at /var/lib/rollwire: its warm "
+        "model and the run's checkpoints, so a restarted Job resumes.",
+    )
     mcp_startup_timeout_s: int = Field(
         60, gt=0, description="Longest a rollout's MCP sidecar may take to answer initialize before the rollout fails."
     )
@@ -297,6 +302,14 @@ class TrainerSettings(BaseModel):
     )
     is_cap: float = Field(2.0, description="Upper bound of the importance weight (TIS truncates, MIS rejects above it).")
     max_steps: int = Field(0, description="Stop after this many steps in total; 0 means run until stopped.")
+    until_version: int = Field(0, description="Stop once the policy reaches this version; 0 means no such limit.")
+    epochs: int = Field(1, ge=1, description="Clipped passes over each update's groups (one version per update).")
+    purpose: str = Field(
+        "", description="Train only on the run's rollouts with this meta.purpose (rollwire rl's: train); empty: all."
+    )
+    dynamic_sampling: bool = Field(
+        False, description="Leave groups with no reward spread out before they fill a step (consumed, never trained)."
+    )
     stream_wait_s: float = Field(20.0, description="Long-poll wait of one trajectory-stream request.")
     exit_when_idle: bool = Field(False, description="Exit when one long-poll returns nothing (batch jobs, tests).")
     engine_url: str = Field("", description="Bundled engine to push weights to (POST /reload_weights); empty: none.")

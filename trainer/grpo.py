@@ -13,12 +13,20 @@ from dataclasses import dataclass
 import torch
 
 from rollwire.trainer.advantages import group_advantages
-from rollwire.trainer.batching import MicroBatch, Sample, collate, micro_batches, samples_from, token_weights
+from rollwire.trainer.batching import (
+    GroupBuffer,
+    MicroBatch,
+    Sample,
+    collate,
+    micro_batches,
+    samples_from,
+    token_weights,
+)
 from rollwire.trainer.distributed import DistContext, shard
 from rollwire.trainer.forward import forward_logprobs
 from rollwire.trainer.losses import approx_kl, gspo_log_ratio, is_weights, kl_k3, ppo_clip, weighted_sum
 from rollwire.trainer.step import LossFn, StepResult, optimizer_step
-from rollwire.trajectory import POLICY, Trajectory
+from rollwire.trajectory import POLICY, Trajectory, failure_cause
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,30 +85,50 @@ def _lag(trajectory: Trajectory, current_version: int) -> int:
 
 
 def training_reward(trajectory: Trajectory, failure_reward: float | None) -> float | None:
-    """The reward a rollout trains with, or None when it is left out.
+    """The reward a rollout trains with, or None when it is left out (``training_reward_of``)."""
+    return training_reward_of(trajectory.status, trajectory.metadata.get("error"), trajectory.reward, failure_reward)
+
+
+def training_reward_of(status: str, error: str | None, reward: float | None, failure_reward: float | None) -> float | None:
+    """The reward a rollout in ``status`` (with its row's ``error`` and ``reward``) trains with, or None.
 
     A finished rollout keeps its checker's reward; one the policy failed gets ``failure_reward`` (unless
     its row already holds a reward); infrastructure, setup and checker failures say nothing about the
-    policy and are left out (the orchestrator retries infrastructure failures as fresh rows).
+    policy and are left out (the orchestrator retries infrastructure failures as fresh rows). A sampler that
+    sees the rows, not the trajectories, classes a group by this same rule.
     """
-    cause = trajectory.failure_cause
+    cause = failure_cause(status, error)
     if cause is None:
-        return trajectory.reward
+        return reward
     if cause == POLICY and failure_reward is not None:
-        return trajectory.reward if trajectory.reward is not None else failure_reward
+        return reward if reward is not None else failure_reward
     return None
 
 
-def group_has_signal(group: Sequence[Trajectory], config: GRPOConfig) -> bool:
-    """Whether a task group can train anything: two or more rollouts that train, whose rewards differ.
+def rewards_have_signal(rewards: Sequence[float]) -> bool:
+    """Whether a group's training rewards can train anything: two or more, and not all equal.
 
     A group whose rewards agree has advantage 0 everywhere (``group_advantages``); dynamic sampling replaces it
     with another draw rather than spend a step's share on it.
     """
-    rewards = [r for r in (training_reward(t, config.failure_reward) for t in group) if r is not None]
     if len(rewards) < 2:
         return False
     return group_advantages(torch.tensor(rewards), torch.zeros(len(rewards), dtype=torch.long)).num_zero_variance == 0
+
+
+def group_has_signal(group: Sequence[Trajectory], config: GRPOConfig) -> bool:
+    """``rewards_have_signal`` over the group's rollouts that train."""
+    return rewards_have_signal([r for r in (training_reward(t, config.failure_reward) for t in group) if r is not None])
+
+
+def leave_out_without_signal(buffer: GroupBuffer, config: GRPOConfig) -> dict[str, list[Trajectory]]:
+    """Take the full groups with no reward spread out of ``buffer`` (dynamic sampling); returns them by key, for
+    the caller to record as consumed in its next checkpoint."""
+    out = {}
+    for key in buffer.ready():
+        if not group_has_signal(buffer.pending[key], config):
+            out[key] = buffer.pending.pop(key)
+    return out
 
 
 def prepare_grpo(groups: Sequence[Sequence[Trajectory]], config: GRPOConfig, current_version: int) -> GRPOBatch:
@@ -333,8 +361,11 @@ __all__ = [
     "grpo_metrics",
     "grpo_step",
     "group_has_signal",
+    "leave_out_without_signal",
+    "rewards_have_signal",
     "prepare_grpo",
     "training_reward",
+    "training_reward_of",
     "updates_nothing",
     "with_proximal_logprobs",
 ]

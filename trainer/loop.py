@@ -7,7 +7,7 @@ what it read, so all ranks build the same global batch; rank 0 alone writes chec
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,13 @@ from rollwire.trainer.distributed import (
     unwrap,
     wrap_model,
 )
-from rollwire.trainer.grpo import GRPOConfig, grpo_step, prepare_grpo
+from rollwire.trainer.grpo import (
+    GRPOConfig,
+    grpo_step,
+    leave_out_without_signal,
+    prepare_grpo,
+    with_proximal_logprobs,
+)
 from rollwire.trainer.metrics import MetricsWriter
 from rollwire.trainer.parity import check_sink, pushed_model
 from rollwire.trainer.sft import SFTConfig, sft_step
@@ -131,23 +137,55 @@ def sft_config(cfg: TrainerSettings) -> SFTConfig:
     )
 
 
+PassReporter = Callable[[int, int, dict[str, Any]], None]
+"""(step of this update, its steps, the step's metrics): called after each optimizer step of an update."""
+
+
+def grpo_update(
+    session: Session, groups: Sequence[Sequence[Trajectory]], config: GRPOConfig, ctx: DistContext, *,
+    epochs: int = 1, groups_per_step: int = 0, on_step: PassReporter | None = None,
+) -> list[dict[str, Any]]:
+    """One policy update on ``groups``: steps of ``groups_per_step`` groups (0: all in one), ``epochs`` passes.
+
+    With more than one pass and an importance-sampling correction on, every pass clips against the policy
+    before the update (its logprobs, computed once), not against the one the previous pass left. Counts each
+    optimizer step in the session's state; the caller checkpoints and pushes once, after the update.
+    """
+    chunk = groups_per_step or len(groups) or 1
+    version = session.state.policy_version
+    batches = [prepare_grpo(groups[at : at + chunk], config, version) for at in range(0, len(groups), chunk)]
+    if epochs > 1 and config.is_correction != "none":
+        batches = [with_proximal_logprobs(session.model, batch, pad_id=session.pad_id) for batch in batches]
+    history: list[dict[str, Any]] = []
+    steps = epochs * len(batches)
+    for _ in range(epochs):
+        for batch in batches:
+            metrics = grpo_step(session.model, session.optimizer, batch, config, ctx=ctx, pad_id=session.pad_id,
+                                ref_model=session.ref_model)  # fmt: skip
+            session.state.step += 1
+            history.append(metrics)
+            if on_step is not None:
+                on_step(len(history), steps, metrics)
+    return history
+
+
 def train_ready(cfg: TrainerSettings, session: Session, ctx: DistContext) -> tuple[dict[str, Any], list[str]] | None:
-    """One step if the buffer holds enough for one, else None."""
+    """One update if the buffer holds enough for one, else None: its last step's metrics (with every step's
+    loss when there were several passes) and the rollouts it consumed. The session's step count is advanced."""
     if cfg.algo == "grpo":
         if len(session.buffer.ready()) < cfg.groups_per_step:
             return None
         groups = session.buffer.pop_groups(cfg.groups_per_step)
-        config = grpo_config(cfg)
-        batch = prepare_grpo(groups, config, session.state.policy_version)
-        metrics = grpo_step(
-            session.model, session.optimizer, batch, config, ctx=ctx, pad_id=session.pad_id,
-            ref_model=session.ref_model,
-        )
+        history = grpo_update(session, groups, grpo_config(cfg), ctx, epochs=cfg.epochs)
+        metrics = history[-1] | ({"pass_losses": [m.get("loss") for m in history]} if len(history) > 1 else {})
+        if len(history) > 1:  # an update with any pass that changed the weights makes a version
+            metrics["skipped"] = all(m.get("skipped") for m in history)
         return metrics, [t.rollout_id for g in groups for t in g]
     if session.buffer.size() < cfg.sft_batch_size:
         return None
     batch_t = session.buffer.pop_all(cfg.sft_batch_size)
     metrics = sft_step(session.model, session.optimizer, batch_t, sft_config(cfg), ctx=ctx, pad_id=session.pad_id)
+    session.state.step += 1
     return metrics, [t.rollout_id for t in batch_t]
 
 
@@ -183,6 +221,12 @@ def push(
         publisher.publish(version)
 
 
+def _done(cfg: TrainerSettings, state: TrainerState) -> bool:
+    return bool(cfg.max_steps and state.step >= cfg.max_steps) or bool(
+        cfg.until_version and state.policy_version >= cfg.until_version
+    )
+
+
 def run_training(
     cfg: TrainerSettings,
     base_model: Path,
@@ -191,7 +235,8 @@ def run_training(
     *,
     on_step: Callable[[int, dict[str, Any]], None] | None = None,
 ) -> TrainerState:
-    """Train until ``max_steps`` (or, with ``exit_when_idle``, until the stream has nothing new)."""
+    """Train until ``max_steps`` steps or version ``until_version`` (or, with ``exit_when_idle``, until the stream
+    has nothing new)."""
     if cfg.algo not in ("grpo", "sft"):
         raise InvalidRequest(f"unknown algorithm {cfg.algo!r} (grpo, sft)", param="algo")
     if not cfg.run:
@@ -204,24 +249,30 @@ def run_training(
     sinks = make_sinks(cfg.engine_url, cfg.vllm_url, cfg.vllm_mode, client)
     publish = cfg.publish_version and sinks
     publisher = ProxyVersionPublisher(cfg.admin_url, cfg.operator_key, client) if publish else None
+    left_out: list[str] = []  # groups dynamic sampling took out since the last checkpoint
     try:
         if session.state.step > 0 and ctx.is_main and sinks:  # the push may not have happened before a kill
             folder = latest_checkpoint(out_dir)
             push(folder, session.state.policy_version, sinks, publisher, cfg.parity_tolerance)  # type: ignore[arg-type]
-        while not (cfg.max_steps and session.state.step >= cfg.max_steps):
+        while not _done(cfg, session.state):
             items = broadcast([t.to_dict() for t in stream.poll()] if ctx.is_main else None, ctx)
             if not items and cfg.exit_when_idle:
                 break
             for item in items or []:
                 trajectory = Trajectory.from_dict(item)
-                session.buffer.add(trajectory)
                 session.state.cursor = trajectory.cursor
+                if cfg.purpose and (trajectory.metadata.get("meta") or {}).get("purpose") != cfg.purpose:
+                    continue  # another part of the run (its evaluations, teacher data): not this trainer's
+                session.buffer.add(trajectory)
+                if cfg.dynamic_sampling and cfg.algo == "grpo":  # consumed with the next checkpoint, never trained
+                    left = leave_out_without_signal(session.buffer, grpo_config(cfg))
+                    left_out.extend(t.rollout_id for group in left.values() for t in group)
                 done = train_ready(cfg, session, ctx)
                 if done is None:
                     continue
                 step_metrics, rollout_ids = done
-                session.state.step += 1
-                session.state.trained_rollouts.extend(rollout_ids)
+                session.state.trained_rollouts.extend([*left_out, *rollout_ids])
+                left_out = []
                 if not step_metrics.get("skipped"):  # a step that updated nothing costs no checkpoint, push or version
                     session.state.policy_version += 1
                     checkpoint_and_push(cfg, session, out_dir, ctx, sinks, publisher)
@@ -229,7 +280,7 @@ def run_training(
                 metrics.write(session.state.step, record)
                 if on_step is not None and ctx.is_main:
                     on_step(session.state.step, record)
-                if cfg.max_steps and session.state.step >= cfg.max_steps:
+                if _done(cfg, session.state):
                     break
     finally:
         stream.close()

@@ -49,8 +49,12 @@ def _translated(what: str) -> Iterator[None]:
 
 
 def _post(client: httpx.Client, url: str, what: str, **kwargs: Any) -> httpx.Response:
+    return _send(client, "POST", url, what, **kwargs)
+
+
+def _send(client: httpx.Client, method: str, url: str, what: str, **kwargs: Any) -> httpx.Response:
     with _translated(what):
-        response = client.post(url, **kwargs)
+        response = client.request(method, url, **kwargs)
     if response.status_code in (401, 403):
         raise Unauthorized(f"{what} was refused (HTTP {response.status_code})")
     if response.status_code >= 400:
@@ -163,6 +167,13 @@ class ProxyVersionPublisher:
 
     def publish(self, version: int) -> None:
         _post(self.client, self.url, "proxy policy-version update", json={"version": version}, headers=self.headers)
+
+    def published(self) -> int | None:
+        """The version the proxy has been told of last (None: none since it started): a sampler that does not
+        train follows the trainer by it."""
+        body = _send(self.client, "GET", self.url, "proxy policy-version read", headers=self.headers).json()
+        version = body.get("version") if isinstance(body, dict) else None
+        return version if isinstance(version, int) and not isinstance(version, bool) else None
 
 
 def make_sinks(engine_url: str, vllm_url: str, vllm_mode: str, client: httpx.Client) -> list[WeightSink]:

@@ -53,6 +53,9 @@ FLAGS: dict[str, str] = {
     "is_cap": "is_cap",
     "logprobs_mode": "logprobs_mode",
     "max_steps": "max_steps",
+    "until_version": "until_version",
+    "epochs": "epochs",
+    "purpose": "purpose",
     "stream_wait": "stream_wait_s",
     "engine_url": "engine_url",
     "vllm_url": "vllm_url",
@@ -72,6 +75,7 @@ SWITCHES: dict[str, str] = {
     "keep_zero_variance": "keep_zero_variance",
     "mask_truncated": "mask_truncated",
     "exit_when_idle": "exit_when_idle",
+    "dynamic_sampling": "dynamic_sampling",
     "train_side_calls": "train_side_calls",
 }
 

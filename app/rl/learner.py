@@ -21,8 +21,16 @@ from rollwire.settings import TrainerSettings
 from rollwire.trainer.batching import GroupBuffer
 from rollwire.trainer.checkpoint import latest_checkpoint
 from rollwire.trainer.distributed import DistContext, init_distributed
-from rollwire.trainer.grpo import GRPOConfig, grpo_step, prepare_grpo, with_proximal_logprobs
-from rollwire.trainer.loop import Session, checkpoint_and_push, grpo_config, open_session, push, sft_config
+from rollwire.trainer.grpo import GRPOConfig
+from rollwire.trainer.loop import (
+    Session,
+    checkpoint_and_push,
+    grpo_config,
+    grpo_update,
+    open_session,
+    push,
+    sft_config,
+)
 from rollwire.trainer.sft import sft_step
 from rollwire.trainer.stream import StreamConfig, TrajectoryStream
 from rollwire.trainer.weights import ProxyVersionPublisher, WeightSink, make_sinks
@@ -130,17 +138,8 @@ class Learner:
         ``consumed``: rollouts taken off the stream and left out (groups with no reward spread), recorded as
         consumed in the same checkpoint so a resumed run neither trains them nor waits for them.
         """
-        config = grpo_config(self.settings)
-        chunk = groups_per_step or len(groups) or 1
-        batches = [prepare_grpo(groups[at : at + chunk], config, self.version) for at in range(0, len(groups), chunk)]
-        if epochs > 1 and config.is_correction != "none":  # every pass clips against the policy before the first
-            pad = self.session.pad_id
-            batches = [with_proximal_logprobs(self.session.model, batch, pad_id=pad) for batch in batches]
-        history: list[dict[str, Any]] = []
-        steps = epochs * len(batches)
-        for _ in range(epochs):
-            for batch in batches:
-                history.append(self._step(grpo_step, batch, config, len(history) + 1, steps))
+        history = grpo_update(self.session, groups, grpo_config(self.settings), self.ctx, epochs=epochs,
+                              groups_per_step=groups_per_step, on_step=self.on_step)  # fmt: skip
         self._push([*consumed, *(t.rollout_id for group in groups for t in group)])
         return history
 
@@ -153,7 +152,7 @@ class Learner:
     def _step(
         self, step: Callable[..., dict[str, Any]], batch: Any, config: Any, index: int, steps: int
     ) -> dict[str, Any]:
-        """One optimizer step of the trainer's own ``sft_step`` / ``grpo_step``, counted in the state and reported."""
+        """One optimizer step of the trainer's own ``sft_step``, counted in the state and reported."""
         metrics = step(
             self.session.model, self.session.optimizer, batch, config, ctx=self.ctx, pad_id=self.session.pad_id
         )
