@@ -88,8 +88,10 @@ class KubernetesRuntime:
         self._watch.stop()
         assert self._group is not None
         self._group.cancel_scope.cancel()
-        await self._group.__aexit__(exc_type, exc, tb)
-        await self.api.aclose()
+        try:
+            await self._group.__aexit__(exc_type, exc, tb)  # raises the caller's error again, grouped
+        finally:
+            await self.api.aclose()
 
     def _on_event(self, kind: str, pod: dict[str, Any]) -> None:
         if self._pool is not None and self._pool.observe(kind, pod):
