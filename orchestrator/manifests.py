@@ -59,6 +59,15 @@ def _apply(doc: dict[str, Any], settings: KubernetesSettings) -> dict[str, Any]:
     return doc
 
 
+def trainer_template(settings: KubernetesSettings) -> dict[str, Any]:
+    """The stack's trainer Job (``trainer-job.yaml``) with the settings applied: what a run's trainer Job is built
+    from (``trainer_job.build_trainer_job``), so both share image, placement, hardening and admin wiring."""
+    for doc in render(settings):
+        if doc["kind"] == "Job" and doc["metadata"]["name"] == "rollwire-trainer":
+            return doc
+    raise NotFound("the kustomize base has no trainer Job (rollwire-trainer)")
+
+
 def example_rollout(harness: str, settings: KubernetesSettings, proxy: str, gateway: str) -> list[dict[str, Any]]:
     """The run ConfigMap, Secret and Pod the Kubernetes runtime would create for one rollout of ``harness``
     (a placeholder token and uid, and, with ``settings.mcp_config``, the file's rollout-scoped servers as sidecars
@@ -87,4 +96,4 @@ def render_yaml(settings: KubernetesSettings, mcp_config: str = "") -> str:
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
-__all__ = ["example_rollout", "k8s_dir", "render", "render_yaml"]
+__all__ = ["example_rollout", "k8s_dir", "render", "render_yaml", "trainer_template"]

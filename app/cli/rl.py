@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import secrets
 from contextlib import AbstractContextManager, nullcontext
@@ -37,6 +38,7 @@ from rollwire.settings import Settings
 if TYPE_CHECKING:
     from rollwire.app.rl.loop import RLResult
     from rollwire.app.stack import StackInfo
+    from rollwire.orchestrator.runtimes.kubernetes.trainer_job import TrainerRecipe
 
 HELP = "continuous RL: rollouts and GRPO overlapped with bounded staleness, a learnability curriculum, resumable"
 
@@ -71,6 +73,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     loop.add_argument("--seed", type=int, default=0, help="seed of the trainer, the draws and sampling (default 0)")
     how = parser.add_argument_group("where it runs")
     how.add_argument("--runtime", choices=["local", "kubernetes"], default="local", help="where rollouts run (default local)")
+    how.add_argument("--trainer", choices=["here", "job", "external"], default=None,
+                     help="where training runs: in this command (here, the default with --runtime local), as a "
+                     "Kubernetes Job running `rollwire train` under torchrun beside the rollout pods (job, the default "
+                     "with --runtime kubernetes), or a `rollwire train` you start yourself, whose command line this "
+                     "prints (external); job and external need --stack, and the command follows their updates "
+                     "through the version the proxy publishes")  # fmt: skip
+    how.add_argument("--trainer-gpus", type=int, default=1, metavar="N",
+                     help="--trainer job: processes (one GPU each) of the trainer pod (default 1)")  # fmt: skip
+    how.add_argument("--trainer-strategy", choices=["ddp", "fsdp"], default="ddp",
+                     help="--trainer job: how its processes split the model: ddp (replicas) or fsdp (FSDP2 shards)")  # fmt: skip
     how.add_argument("--engine", choices=["bundled", "vllm"], default="bundled",
                      help="what serves the policy: the bundled engine, or vLLM's CPU build (default bundled)")  # fmt: skip
     how.add_argument("--upstream", metavar="URL", help="a running vLLM to sample from instead (needs --model FOLDER)")
@@ -90,6 +102,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     from rollwire.app.rl.learner import Learner, step_detail
     from rollwire.app.rl.loop import RLConfig
+    from rollwire.app.rl.remote import followed_trainer
     from rollwire.app.rl.runner import Rollouts, Serving, learner_settings, local_stack, run_loop
     from rollwire.app.stack import StackInfo
     from rollwire.model_names import resolve_model
@@ -98,6 +111,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise InvalidRequest("--upstream needs --model: the local folder of the served model (tokenizer, weights)")
     if args.stack and args.upstream:
         raise InvalidRequest("--stack joins a stack that already has its engine: drop --upstream")
+    where = args.trainer or ("job" if args.runtime == "kubernetes" else "here")
+    if where != "here" and not args.stack:
+        raise InvalidRequest(f"--trainer {where} trains elsewhere, against a running stack: name it with --stack FILE")
+    if where != "here" and not args.dynamic_sampling:
+        raise InvalidRequest(f"--trainer {where} needs dynamic sampling: the command counts the groups a trainer "
+                             "elsewhere trains by the groups with a reward spread; drop --no-dynamic-sampling")  # fmt: skip
+    if where == "job" and args.runtime != "kubernetes":
+        raise InvalidRequest("--trainer job runs the trainer as a Kubernetes Job: it needs --runtime kubernetes")
+    if args.trainer_gpus < 1:
+        raise InvalidRequest("--trainer-gpus must be at least 1")
     config = RLConfig(
         iterations=args.iterations, group_size=args.group_size, groups_per_step=args.groups_per_step,
         max_lag=args.max_lag, epochs=args.epochs, dynamic_sampling=args.dynamic_sampling, seed=args.seed,
@@ -110,7 +133,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     run_id = args.run_id or f"rl-{secrets.token_hex(4)}"
     out = Path(args.out).expanduser() if args.out else settings.home / "rl" / run_id
     out.mkdir(parents=True, exist_ok=True)
-    model_dir = resolve_model(args.model, settings.home)
+    model_dir = resolve_model(args.model, settings.home) if where == "here" else None
     hf_logging.disable_progress_bar()
     console = Console(soft_wrap=True)
     console.print(f"[bold]rollwire rl[/] run {run_id}: {args.suite} suite, {args.harness} harness, "
@@ -133,22 +156,33 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         fault = local.failed_part
     try:
         with stack as info:
-            trainer = learner_settings(settings.trainer, info, serving, max_lag=args.max_lag, lr=args.lr, seed=args.seed,
-                                       group_size=args.group_size)  # fmt: skip
-            learner = Learner.open(model_dir, out / "checkpoints", trainer)
-            learner.on_step = lambda step, steps, metrics: line(phase[0], None, step_detail(step, steps, metrics))
-            say("sampling and training")
-            try:
+            if model_dir is None:  # the trainer runs elsewhere: follow it
+                recipe = trainer_recipe(args, run_id, out if where == "external" else None, settings)
+                opened = functools.partial(followed_trainer, info, settings, recipe, config, job=where == "job",
+                                           report=say, announce=lambda text: console.print(text, markup=False,
+                                                                                           highlight=False))  # fmt: skip
+                say("sampling; training runs " + ("as a Kubernetes Job" if where == "job" else "elsewhere"))
                 with line.live:
-                    result = run_loop(info, learner, config, rollouts, run_id=run_id, settings=settings, report=say,
+                    result = run_loop(info, opened, config, rollouts, run_id=run_id, settings=settings, report=say,
                                       on_progress=lambda p: line(phase[0], p), platform_fault=fault)  # fmt: skip
-            finally:
-                learner.close()
+            else:
+                trainer = learner_settings(settings.trainer, info, serving, max_lag=args.max_lag, lr=args.lr,
+                                           seed=args.seed, group_size=args.group_size)  # fmt: skip
+                learner = Learner.open(model_dir, out / "checkpoints", trainer)
+                learner.on_step = lambda step, steps, metrics: line(phase[0], None, step_detail(step, steps, metrics))
+                say("sampling and training")
+                try:
+                    with line.live:
+                        result = run_loop(info, learner, config, rollouts, run_id=run_id, settings=settings,
+                                          report=say, on_progress=lambda p: line(phase[0], p), platform_fault=fault)  # fmt: skip
+                finally:
+                    learner.close()
     except KeyboardInterrupt:
         console.print(f"stopped: resume with --run-id {run_id} --out {out}", markup=False, highlight=False)
         raise
     (out / "results.json").write_text(json.dumps(results(result, config), indent=2))
-    console.print(f"{len(result.steps)} updates this session, policy v{learner.version}; groups drawn "
+    version = result.steps[-1].version if result.steps else result.start_version
+    console.print(f"{len(result.steps)} updates this session, policy v{version}; groups drawn "
                   f"{len(result.draws)}, finished {result.groups_finished}, no reward spread {result.groups_zero_variance} "
                   f"({result.zero_variance_share:.0%}); results: {out / 'results.json'}", markup=False, highlight=False)  # fmt: skip
     for e in result.evals:
@@ -156,6 +190,19 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                       markup=False, highlight=False)  # fmt: skip
     console.print(f"report: rollwire report {run_id} --dir {out}", markup=False, highlight=False)
     return 0
+
+
+def trainer_recipe(args: argparse.Namespace, run_id: str, out: Path | None, settings: Settings) -> TrainerRecipe:
+    """What the trainer that runs elsewhere is told: this run, its model, and the loop's recipe (``out``: its
+    checkpoints go there; None: on the trainer Job's volume)."""
+    from rollwire.orchestrator.runtimes.kubernetes.trainer_job import TrainerRecipe
+
+    return TrainerRecipe(
+        run_id=run_id, model=args.model or "tiny", until_version=0, group_size=args.group_size,
+        groups_per_step=args.groups_per_step, epochs=args.epochs, max_lag=args.max_lag, lr=args.lr, seed=args.seed,
+        dynamic_sampling=args.dynamic_sampling, failure_reward=settings.trainer.failure_reward,
+        strategy=args.trainer_strategy, gpus=args.trainer_gpus, output_dir=str(out / "checkpoints") if out else "",
+    )  # fmt: skip
 
 
 def results(result: RLResult, config: object) -> dict[str, object]:

@@ -29,7 +29,8 @@ from rollwire.store.schema import Rollout
 from rollwire.trainer.trackers.base import Tracker, scalars
 
 if TYPE_CHECKING:
-    from rollwire.app.rl.loop import RLResult, StepRecord
+    from rollwire.app.rl.loop import RLResult
+    from rollwire.app.rl.trainers import StepRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +236,7 @@ class Demo:
 
     def _phases(self, stack: LocalStack, info: StackInfo, result: DemoResult) -> None:
         from rollwire.app.rl.learner import Learner, read_run
-        from rollwire.app.rl.loop import purpose_of
+        from rollwire.app.rl.trainers import purpose_of
 
         config = self.config
         self._fault = stack.failed_part  # every phase's rollouts: one that ends while a part is down is retried

@@ -3,12 +3,13 @@
 Both run in one event loop. The **sampler** draws a task from the curriculum whenever the staleness gate has
 room, plans its group of rollouts in the run and drives them through the suite session (the scheduler's
 concurrency limit holds across groups); rollouts sample from whatever policy the engine serves when they call.
-The **trainer** reads the run's trajectory stream, fills groups in the learner's buffer, leaves out groups with
-no reward spread (dynamic sampling: the gate draws a replacement at once), and once a step's worth of groups
-is ready trains on them (in a worker thread), checkpoints cursor and buffer, pushes the weights and publishes
-the next policy version. Every fact a resume needs is in the store (draws, rows) or the checkpoint (cursor,
-buffer, consumed rollouts), so a run killed at any point and started again with its id trains no group twice
-and loses none: rows in flight at the kill are found lost and retried as infrastructure failures.
+The **trainer** (``trainers``) is a learner stepped in this process, or one that runs elsewhere (a Kubernetes
+Job) and is followed through the version the proxy publishes: it leaves out groups with no reward spread
+(dynamic sampling: the gate draws a replacement at once), and once a step's worth of groups is ready trains on
+them, checkpoints cursor and buffer, pushes the weights and publishes the next policy version. Every fact a
+resume needs is in the store (draws, rows) or the trainer's checkpoint (cursor, buffer, consumed rollouts), so
+a run killed at any point and started again with its id trains no group twice and loses none: rows in flight
+at the kill are found lost and retried as infrastructure failures.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 import anyio.abc
@@ -28,25 +28,14 @@ import anyio.to_thread
 
 from rollwire.app.rl.curriculum import Curriculum, Draw
 from rollwire.app.rl.gate import StalenessGate
-from rollwire.app.rl.learner import Learner
-from rollwire.errors import Conflict, InvalidRequest, RollwireError
+from rollwire.app.rl.trainers import TRAIN, StepRecord, Trainer
+from rollwire.errors import Conflict, InvalidRequest
 from rollwire.orchestrator.scheduler import TaskSpec, live_rows
 from rollwire.orchestrator.suite_run import SuiteSession
 from rollwire.pass_rates import suite_pass_rates
 from rollwire.store.schema import Rollout, RolloutStatus
-from rollwire.trainer.grpo import group_has_signal
-from rollwire.trainer.stream import TrajectoryStream
-from rollwire.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
-
-TRAIN = "train"
-"""``meta.purpose`` of the rollouts the trainer learns from; the run's other rollouts (teacher data, evaluations:
-``purpose_of``) it skips."""
-NO_SIGNAL_DRAWS = 10
-"""Draws in a row with no reward spread, in steps' worth of groups, after which the run stops: nothing is left
-to learn on this suite (the policy solves, or fails, every task it draws)."""
-
 
 @dataclass(frozen=True, slots=True)
 class RLConfig:
@@ -82,24 +71,6 @@ class RLConfig:
             raise InvalidRequest("--epochs must be at least 1", param="epochs")
         if self.eval_every < 0 or self.eval_group < 1:
             raise InvalidRequest("--eval-every must be 0 (off) or more, --eval-group at least 1", param="eval_every")
-
-
-@dataclass(slots=True)
-class StepRecord:
-    """One update: the version it made, its groups, the lag of their tokens, and its optimizer metrics."""
-
-    version: int
-    groups: list[str]
-    rewards: list[float]
-    max_lag: int
-    seconds: float
-    metrics: list[dict[str, Any]]
-    at_s: float = 0.0
-    """When the update's weights were pushed, in seconds since the loop started."""
-
-    @property
-    def mean_reward(self) -> float:
-        return sum(self.rewards) / len(self.rewards) if self.rewards else 0.0
 
 
 @dataclass(slots=True)
@@ -143,26 +114,19 @@ class RLResult:
 Report = Callable[[str], None]
 
 
-def purpose_of(trajectory: Trajectory) -> str | None:
-    """What a rollout of the run was for (``train``, ``teacher``, ``eval``), from its row's meta."""
-    purpose = (trajectory.metadata.get("meta") or {}).get("purpose")
-    return str(purpose) if purpose is not None else None
-
-
 def group_rewards(rows: Sequence[Rollout]) -> list[float]:
     """A finished group's rewards as the curriculum counts them: a rollout that did not finish scores 0."""
     return [float(r.reward or 0.0) if r.status == RolloutStatus.FINISHED else 0.0 for r in rows]
 
 
 class RLLoop:
-    """One run of the loop against an open suite session and learner; ``run`` returns when the run has made
-    ``start_version + iterations`` (the start version is the learner's when the run was first opened)."""
+    """One run of the loop against an open suite session and a trainer; ``run`` returns when the run has made
+    ``start_version + iterations`` (the start version is the trainer's when the run was first opened)."""
 
     def __init__(
         self,
         session: SuiteSession,
-        learner: Learner,
-        stream: TrajectoryStream,
+        trainer: Trainer,
         config: RLConfig,
         *,
         run_id: str,
@@ -172,7 +136,7 @@ class RLLoop:
         run_meta: dict[str, object] | None = None,
         eval_tasks: Sequence[TaskSpec] = (),
     ) -> None:
-        self.session, self.learner, self.stream, self.config = session, learner, stream, config
+        self.session, self.trainer, self.config = session, trainer, config
         self.eval_tasks = list(eval_tasks)
         if config.eval_every and not self.eval_tasks:
             raise InvalidRequest("--eval-every needs held-out tasks: the suite has no held-out split", param="eval_every")
@@ -183,34 +147,35 @@ class RLLoop:
         self.curriculum = Curriculum([task.id for task in tasks], config.seed, config.curriculum_floor,
                                      config.curriculum_window)  # fmt: skip
         self._next_draw = 0
-        self._no_signal = 0
         self._started = time.monotonic()
         self._eval_lock = anyio.Lock()
+        self._gate = StalenessGate(config.max_lag, config.groups_per_step)
         self._group: anyio.abc.TaskGroup
 
     async def run(self) -> RLResult:
         started = self._started = time.monotonic()
-        gate = StalenessGate(self.config.max_lag, self.config.groups_per_step)
-        meta = {"kind": "rl", "start_version": self.learner.version, "rl": dataclasses.asdict(self.config), **self.run_meta}
-        rows = await self.session.open_run(self.run_id, self.run_id, meta, "train", self.learner.version,
+        gate = self._gate
+        await self.trainer.prepare()
+        meta = {"kind": "rl", "start_version": self.trainer.version, "rl": dataclasses.asdict(self.config), **self.run_meta}
+        rows = await self.session.open_run(self.run_id, self.run_id, meta, "train", self.trainer.version,
                                            self.config.group_size)  # fmt: skip
         run = await anyio.to_thread.run_sync(self.session.book.find_run, self.run_id)
-        start = int((run.config or {}).get("start_version", self.learner.version)) if run else self.learner.version
+        start = int((run.config or {}).get("start_version", self.trainer.version)) if run else self.trainer.version
+        await self.trainer.begin(start, fresh=not rows)
         result = RLResult(self.run_id, start)
         in_flight = self._restore(rows, gate, result)
-        await anyio.to_thread.run_sync(self.learner.republish)
-        self.stream.cursor = self.learner.session.state.cursor
+        target = start + self.config.iterations
         try:
             async with anyio.create_task_group() as group:
                 self._group = group
                 for group_id, group_rows in in_flight.items():
                     group.start_soon(self._resume_group, group_id, group_rows, result)
                 group.start_soon(self._sample, group, gate, result)
-                if self.config.eval_every and self.learner.version == start:
+                if self.config.eval_every and self.trainer.version == start:
                     group.start_soon(self._evaluate, start, result)
-                await self._train(gate, result)
+                await self.trainer.run(gate, result, target, functools.partial(self._updated, result))
                 if self.config.eval_every:  # the final version, whatever E says
-                    await self._evaluate(self.learner.version, result)
+                    await self._evaluate(self.trainer.version, result)
                 group.cancel_scope.cancel()  # the target is met: groups still sampling are not needed
         except BaseExceptionGroup as group_error:  # one failure cancels the rest: raise it as itself
             raise first_leaf(group_error) from None
@@ -222,12 +187,13 @@ class RLLoop:
     def _restore(self, rows: Sequence[Rollout], gate: StalenessGate, result: RLResult) -> dict[str, list[Rollout]]:
         """Rebuild the sampler's state from the run's rows: draws, the curriculum's history, the outstanding
         groups (drawn, not consumed by a checkpoint), and the groups to drive again (rows not final)."""
-        consumed = set(self.learner.session.state.trained_rollouts)
+        consumed = self.trainer.consumed()
         groups: dict[str, list[Rollout]] = {}
         for row in rows:
             if row.meta.get("purpose") == TRAIN and row.group_id:
                 groups.setdefault(row.group_id, []).append(row)
         in_flight: dict[str, list[Rollout]] = {}
+        finished: list[tuple[int, str, list[Rollout]]] = []
         for group_id, members in sorted(groups.items(), key=lambda kv: int(kv[1][0].meta["draw"]["index"])):
             draw = Draw(**members[0].meta["draw"])
             result.draws.append(draw)
@@ -235,10 +201,12 @@ class RLLoop:
             live = live_rows(members)
             if all(RolloutStatus(row.status).is_final for row in live):
                 self.curriculum.record(draw.task_id, group_rewards(live))
+                finished.append((max(row.finished_seq or 0 for row in live), group_id, live))
             else:
                 in_flight[group_id] = members
-            if not any(row.id in consumed for row in members):
+            if consumed is None or not any(row.id in consumed for row in members):
                 gate.outstanding.add(group_id)
+        self.trainer.restored([(group_id, live) for _, group_id, live in sorted(finished)], gate, result)
         if groups:
             self.report(f"resumed: {len(groups)} groups drawn, {len(gate.outstanding)} not yet trained, "
                         f"{len(in_flight)} to finish")  # fmt: skip
@@ -256,83 +224,29 @@ class RLLoop:
             group.start_soon(self._sample_group, draw, group_id, result)
 
     async def _sample_group(self, draw: Draw, group_id: str, result: RLResult) -> None:
-        meta = {"purpose": TRAIN, "draw": draw.to_meta(), "drawn_at_version": self.learner.version}
+        meta = {"purpose": TRAIN, "draw": draw.to_meta(), "drawn_at_version": self.trainer.version}
         task = self.tasks[draw.task_id]
         rows = await self.session.run_group(self.run_id, task, self.config.group_size, group_id, meta)
-        self._group_done(draw.task_id, rows, result)
+        self._group_done(group_id, draw.task_id, rows, result)
 
     async def _resume_group(self, group_id: str, rows: list[Rollout], result: RLResult) -> None:
         task_id = rows[0].task_id or ""
         done = await self.session.finish_group(self.run_id, group_id, rows, [self.tasks[task_id]])
-        self._group_done(task_id, done, result)
+        self._group_done(group_id, task_id, done, result)
 
-    def _group_done(self, task_id: str, rows: Sequence[Rollout], result: RLResult) -> None:
+    def _group_done(self, group_id: str, task_id: str, rows: Sequence[Rollout], result: RLResult) -> None:
         self.curriculum.record(task_id, group_rewards(rows))
         result.groups_finished += 1
+        self.trainer.group_done(group_id, rows, self._gate, result)
 
-    # -- trainer -----------------------------------------------------------------------------------------------
-    async def _train(self, gate: StalenessGate, result: RLResult) -> None:
-        buffer = self.learner.session.buffer
-        state = self.learner.session.state
-        consumed: list[str] = []  # left out since the last checkpoint
-        target = result.start_version + self.config.iterations
-        config = self.learner.grpo_config
-        while self.learner.version < target:
-            got: list[Trajectory] = await anyio.to_thread.run_sync(self.stream.poll, abandon_on_cancel=True)
-            for trajectory in got:
-                if purpose_of(trajectory) == TRAIN:
-                    buffer.add(trajectory)
-                state.cursor = trajectory.cursor
-            settled: list[str] = []
-            for key in list(buffer.ready()):
-                members = buffer.pending[key]
-                if self.config.dynamic_sampling and not group_has_signal(members, config):
-                    buffer.pending.pop(key)
-                    consumed.extend(t.rollout_id for t in members)
-                    settled.append(key)
-                    result.groups_zero_variance += 1
-                    self._no_signal += 1
-            gate.settled(settled)
-            if self._no_signal >= NO_SIGNAL_DRAWS * self.config.groups_per_step:
-                raise RollwireError(
-                    f"{self._no_signal} groups in a row had no reward spread: the policy solves (or fails) every "
-                    "task it draws, and there is nothing left to learn from this suite at this group size"
-                )
-            ready = buffer.ready()
-            if len(ready) < self.config.groups_per_step:
-                continue
-            keys = ready[: self.config.groups_per_step]
-            groups = [buffer.pending.pop(key) for key in keys]
-            self._no_signal = 0
-            await self._step(keys, groups, consumed, gate, result)
-            consumed = []
-
-    async def _step(
-        self, keys: list[str], groups: list[list[Trajectory]], consumed: list[str], gate: StalenessGate,
-        result: RLResult,
-    ) -> None:
-        version = self.learner.version
-        if not self.config.dynamic_sampling:  # kept in the batch: counted here, as dynamic sampling counts them
-            config = self.learner.grpo_config
-            result.groups_zero_variance += sum(not group_has_signal(group, config) for group in groups)
-        lag = max((version - v for g in groups for t in g for v in t.policy_versions), default=0)
-        rewards = [float(t.reward or 0.0) for g in groups for t in g]
-        k = version - result.start_version + 1
-        self.report(f"update {k}/{self.config.iterations} on {len(groups)} groups "
-                    f"(mean reward {sum(rewards) / len(rewards):.2f}, policy lag <= {lag})")  # fmt: skip
-        started = time.monotonic()
-        metrics = await anyio.to_thread.run_sync(
-            lambda: self.learner.train_groups(groups, epochs=self.config.epochs, consumed=consumed)
-        )
-        seconds = time.monotonic() - started
-        result.trainer_busy_s += seconds
-        at = time.monotonic() - self._started
-        record = StepRecord(self.learner.version, keys, rewards, lag, seconds, metrics, at)
+    # -- updates -----------------------------------------------------------------------------------------------
+    def _updated(self, result: RLResult, record: StepRecord) -> None:
+        """An update landed: record it, start the evaluation every E versions, tell the caller."""
+        record.at_s = time.monotonic() - self._started
         result.steps.append(record)
-        gate.settled(keys)
-        done = self.learner.version - result.start_version
+        done = record.version - result.start_version
         if self.config.eval_every and done % self.config.eval_every == 0 and done < self.config.iterations:
-            self._group.start_soon(self._evaluate, self.learner.version, result)
+            self._group.start_soon(self._evaluate, record.version, result)
         if self.on_update is not None:
             self.on_update(record)
 
@@ -366,7 +280,7 @@ class RLLoop:
                 await anyio.to_thread.run_sync(book.merge_meta, row.id, {"eval_discarded": reason})
             self.report(f"{reason}; discarded" + ("" if attempt >= self.config.eval_retries else ", run again"))
         if attempt < self.config.eval_retries:
-            await self._evaluate(self.learner.version, result, attempt + 1)
+            await self._evaluate(self.trainer.version, result, attempt + 1)
 
     async def _cancel_unfinished(self) -> None:
         """Rows of groups the run no longer needs (sampling when the target was met) end as cancelled."""
@@ -395,4 +309,4 @@ def first_leaf(error: BaseExceptionGroup[BaseException]) -> BaseException:
     return (real or leaves)[0]
 
 
-__all__ = ["TRAIN", "EvalRecord", "first_leaf", "RLConfig", "RLLoop", "RLResult", "StepRecord", "group_rewards", "purpose_of"]
+__all__ = ["EvalRecord", "first_leaf", "RLConfig", "RLLoop", "RLResult", "group_rewards"]

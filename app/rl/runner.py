@@ -4,8 +4,10 @@ loop run against them, so the demo is the same loop with a warm start and evalua
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,7 +21,8 @@ from rollwire.settings import Settings, TrainerSettings
 
 if TYPE_CHECKING:
     from rollwire.app.rl.learner import Learner
-    from rollwire.app.rl.loop import RLConfig, RLResult, StepRecord
+    from rollwire.app.rl.loop import RLConfig, RLResult
+    from rollwire.app.rl.trainers import StepRecord, Trainer
     from rollwire.orchestrator.scheduler import Progress
 
 
@@ -119,7 +122,7 @@ class SlotMeter:
 
 def run_loop(
     info: StackInfo,
-    learner: Learner,
+    trainer: Learner | Callable[[], AbstractAsyncContextManager[Trainer]],
     config: RLConfig,
     rollouts: Rollouts,
     *,
@@ -133,15 +136,27 @@ def run_loop(
 ) -> RLResult:
     """``RLLoop`` on the stack until ``config.iterations`` updates; SIGINT/SIGTERM stop it cleanly (resumable).
 
+    ``trainer``: a learner, stepped here on the run's trajectory stream, or what opens (in the loop's event
+    loop) a trainer that runs elsewhere (``remote.followed_trainer``).
+
     With ``platform_fault`` (``LocalStack.failed_part``), a part of the stack that exits stops the run with one line
     (its rollouts still running are left for the rerun, which retries them as the platform's failures), and a
     rollout that ends while a part is down is retried, not scored.
     """
+    from rollwire.app.rl.learner import Learner
     from rollwire.app.rl.loop import RLLoop, first_leaf
+    from rollwire.app.rl.trainers import InProcessTrainer
     from rollwire.orchestrator.suite_run import open_suite
     from rollwire.trainer.stream import StreamConfig, TrajectoryStream
 
     stream = TrajectoryStream(StreamConfig(info.admin_url, info.operator_key, run_id, wait_s=1.0))
+    opened: Callable[[], AbstractAsyncContextManager[Trainer]]
+    if isinstance(trainer, Learner):
+        here = InProcessTrainer(trainer, stream, groups_per_step=config.groups_per_step, epochs=config.epochs,
+                                dynamic_sampling=config.dynamic_sampling, report=report)  # fmt: skip
+        opened = functools.partial(_as_context, here)
+    else:
+        opened = trainer
     meter = SlotMeter()
 
     def progress(p: Progress) -> None:
@@ -150,24 +165,27 @@ def run_loop(
             on_progress(p)
 
     async def main() -> RLResult:
+        try:
+            return await session_loop()
+        except BaseExceptionGroup as error:  # the watcher's line, the loop's or the trainer's error, as itself
+            raise first_leaf(error) from None  # (a runtime with tasks of its own, Kubernetes's, groups it again)
+
+    async def session_loop() -> RLResult:
         async with open_suite(
             info, suite=rollouts.suite, harness=rollouts.harness, runtime=rollouts.runtime,
             concurrency=rollouts.concurrency, deadline_s=rollouts.deadline_s, harness_options=rollouts.harness_options,
             on_progress=progress, settings=settings, platform_fault=platform_fault,
-        ) as session:  # fmt: skip
+        ) as session, opened() as steps:  # fmt: skip
             tasks = session.tasks("train", list(rollouts.task_ids) or None)
             held_out = session.tasks("held_out") if config.eval_every else []
-            loop = RLLoop(session, learner, stream, config, run_id=run_id, tasks=tasks, report=report,
+            loop = RLLoop(session, steps, config, run_id=run_id, tasks=tasks, report=report,
                           on_update=on_update, run_meta=run_meta, eval_tasks=held_out)  # fmt: skip
             meter.restart()  # the loop's own time, not the session's start-up
-            try:
-                async with anyio.create_task_group() as group:
-                    if platform_fault is not None:
-                        group.start_soon(_watch, platform_fault)
-                    result = await loop.run()
-                    group.cancel_scope.cancel()
-            except BaseExceptionGroup as error:  # the watcher's line, or the loop's own error, as itself
-                raise first_leaf(error) from None
+            async with anyio.create_task_group() as group:
+                if platform_fault is not None:
+                    group.start_soon(_watch, platform_fault)
+                result = await loop.run()
+                group.cancel_scope.cancel()
             result.slot_busy_s, result.concurrency = meter.stop(), rollouts.concurrency
             return result
 
@@ -175,6 +193,11 @@ def run_loop(
         return run_interruptible(main)
     finally:
         stream.close()
+
+
+@asynccontextmanager
+async def _as_context(trainer: Trainer) -> AsyncIterator[Trainer]:
+    yield trainer
 
 
 WATCH_EVERY_S = 0.5

@@ -269,8 +269,8 @@ async def fake_cluster(
 ) -> AsyncIterator[tuple[FakeApiServer, str, FakeKubelet]]:
     """(emulator, API URL, kubelet): a served emulator with a kubelet following its pods."""
     async with FakeApiServer() as handler, kmock.Server(handler) as server:
-        for plural in ("pods", "secrets", "configmaps"):
-            handler.resources[f"v1/{plural}"] = kmock.ResourceInfo()  # known, with no discovery details
+        for resource in ("v1/pods", "v1/secrets", "v1/configmaps", "batch/v1/jobs"):
+            handler.resources[resource] = kmock.ResourceInfo()  # known, with no discovery details
         kubelet = FakeKubelet(handler, server, start_delay_s, run_s)
         handler.stats = kubelet.stats
         watcher = asyncio.create_task(kubelet.run())

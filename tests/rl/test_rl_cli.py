@@ -12,6 +12,7 @@ import contextlib
 import html
 import json
 import os
+import shlex
 import signal
 import sqlite3
 import subprocess
@@ -191,6 +192,58 @@ def test_rl_joins_a_running_stack(warm_model: Path, tmp_path: Path) -> None:
                                                 "m.rollout_id = r.id where r.run_id = 'rl-join'")}  # fmt: skip
         after = db.execute("select policy_version from modelcall where rollout_id = ?", (rollout["id"],)).fetchall()
         assert sampled == {0} and after == [(1,)]  # lockstep: the update's groups on v0; then the stack serves v1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_rl_follows_a_trainer_that_runs_elsewhere(warm_model: Path, tmp_path: Path) -> None:
+    """--trainer external: the command samples and prints the `rollwire train` line of its recipe; that trainer,
+    started here as its own process (as a Kubernetes Job runs it), trains and publishes, and the command follows
+    the published versions: it draws within the staleness bound, and ends when the target version is published."""
+    home = tmp_path / "home"
+    env = {**_env(tmp_path), "ROLLWIRE_HOME": str(home)}
+    ports = [f"--{part}-port=0" for part in ("proxy", "admin", "engine", "env", "gateway")]
+    up = [sys.executable, "-m", "rollwire.app.cli", "--log-level", "WARNING", "up", "--model", str(warm_model), *ports]
+    steps, per_step, lag = 2, 2, 1
+    with _started(up, env, tmp_path / "up.log") as stack_process:
+        stack_file = home / "stack.json"
+        wait_until(stack_file.is_file, "the stack file", timeout_s=300)
+        assert stack_process.poll() is None, (tmp_path / "up.log").read_text()[-2000:]
+        stack = json.loads(stack_file.read_text())
+        out = tmp_path / "rl"
+        argv = [sys.executable, "-m", "rollwire.app.cli", "--log-level", "WARNING", "rl", "--suite", "tiny", "--stack",
+                str(stack_file), "--model", str(warm_model), "--tasks", TASKS, "-K", str(steps), "-G", "4",
+                "--groups-per-step", str(per_step), "--max-lag", str(lag), "--option", "max_tokens=64",
+                "--option", "max_turns=1", "--trainer", "external", "--run-id", "rl-ext", "--out", str(out)]  # fmt: skip
+        log = tmp_path / "rl.log"
+        with _started(argv, env, log) as process:
+            said = "train elsewhere with: "
+            wait_until(lambda: process.poll() is not None or said in log.read_text(), "the trainer's command line",
+                       timeout_s=180)
+            line = next(x for x in log.read_text().splitlines() if said in x).split(said, 1)[1]
+            train = [sys.executable, "-m", "rollwire.app.cli", *shlex.split(line)[1:], "--admin-url", stack["admin_url"],
+                     "--operator-key", stack["operator_key"], "--engine-url", stack["engine_url"]]  # fmt: skip
+            with _started(train, env, tmp_path / "train.log") as trainer:
+                assert trainer.wait(timeout=600) == 0, (tmp_path / "train.log").read_text()[-3000:]
+                assert process.wait(timeout=300) == 0, log.read_text()[-3000:]
+    assert f"{steps} updates this session, policy v{steps}" in log.read_text()
+    lines = [json.loads(x) for x in (out / "checkpoints" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["policy_version"] for x in lines] == [1, 2]
+    db = sqlite3.connect(stack["db_url"].removeprefix("sqlite:///"))
+    rows = {r[0]: (r[1], json.loads(r[2]), r[3]) for r in db.execute(
+        "select id, group_id, meta, reward from rollout where run_id = 'rl-ext'")}  # fmt: skip
+    trained = [rid for x in lines for rid in x["rollout_ids"]]
+    assert len(trained) == len(set(trained)) == steps * per_step * 4
+    by_group: dict[str, list[float]] = {}
+    for rid in trained:
+        group, meta, reward = rows[rid]
+        assert meta["purpose"] == "train"
+        by_group.setdefault(group, []).append(reward or 0.0)
+    assert len(by_group) == steps * per_step and all(len(set(r)) > 1 for r in by_group.values())  # a spread each
+    results = json.loads((out / "results.json").read_text())
+    # the gate followed the trainer: no more drawn than its room, the trained and the left out allow
+    left_out = results["groups_zero_variance"]
+    assert len(results["draws"]) <= (lag + 1) * per_step + steps * per_step + left_out
 
 
 def _groups_read_whole(rows: list[Any], retried: set[str], state: dict[str, Any]) -> int:

@@ -36,8 +36,9 @@ MAX_BACKOFF_S = 10.0
 REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read
 
 _NS = "/api/v1/namespaces/{namespace}"
+_JOBS = "/apis/batch/v1/namespaces/{namespace}/jobs"
 ROUTES: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    # CoreV1Api method name -> (HTTP method, path, its positional arguments)
+    # the official client's method name -> (HTTP method, path, its positional arguments)
     "create_namespaced_pod": ("POST", _NS + "/pods", ("namespace", "body")),
     "read_namespaced_pod": ("GET", _NS + "/pods/{name}", ("name", "namespace")),
     "patch_namespaced_pod": ("PATCH", _NS + "/pods/{name}", ("name", "namespace", "body")),
@@ -49,8 +50,15 @@ ROUTES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "create_namespaced_config_map": ("POST", _NS + "/configmaps", ("namespace", "body")),
     "read_namespaced_config_map": ("GET", _NS + "/configmaps/{name}", ("name", "namespace")),
     "delete_namespaced_config_map": ("DELETE", _NS + "/configmaps/{name}", ("name", "namespace")),
+    # BatchV1Api: the trainer Job of `rollwire rl`
+    "create_namespaced_job": ("POST", _JOBS, ("namespace", "body")),
+    "read_namespaced_job": ("GET", _JOBS + "/{name}", ("name", "namespace")),
+    "delete_namespaced_job": ("DELETE", _JOBS + "/{name}", ("name", "namespace")),
 }
-QUERY = {"container": "container", "tail_lines": "tailLines", "previous": "previous", "limit_bytes": "limitBytes"}
+QUERY = {
+    "container": "container", "tail_lines": "tailLines", "previous": "previous", "limit_bytes": "limitBytes",
+    "propagation_policy": "propagationPolicy",
+}  # fmt: skip
 """Keyword arguments sent as query parameters (client name -> API name)."""
 
 
@@ -111,7 +119,7 @@ def _retry_after(value: str | None) -> float | None:
 
 
 class KubeApi:
-    """CoreV1 calls with retries; ``retried`` counts back-offs taken (for tests and metrics)."""
+    """API calls (``ROUTES``) with retries; ``retried`` counts back-offs taken (for tests and metrics)."""
 
     def __init__(self, api_client: client.ApiClient, settings: KubernetesSettings) -> None:
         self.core = client.CoreV1Api(api_client)  # the watch's client
@@ -163,7 +171,7 @@ class KubeApi:
         return dict(json.loads(body)) if body else {}
 
     async def raw(self, method: str, *args: Any, **kwargs: Any) -> bytes:
-        """``CoreV1Api.<method>``'s request; retry transient failures with capped exponential back-off + jitter."""
+        """``<method>`` of the official client (CoreV1Api, BatchV1Api)'s request; retry transient failures with capped exponential back-off + jitter."""
         delay = self._settings.api_backoff_s
         for attempt in range(1, self._settings.api_retries + 1):
             try:
