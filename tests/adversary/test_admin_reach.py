@@ -37,6 +37,7 @@ ADMIN_PATHS = [
     ("POST", "/admin/v1/rollouts/{rollout}/finish"),
     ("POST", "/admin/v1/rollouts/{rollout}/revoke"),
     ("POST", "/admin/v1/policy_version"),
+    ("GET", "/admin/v1/policy_version"),
     ("GET", "/admin/v1/trajectories/stream?run={run}&wait=0"),
     ("GET", "/ui/"),
     ("GET", "/ui/static/app.js"),

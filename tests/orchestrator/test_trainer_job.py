@@ -59,7 +59,9 @@ def test_the_job_runs_rollwire_train_under_torchrun_with_the_rl_recipe() -> None
     assert {"name": "state", "persistentVolumeClaim": {"claimName": "rl-state"}} in pod["volumes"]
     assert {"name": "state", "mountPath": VOLUME} in container["volumeMounts"]
     assert any(m["mountPath"] == "/dev/shm" for m in container["volumeMounts"])  # NCCL/gloo between 2 processes
-    # the stack's trainer wiring and hardening are kept: admin listener, engine, operator key, non-root, read-only
+    # the stack's trainer wiring and hardening are kept: the label its NetworkPolicy (rollwire-trainer: serves
+    # nothing) and the proxy's admin policy select, admin listener, operator key, non-root, read-only root
+    assert job["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == "trainer"
     env = {e["name"]: e for e in container["env"]}
     assert env["ROLLWIRE_TRAINER__ADMIN_URL"]["value"].startswith("http://proxy")
     assert env["ROLLWIRE_PROXY__OPERATOR_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "rollwire-operator"
