@@ -123,6 +123,12 @@ class Trajectory:
         return failure_cause(self.status, self.metadata.get("error"))
 
     @property
+    def purpose(self) -> str | None:
+        """What the rollout was for in its run (``train``, ``teacher``, ``eval``), from its row's ``meta.purpose``."""
+        purpose = (self.metadata.get("meta") or {}).get("purpose")
+        return str(purpose) if purpose is not None else None
+
+    @property
     def truncated(self) -> bool:
         """Some segment ended at the token limit (an overlong sample)."""
         return any(s.truncated for s in self.segments)

@@ -261,7 +261,7 @@ def run_training(
             for item in items or []:
                 trajectory = Trajectory.from_dict(item)
                 session.state.cursor = trajectory.cursor
-                if cfg.purpose and (trajectory.metadata.get("meta") or {}).get("purpose") != cfg.purpose:
+                if cfg.purpose and trajectory.purpose != cfg.purpose:
                     continue  # another part of the run (its evaluations, teacher data): not this trainer's
                 session.buffer.add(trajectory)
                 if cfg.dynamic_sampling and cfg.algo == "grpo":  # consumed with the next checkpoint, never trained

@@ -236,7 +236,6 @@ class Demo:
 
     def _phases(self, stack: LocalStack, info: StackInfo, result: DemoResult) -> None:
         from rollwire.app.rl.learner import Learner, read_run
-        from rollwire.app.rl.trainers import purpose_of
 
         config = self.config
         self._fault = stack.failed_part  # every phase's rollouts: one that ends while a part is down is retried
@@ -248,7 +247,7 @@ class Demo:
             self._track_phase("teacher", result.teacher, learner)
             if learner.version == 0:  # a resumed demo whose SFT is in its checkpoint skips it
                 teacher_runs = read_run(info.admin_url, info.operator_key, config.run_id, len(result.teacher.rewards),
-                                        keep=lambda t: purpose_of(t) == "teacher")  # fmt: skip
+                                        keep=lambda t: t.purpose == "teacher")  # fmt: skip
                 sft_phase = f"SFT warm start on {len(teacher_runs)} teacher trajectories"
                 self.report(sft_phase, None, "step 0")
                 learner.on_step = self._on_step(sft_phase, "sft", learner)

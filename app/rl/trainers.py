@@ -36,12 +36,6 @@ to learn on this suite (the policy solves, or fails, every task it draws)."""
 FOLLOW_EVERY_S = 0.5
 
 
-def purpose_of(trajectory: Trajectory) -> str | None:
-    """What a rollout of the run was for (``train``, ``teacher``, ``eval``), from its row's meta."""
-    purpose = (trajectory.metadata.get("meta") or {}).get("purpose")
-    return str(purpose) if purpose is not None else None
-
-
 @dataclass(slots=True)
 class StepRecord:
     """One update: the version it made, its groups, the lag of their tokens, and its optimizer metrics (none for
@@ -154,7 +148,7 @@ class InProcessTrainer:
         while self.learner.version < target:
             got: list[Trajectory] = await anyio.to_thread.run_sync(self.stream.poll, abandon_on_cancel=True)
             for trajectory in got:
-                if purpose_of(trajectory) == TRAIN:
+                if trajectory.purpose == TRAIN:
                     buffer.add(trajectory)
                 state.cursor = trajectory.cursor
             if self.dynamic_sampling:
@@ -289,4 +283,4 @@ class FollowedTrainer:
                 await anyio.sleep(FOLLOW_EVERY_S)
 
 
-__all__ = ["NO_SIGNAL_DRAWS", "TRAIN", "Counts", "FollowedTrainer", "InProcessTrainer", "StepRecord", "Trainer", "purpose_of"]
+__all__ = ["NO_SIGNAL_DRAWS", "TRAIN", "Counts", "FollowedTrainer", "InProcessTrainer", "StepRecord", "Trainer"]
