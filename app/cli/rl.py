@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     loop.add_argument("--groups-per-step", type=int, default=8, help="groups with a reward spread per update (default 8)")
     loop.add_argument("--max-lag", type=int, default=0,
                       help="updates sampling may run ahead of training; 0, the default, is lockstep (on one machine "
-                      "overlap was faster per update but learned less: see bench/async_rl.py)")  # fmt: skip
+                      "overlap was faster per update but, with its default TIS, learned less: see bench/async_rl.py)")  # fmt: skip
     loop.add_argument("--epochs", type=int, default=4, help="clipped passes over each update's groups (default 4)")
     loop.add_argument("--lr", type=float, default=3e-4, help="learning rate (default 3e-4)")
     loop.add_argument("--no-dynamic-sampling", dest="dynamic_sampling", action="store_false",
