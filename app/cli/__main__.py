@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "demo": "rollwire.app.cli.demo",
     "rl": "rollwire.app.cli.rl",
     "report": "rollwire.app.cli.report",
+    "audit": "rollwire.app.cli.audit",
     "up": "rollwire.app.cli.up",
     "engine": "rollwire.app.cli.engine",
     "vllm": "rollwire.app.cli.vllm",

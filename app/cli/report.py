@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rollwire.errors import InvalidRequest
+from rollwire.app.cli.store_args import add_store_arguments, store_url
 from rollwire.settings import Settings
 
 HELP = "write an RL run's report (curves across policy versions, pass@k, draws, harnesses) from its store"
@@ -19,10 +19,8 @@ HELP = "write an RL run's report (curves across policy versions, pass@k, draws, 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("run", metavar="RUN", help="the run's id (`rollwire traces runs` lists them)")
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--db", metavar="URL", help="the store's URL (default: the settings' store)")
-    where.add_argument("--dir", metavar="DIR", help="a run folder of `rollwire rl` or `rollwire demo` (its store.db)")
+    parser.add_argument("run", metavar="RUN", help="the run's id (`rollwire traces ls` lists rollouts with theirs)")
+    add_store_arguments(parser)
     parser.add_argument("--out", metavar="DIR", help="where report.html and the PNGs go (default: <dir>/report or ./report-RUN)")
 
 
@@ -32,13 +30,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from rollwire.store.db import open_engine, session_scope
     from rollwire.store.schema import Run
 
-    if args.dir:
-        store = Path(args.dir).expanduser() / "store.db"
-        if not store.is_file():
-            raise InvalidRequest(f"{args.dir} holds no store.db: give the run's folder, or --db URL")
-        db_url = f"sqlite:///{store}"
-    else:
-        db_url = args.db or settings.store_url()
+    db_url = store_url(args, settings)
     out = Path(args.out) if args.out else (Path(args.dir) / "report" if args.dir else Path(f"report-{args.run}"))
     engine = open_engine(db_url)
     with session_scope(engine) as session:

@@ -21,13 +21,14 @@ class RequestBody:
 @dataclass(slots=True)
 class Call:
     """One model call: the rollout's caller, the request parsed (with the output cap admission granted), the
-    dialect that answers it and the body as sent. Not frozen: made once a call, where a frozen dataclass's
+    dialect that answers it, the body as sent and the client's User-Agent as kept (``rollwire.clients``). Not frozen: made once a call, where a frozen dataclass's
     ``__init__`` costs three times as much."""
 
     caller: Caller
     conv: Conversation
     dialect: Dialect
     request: RequestBody
+    client: str = ""
 
 
 __all__ = ["Call", "RequestBody"]

@@ -15,6 +15,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
 
+from rollwire.clients import kept_user_agent
 from rollwire.compact_json import json_bytes
 from rollwire.proxy.auth import Caller
 from rollwire.proxy.cache_salt import CacheSalts
@@ -76,7 +77,8 @@ class CallPath:
         admission, conv = await Admission.admit(
             self.budgets, caller, accepted.conv, dialect.name, self.settings.default_max_output_tokens
         )
-        call = Call(caller, conv, dialect, RequestBody(raw, sent if sent is not None else json_bytes(raw)))
+        asked = RequestBody(raw, sent if sent is not None else json_bytes(raw))
+        call = Call(caller, conv, dialect, asked, kept_user_agent(http.headers.get("user-agent")))
         streaming = False
         try:
             async with admission:

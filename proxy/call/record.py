@@ -115,6 +115,7 @@ def _call_fields(
         "dialect": call.dialect.name,
         "requested_model": conv.model,
         "served_model": path.served.name or "",
+        "client": call.client,
         "request_json": kept.text,
         "request_base": kept.base,
         "request_head": kept.head,

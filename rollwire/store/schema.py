@@ -102,6 +102,11 @@ class ModelCall(SQLModel, table=True):
     dialect: str = "chat"
     requested_model: str = ""
     served_model: str = ""
+    client: str = Field(
+        default="",
+        sa_column_kwargs={"server_default": ""},
+        description="the caller's User-Agent, printable and bounded (rollwire.clients): which harness and version",
+    )
     request_json: str = Field(
         default="",
         description="the request as sent, or the text between the head and tail an edit keeps of its base's "

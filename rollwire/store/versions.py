@@ -22,7 +22,7 @@ from rollwire.errors import StoreError
 from rollwire.store.schema import CALLS_BY_ROLLOUT, SchemaVersion
 from rollwire.store.views import create_views
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """Bump with a new entry in ``MIGRATIONS`` whenever a table or column changes."""
 TABLES = {"run", "rollout", "modelcall", "toolevent"}
 """Tables of every schema version: their presence without a version row means a store from before versions."""
@@ -97,6 +97,12 @@ def _v5_to_v6(_conn: Connection) -> None:
     """The views of whole requests and prompts (``views``): made after the steps, with every store's."""
 
 
+def _v6_to_v7(conn: Connection) -> None:
+    """The harness that made each call, by its User-Agent (``schema.ModelCall.client``); the rows already written
+    keep an empty one, which ``rollwire audit`` shows as an unknown client."""
+    _add_column(conn, "modelcall", "client", "VARCHAR NOT NULL DEFAULT ''")
+
+
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {
     0: _v0_to_v1,
     1: _v1_to_v2,
@@ -104,6 +110,7 @@ MIGRATIONS: dict[int, Callable[[Connection], None]] = {
     3: _v3_to_v4,
     4: _v4_to_v5,
     5: _v5_to_v6,
+    6: _v6_to_v7,
 }
 """version -> the function that moves a store from it to version + 1."""
 

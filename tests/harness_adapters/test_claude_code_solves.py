@@ -8,10 +8,12 @@ exact segment. The policy reports a 64k context, as ``rollwire up`` serves, so C
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from rollwire.audit import audit
 from rollwire.mcp_servers.tasks.loader import load_suite
 from rollwire.mcp_servers.tasks.schema import ToolCall
 from rollwire.reconstruct import reconstruct
@@ -43,6 +45,7 @@ def test_claude_code_at_its_defaults_solves_a_task(tiny_model_dir: Path, tmp_pat
         row = run_one_task(info, "claude-code", tmp_path / "ws", deadline_s=DEADLINE_S, model=info.model)
         calls = model_calls(info, row.id)
         trajectory = reconstruct(open_engine(info.db_url), row.id)
+        found = audit(open_engine(info.db_url), rollout_id=row.id)
     assert row.status == "finished" and row.exit_code == 0, (row.error, row.log_tail)
     assert row.reward == 1.0, (row.reward_breakdown, row.log_tail)
     assert (workspace_of(tmp_path / "ws", row.id) / "draft.txt").read_text() == "cat"  # Bash really ran
@@ -63,3 +66,7 @@ def test_claude_code_at_its_defaults_solves_a_task(tiny_model_dir: Path, tmp_pat
     for request, _ in tap.calls:  # what the upstream was really sent, in order, inside the one segment
         assert segment.token_ids[: len(request["prompt"])] == request["prompt"]
     assert sum(segment.loss_mask) == sum(len(decode_ids(c.completion_ids)) for c in calls)
+    (claude,) = found.harnesses()  # the audit tells the same, by Claude Code's own name and version
+    installed = subprocess.run(["claude", "--version"], capture_output=True, text=True, check=True).stdout.split()[0]
+    assert (claude.harness, claude.version, claude.adapters) == ("claude-cli", installed, {"claude-code"}), claude
+    assert (claude.total.spliced, claude.splice_rate(), found.breaks()) == (len(calls) - 1, 1.0, [])

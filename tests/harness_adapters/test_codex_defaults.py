@@ -15,11 +15,13 @@ upstream was really sent sits unchanged at the start of the segment, and only sa
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rollwire.audit import audit
 from rollwire.mcp_servers.tasks.loader import load_suite
 from rollwire.mcp_servers.tasks.schema import Suite, ToolCall
 from rollwire.reconstruct import reconstruct
@@ -79,6 +81,11 @@ def _assert_one_exact_segment(tap: Any, info: Any, row: Rollout, calls: list[Mod
     for request, _ in tap.calls:  # what the upstream was really sent, in order, inside the one segment
         assert segment.token_ids[: len(request["prompt"])] == request["prompt"]
     assert sum(segment.loss_mask) == sum(len(decode_ids(c.completion_ids)) for c in calls)  # sampled only
+    found = audit(open_engine(info.db_url), rollout_id=row.id)  # the audit tells the same, by Codex's own name
+    (codex,) = found.harnesses()
+    installed = subprocess.run(["codex", "--version"], capture_output=True, text=True, check=True).stdout.split()[-1]
+    assert (codex.harness, codex.version, codex.adapters) == ("codex_exec", installed, {"codex"}), codex
+    assert (codex.total.spliced, codex.splice_rate(), found.breaks()) == (len(calls) - 1, 1.0, [])
 
 
 def _items(body: str, side: str) -> list[dict[str, Any]]:
