@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -94,6 +95,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _forget_unhandled_interrupt()
         return 130
+    except BrokenPipeError:  # `rollwire audit RUN | head`: the reader left; say nothing more, as other tools do
+        _stop_writing_stdout()
+        return 141
+
+
+def _stop_writing_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's flush at exit does not raise on the closed pipe again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def _forget_unhandled_interrupt() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -137,3 +138,17 @@ def test_a_wakeup_on_a_cancelled_future_is_no_error_in_an_interruptible_run(
         assert isinstance(logged[0].exc_info[1], asyncio.InvalidStateError)
     else:
         assert logged == []
+
+
+def test_a_reader_that_leaves_ends_the_command_quietly() -> None:
+    """``rollwire audit RUN | head``: the pipe closes under the command; it ends 141 (as SIGPIPE would), no traceback."""
+    read, write = os.pipe()
+    os.close(read)  # the reader has left before the first line
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "rollwire.app.cli", "audit", "--causes"], stdout=write, stderr=subprocess.PIPE,
+            text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")
