@@ -7,6 +7,7 @@ every segment break by cause, from a closed list (``rollwire audit --causes`` pr
   rollwire audit --rollout ROLLOUT --db sqlite:///store.db    # one rollout
   rollwire audit RUN --harness codex_cli_rs --json            # one harness, as JSON
   rollwire audit RUN --html audit.html                        # a page with every break and its recorded reason
+  rollwire audit RUN --markdown                               # one table row per harness version
 """
 
 from __future__ import annotations
@@ -35,14 +36,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only calls of this harness: its client name (codex_cli_rs) or adapter (codex)",
     )
     add_store_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print the audit as JSON instead of tables")
+    shape = parser.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="print the audit as JSON instead of tables")
+    shape.add_argument(
+        "--markdown", action="store_true", help="print one Markdown row per harness version (the harness matrix)"
+    )
     parser.add_argument("--html", metavar="FILE", help="also write the audit as an HTML page to FILE")
     parser.add_argument("--fail-on-unknown", action="store_true", help="exit 1 when any break has cause unknown")
     parser.add_argument("--causes", action="store_true", help="print the closed list of causes and what each means")
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from rollwire.audit import CAUSES, as_html, as_text, audit
+    from rollwire.audit import CAUSES, as_html, as_markdown, as_text, audit
     from rollwire.store import open_engine
 
     if args.causes:
@@ -54,6 +59,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                   harness=args.harness)  # fmt: skip
     if args.json:
         print(json.dumps(found.as_json(), indent=2))
+    elif args.markdown:
+        print(as_markdown(found))
     else:
         print(as_text(found))
     if args.html:

@@ -36,14 +36,20 @@ class ScriptedExpert:
 
     def _task_turn(self, prompt_text: str) -> tuple[Task, int]:
         """The last user turn that gives a task (harnesses such as Claude Code put reminders in front of the
-        prompt, and more user turns after it), with where it ends."""
+        prompt, and more user turns after it; mini-swe-agent wraps the task in its own template), with where it
+        ends. The longest instruction the turn holds wins."""
         turns = [m for m in _USER_TURN.finditer(prompt_text) if "<tool_response>" not in m.group(1)]
         if not turns:
             raise LookupError("the prompt has no user message")
         for turn in reversed(turns):
             said = turn.group(1).strip()
-            task = self.by_instruction.get(said) or next(
-                (t for i, t in self.by_instruction.items() if said.endswith(i)), None
+            task = (
+                self.by_instruction.get(said)
+                or max(
+                    ((len(i), t) for i, t in self.by_instruction.items() if i in said),
+                    default=(0, None),
+                    key=lambda f: f[0],
+                )[1]
             )
             if task is not None:
                 return task, turn.end()

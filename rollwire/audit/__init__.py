@@ -2,6 +2,6 @@
 
 from rollwire.audit.causes import CAUSES, break_cause
 from rollwire.audit.figures import Audit, CallAudit, audit, rollout_audit
-from rollwire.audit.render import as_html, as_text
+from rollwire.audit.render import as_html, as_markdown, as_text
 
-__all__ = ["CAUSES", "Audit", "CallAudit", "as_html", "as_text", "audit", "break_cause", "rollout_audit"]
+__all__ = ["CAUSES", "Audit", "CallAudit", "as_html", "as_markdown", "as_text", "audit", "break_cause", "rollout_audit"]

@@ -52,6 +52,21 @@ def as_text(audit: Audit) -> str:
     return "\n".join(out)
 
 
+MATRIX_COLUMNS = ("harness", "version", "adapter", "rollouts", "calls", "spliced", "splice rate", "breaks by cause")
+
+
+def as_markdown(audit: Audit) -> str:
+    """One Markdown table row per harness version (``docs/harnesses.md``'s matrix is this, from a CI run)."""
+    lines = ["| " + " | ".join(MATRIX_COLUMNS) + " |", "|" + "---|" * len(MATRIX_COLUMNS)]
+    for h in sorted(audit.harnesses(), key=lambda h: (sorted(h.adapters), h.harness, h.version)):
+        cells = [
+            h.harness, h.version or "-", ", ".join(sorted(h.adapters)) or "-", str(len(h.rollouts)), str(h.total.calls),
+            str(h.total.spliced), f"{h.splice_rate():.0%}", _breaks(h.total),
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return "\n".join(lines)
+
+
 def as_html(audit: Audit, title: str) -> str:
     """The same tables, the causes' meanings, and every break with the proxy's recorded reason."""
     parts = [f"<h1>{html.escape(title)}</h1>"]
@@ -78,4 +93,4 @@ def as_html(audit: Audit, title: str) -> str:
     )
 
 
-__all__ = ["as_html", "as_text"]
+__all__ = ["MATRIX_COLUMNS", "as_html", "as_markdown", "as_text"]
