@@ -1,5 +1,5 @@
 """Which harness made a model call, from the User-Agent it sent: kept on each call (``ModelCall.client``) so an
-audit can say how faithful one harness version is (``rollwire.audit``).
+audit can say how faithful one harness version is (``rollwire.proxy.audit``).
 
 The header comes from inside a rollout, so what is kept is bounded and printable: the policy can write any bytes
 there, and they end up in tables, terminals and HTML.

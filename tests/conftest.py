@@ -27,7 +27,13 @@ from tests.real_parts import closing_line
 _TEMP_ROOT = pytest.StashKey[Path]()
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        # A short base for every test's temporary folder: the local runtime's relay sockets live in a rollout's
+        # folder, and a unix socket path holds 107 bytes at most. Workers (``-n 2``) each add ``/popen-gwN``;
+        # pytest's own base (``/tmp/pytest-of-USER/pytest-N``) left those paths too long.
+        config.option.basetemp = tempfile.mkdtemp(prefix="rw")
     kube = Path.home() / ".kube" / "config"
     if "KUBECONFIG" not in os.environ and kube.is_file():  # the real-cluster tests still find the cluster
         os.environ["KUBECONFIG"] = str(kube)

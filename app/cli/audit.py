@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from rollwire.audit import CAUSES, as_html, as_markdown, as_text, audit
+    from rollwire.proxy.audit import CAUSES, as_html, as_markdown, as_text, audit
     from rollwire.store import open_engine
 
     if args.causes:

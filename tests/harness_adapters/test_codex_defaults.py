@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from rollwire.audit import audit
 from rollwire.mcp_servers.tasks.loader import load_suite
 from rollwire.mcp_servers.tasks.schema import Suite, ToolCall
+from rollwire.proxy.audit import audit
 from rollwire.reconstruct import reconstruct
 from rollwire.store import decode_ids
 from rollwire.store.db import open_engine

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 
 from rollwire.app.stack import StackInfo
-from rollwire.audit import Audit, as_markdown, audit
 from rollwire.mcp_servers.tasks.loader import load_suite
 from rollwire.mcp_servers.tasks.schema import Suite, ToolCall
+from rollwire.proxy.audit import Audit, as_markdown, audit
 from rollwire.store import decode_ids
 from rollwire.store.db import open_engine
 from rollwire.store.prompts import whole_prompts

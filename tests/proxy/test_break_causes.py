@@ -1,12 +1,12 @@
-"""Each break cause of the closed list is named from the call and the main-line call before it (``rollwire.audit``);
+"""Each break cause of the closed list is named from the call and the main-line call before it (``rollwire.proxy.audit``);
 a history the platform cannot explain is "unknown", never a guess. Through the real proxy: tests/proxy/test_audit.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from rollwire.audit.causes import CAUSES, Earlier, break_cause
 from rollwire.clients import CLIENT_CHARS, harness_of, kept_user_agent
+from rollwire.proxy.audit.causes import CAUSES, Earlier, break_cause
 from rollwire.proxy.conversation import Conversation, Message, ToolCall
 
 SYSTEM = Message("system", "You are an agent.")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import html
 
-from rollwire.audit.causes import CAUSES
-from rollwire.audit.figures import Audit, HarnessFigures, TurnFigures
+from rollwire.proxy.audit.causes import CAUSES
+from rollwire.proxy.audit.figures import Audit, HarnessFigures, TurnFigures
 
 _COLUMNS = ("turn", "calls", "spliced", "prompt tokens", "reused", "prefilled again", "breaks by cause")
 

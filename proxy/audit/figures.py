@@ -22,9 +22,9 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlmodel import col, select
 
-from rollwire.audit.causes import CAUSES, Earlier, break_cause
 from rollwire.clients import UNKNOWN_CLIENT, harness_of
 from rollwire.errors import NotFound
+from rollwire.proxy.audit.causes import CAUSES, Earlier, break_cause
 from rollwire.proxy.conversation import Conversation, Message
 from rollwire.proxy.dialects.registry import READERS
 from rollwire.proxy.splice.learn import UNREADABLE

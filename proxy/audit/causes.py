@@ -3,7 +3,7 @@
 The proxy decides *whether* a call continues an earlier one (``proxy.splice.plan``) and records a readable
 reason when it does not. This module names the cause, from what the call and the main-line call before it
 hold: their parsed requests, the earlier call's answer as sampled, their lines and models. Pure: the audit
-(``rollwire.audit.figures``) reads the store and hands the parsed pieces in.
+(``rollwire.proxy.audit.figures``) reads the store and hands the parsed pieces in.
 
 "unknown" is a defect to fix (a break the platform cannot explain), never a bucket to grow: ``rollwire audit
 --fail-on-unknown`` fails on it.
