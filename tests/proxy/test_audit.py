@@ -11,13 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx
 import openai
 import pytest
 from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
 
 from rollwire.app.cli.__main__ import main
-from rollwire.clients import CLIENT_CHARS
 from rollwire.store import ModelCall, open_engine, session_scope
 from tests.proxy.conftest import Proxy
 from tests.proxy.test_side_call_segments import CLAUDE_TITLE
@@ -101,24 +99,6 @@ def test_each_history_edit_is_a_break_of_its_cause(
 
     code, out = _audit(proxy, capsys, rollout["run"], "--harness", "Anthropic/Python")
     assert code == 0 and "Anthropic/Python" in out and "OpenAI/Python" not in out and "side_call 1" in out
-
-
-def test_a_hostile_user_agent_is_kept_bounded_and_escaped(
-    proxy: Proxy, served_model: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The User-Agent comes from inside a rollout: stored printable and cut, escaped on the audit's page."""
-    rollout = proxy.new_rollout()
-    agent = "<script>alert(1)</script>/6.6 ".encode() + "\u00e9".encode("latin-1") * 5000
-    body = {"model": served_model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-    headers = [(b"User-Agent", agent), (b"Authorization", b"Bearer x")]
-    answered = httpx.post(f"{rollout['base_url']}/chat/completions", json=body, headers=headers, timeout=60)
-    assert answered.status_code == 200, answered.text
-    with session_scope(open_engine(proxy.store_url)) as session:
-        (call,) = session.query(ModelCall).filter(ModelCall.rollout_id == rollout["id"]).all()
-    assert len(call.client) == CLIENT_CHARS and call.client.endswith("?" * 10)
-    code, _ = _audit(proxy, capsys, "--rollout", rollout["id"], "--html", str(tmp_path / "a.html"))
-    page = (tmp_path / "a.html").read_text()
-    assert code == 0 and "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 
 
 def test_bad_requests_are_one_line(proxy: Proxy, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
