@@ -42,6 +42,8 @@ QUIET_ENV = {
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     "NO_COLOR": "1",
 }
+MIN_COMPACT_WINDOW, MAX_COMPACT_WINDOW = 100_000, 1_000_000
+"""What ``CLAUDE_CODE_AUTO_COMPACT_WINDOW`` takes: Claude Code ignores values outside it."""
 WRAPPER = (
     'export HOME="$ROLLWIRE_WORKSPACE" CLAUDE_CONFIG_DIR="$ROLLWIRE_WORKSPACE/.claude"\n'
     f'"$@" > {FINAL_ANSWER}; status=$?\n'
@@ -63,6 +65,9 @@ class ClaudeCodeAdapter:
     and ``system_prompt`` replaces its own: both trim its prompt (about 45k tokens of system prompt and
     tools) for a model served with a short context. ``max_output_tokens`` and ``thinking=False`` set its
     output cap and switch thinking off (``CLAUDE_CODE_MAX_OUTPUT_TOKENS``, ``MAX_THINKING_TOKENS=0``).
+    ``compact_window`` is the context Claude Code budgets for before it compacts (``CLAUDE_CODE_AUTO_COMPACT_WINDOW``;
+    it takes 100000 at least; Claude Code 2.1 compacts at 0.8 x (window - 20000) tokens, 64000 for the smallest):
+    compaction stays on either way, and its calls are recorded as side calls (``rollwire.side_calls``).
     """
 
     name = "claude-code"
@@ -75,6 +80,7 @@ class ClaudeCodeAdapter:
         thinking: bool = True,
         tools: str | None = None,
         system_prompt: str | None = None,
+        compact_window: int | None = None,
         command: str = "claude",
         extra_args: Sequence[str] = (),
         image: str | None = None,
@@ -87,6 +93,9 @@ class ClaudeCodeAdapter:
         self.max_output_tokens = max_output_tokens
         self.tools = tools
         self.system_prompt = system_prompt
+        if compact_window is not None and not MIN_COMPACT_WINDOW <= compact_window <= MAX_COMPACT_WINDOW:
+            raise ValueError(f"compact_window must be from {MIN_COMPACT_WINDOW} to {MAX_COMPACT_WINDOW} tokens")
+        self.compact_window = compact_window
         self.command = command
         self.extra_args = tuple(extra_args)
         self.image = image or default_image(self.name)
@@ -112,6 +121,8 @@ class ClaudeCodeAdapter:
             env["MAX_THINKING_TOKENS"] = "0"
         if self.max_output_tokens is not None:
             env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(self.max_output_tokens)
+        if self.compact_window is not None:
+            env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = str(self.compact_window)
         return Launch(
             argv=("sh", "-c", WRAPPER, "claude-rollout", *claude),
             env=env,
@@ -121,4 +132,4 @@ class ClaudeCodeAdapter:
         )
 
 
-__all__ = ["MCP_CONFIG", "PERMISSIONS", "QUIET_ENV", "ClaudeCodeAdapter", "mcp_config"]
+__all__ = ["MAX_COMPACT_WINDOW", "MCP_CONFIG", "MIN_COMPACT_WINDOW", "PERMISSIONS", "QUIET_ENV", "ClaudeCodeAdapter", "mcp_config"]

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import select
 
 from rollwire.errors import NotFound
-from rollwire.side_calls import MAIN
+from rollwire.side_calls import MAIN, is_side_call
 from rollwire.store import ModelCall, Rollout, ToolEvent, decode_floats, decode_ids, session_scope
 from rollwire.store.prompts import whole_prompts
 from rollwire.store.requests import whole_requests
@@ -69,8 +69,8 @@ class _Builder:
 
 
 def segments_from_calls(calls: Sequence[ModelCall]) -> list[Segment]:
-    """Group complete calls by segment (in call order) and lay out their tokens; a side call never joins a
-    main-line segment (nor the reverse), even where its prompt extends one."""
+    """Group complete calls by segment (in call order) and lay out their tokens; a call of one line (main, a
+    sub-agent's, a side call) never joins another line's segment, even where its prompt extends one."""
     builders: dict[tuple[int, str], _Builder] = {}
     order: list[_Builder] = []
     prompts = whole_prompts(calls)
@@ -83,7 +83,7 @@ def segments_from_calls(calls: Sequence[ModelCall]) -> list[Segment]:
         if builder is None or not builder.extends(prompt):
             reason = call.segment_break if builder is None else f"call {call.id} does not extend its segment"
             if reason is None and line != MAIN:
-                reason = f"a side call ({line})"
+                reason = f"a side call ({line})" if is_side_call(line) else f"a sub-agent ({line})"
             builder = _Builder(reason if order else None, line)
             builders[(call.segment_index, line)] = builder
             order.append(builder)

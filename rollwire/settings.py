@@ -276,7 +276,8 @@ class TrainerSettings(BaseModel):
     ratio_cap: float | None = Field(None, description="Truncate importance ratios above this for negative advantages.")
     max_policy_lag: int | None = Field(None, description="Drop rollouts sampled more than this many versions ago.")
     train_side_calls: bool = Field(
-        False, description="GRPO also trains on side-call segments (titles, compaction summaries); off: main line only."
+        False, description="GRPO also trains on side-call segments (titles, compaction summaries); off: the agents' lines only "
+        "(main and sub-agents)."
     )
     kl_coef: float = Field(0.0, description="Weight of the KL to the reference (starting) model; 0 turns it off.")
     aggregation: str = Field(

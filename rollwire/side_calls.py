@@ -1,9 +1,11 @@
-"""Which calls of a rollout are the agent's main line and which are side calls.
+"""Which calls of a rollout are the agent's main line, which are a sub-agent's, and which are side calls.
 
 Harnesses make calls that are not the agent's turn: Claude Code asks for a session title and, near its
 context limit, a compaction summary; Codex writes a compaction handoff and runs a memory-writing agent; some
 clients probe with a one-token call. They land in the same rollout, so each recorded call says which line it
-belongs to (``main``, or ``side:<rule>``), and a trainer can learn from the agent's own turns only.
+belongs to (``main``, ``agent:<n>`` for the n-th sub-agent the rollout opened, or ``side:<rule>``), and a
+trainer can learn from the agents' own turns only. Side calls are named here, by rules; sub-agents by how their
+conversation opens (``rollwire.proxy.lines``).
 
 The rules are data a user can read (``DEFAULT_RULES`` below) and replace:
 a rollout whose ``meta`` carries ``side_call_rules`` (a list of rule objects, set from the harness adapter's
@@ -22,6 +24,21 @@ from rollwire.errors import InvalidRequest
 from rollwire.text_memo import remember_short_texts
 
 MAIN = "main"
+SIDE = "side:"
+"""Prefix of a side call's line: ``side:<rule>``."""
+AGENT = "agent:"
+"""Prefix of a sub-agent's line: ``agent:<n>``, n from 1 in the order the rollout opened them."""
+COMPACTION = f"{SIDE}compaction"
+
+
+def is_side_call(line: str) -> bool:
+    """Whether a call of this line was a side call (not an agent's turn)."""
+    return line.startswith(SIDE)
+
+
+def agent_line(opened: int) -> str:
+    """The line of the sub-agent opened after ``opened`` others."""
+    return f"{AGENT}{opened + 1}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +118,7 @@ def classify(call: CallFeatures, rules: tuple[SideCallRule, ...] = DEFAULT_RULES
     """``main``, or ``side:<name>`` of the first rule that matches."""
     for rule in rules:
         if rule.matches(call):
-            return f"side:{rule.name}"
+            return f"{SIDE}{rule.name}"
     return MAIN
 
 
@@ -144,4 +161,7 @@ def rules_of(meta: Mapping[str, Any]) -> tuple[SideCallRule, ...]:
         return DEFAULT_RULES
 
 
-__all__ = ["DEFAULT_RULES", "MAIN", "CallFeatures", "SideCallRule", "classify", "rules_from", "rules_of"]
+__all__ = [
+    "AGENT", "COMPACTION", "DEFAULT_RULES", "MAIN", "SIDE", "CallFeatures", "SideCallRule", "agent_line", "classify",
+    "is_side_call", "rules_from", "rules_of",
+]  # fmt: skip

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from rollwire.errors import InvalidRequest
+from rollwire.side_calls import is_side_call
 from rollwire.trajectory import Trajectory
 
 
@@ -90,12 +91,13 @@ def samples_from(
 
     ``tempered`` keeps each token's sampling temperature / top_p, so the trainer recomputes the engine's
     processed logprobs; without it (SFT, or an engine that reports raw logprobs) logprobs are the model's own.
-    ``main_only`` leaves out the harness's side calls (titles, compaction summaries: ``Segment.line``).
+    ``main_only`` leaves out the harness's side calls (titles, compaction summaries: ``Segment.line``); the main
+    agent's and its sub-agents' turns stay.
     """
     reward = float(reward if reward is not None else trajectory.reward or 0.0)
     out = []
     for segment in trajectory.segments:
-        if sum(segment.loss_mask[1:]) == 0 or (main_only and segment.line != "main"):
+        if sum(segment.loss_mask[1:]) == 0 or (main_only and is_side_call(segment.line)):
             continue
         out.append(
             Sample(

@@ -5,6 +5,11 @@ so a harness driven by it leaves teacher trajectories in the store for the SFT w
 the prompt the proxy rendered: the last user message names the task (by its instruction), the tool
 responses after it say how many reference steps are done; the next step is sent as a ``<tool_call>``,
 and once all are done the task's reference answer (or "Done.") ends the turn.
+
+It keeps going through what a long session does: asked to summarise the conversation (a harness compacting its
+context, the request ``rollwire.side_calls`` names a compaction), it answers with the task's instruction and how
+many steps are done, so the compacted session resumes where it was. A step may hand a sub-agent (Claude Code's
+``Agent`` tool) the instruction of another task of the suites: the sub-agent's calls then play that task.
 """
 
 from __future__ import annotations
@@ -23,9 +28,13 @@ from starlette.routing import Route
 from rollwire.errors import RollwireError, openai_error_body
 from rollwire.mcp_servers.tasks.schema import Suite, Task
 from rollwire.request_body import read_json_body
+from rollwire.side_calls import DEFAULT_RULES, MAIN, CallFeatures, SideCallRule, classify
 
 _USER_TURN = re.compile(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", re.DOTALL)
 END_OF_TURN = "<|im_end|>"
+_PROGRESS = re.compile(r"\[(\d+) of \d+ reference steps done\]")
+"""How a summary the teacher wrote carries its progress across a compaction."""
+_SUMMARY_RULES = tuple(SideCallRule(r.name, text=r.text) for r in DEFAULT_RULES if r.name == "compaction")
 
 
 class ScriptedExpert:
@@ -55,15 +64,32 @@ class ScriptedExpert:
                 return task, turn.end()
         raise LookupError(f"no task has the instruction {turns[-1].group(1).strip()[:80]!r}")
 
-    def next_turn(self, prompt_text: str) -> str:
+    def _progress(self, prompt_text: str) -> tuple[Task, int]:
+        """The task and how many of its steps are done: tool responses since its turn, plus what a summary of an
+        earlier, compacted part of the session says was done."""
         task, end = self._task_turn(prompt_text)
-        done = prompt_text.count("<tool_response>", end)
+        turn_start = prompt_text.rfind("<|im_start|>user\n", 0, end)
+        carried = _PROGRESS.search(prompt_text, turn_start, end)
+        return task, (int(carried.group(1)) if carried else 0) + prompt_text.count("<tool_response>", end)
+
+    def next_turn(self, prompt_text: str) -> str:
+        task, done = self._progress(prompt_text)
+        if _asks_for_summary(prompt_text):
+            steps = len(task.reference_solution)
+            return f"<summary>\n{task.instruction}\n[{done} of {steps} reference steps done]\n</summary>{END_OF_TURN}"
         if done < len(task.reference_solution):
             step = task.reference_solution[done]
             name = step.tool if f'"name": "{step.tool}"' in prompt_text else f"{step.server}__{step.tool}"
             call = json.dumps({"name": name, "arguments": step.arguments})
             return f"<tool_call>\n{call}\n</tool_call>{END_OF_TURN}"
         return f"{task.reference_answer or 'Done.'}{END_OF_TURN}"
+
+
+def _asks_for_summary(prompt_text: str) -> bool:
+    """Whether the last user turn asks for a summary of the conversation (a compaction)."""
+    turns = _USER_TURN.findall(prompt_text)
+    features = CallFeatures(system="", last_user=turns[-1] if turns else "", tools=0, max_tokens=None, main_has_tools=False)
+    return classify(features, _SUMMARY_RULES) != MAIN
 
 
 def build_teacher_app(

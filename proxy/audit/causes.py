@@ -2,7 +2,8 @@
 
 The proxy decides *whether* a call continues an earlier one (``proxy.splice.plan``) and records a readable
 reason when it does not. This module names the cause, from what the call and the main-line call before it
-hold: their parsed requests, the earlier call's answer as sampled, their lines and models. Pure: the audit
+hold: their parsed requests, the earlier call's answer as sampled, their lines and models. The call a sub-agent's
+line opens with breaks for that cause; later calls are judged against their own line's. Pure: the audit
 (``rollwire.proxy.audit.figures``) reads the store and hands the parsed pieces in.
 
 "unknown" is a defect to fix (a break the platform cannot explain), never a bucket to grow: ``rollwire audit
@@ -11,12 +12,12 @@ hold: their parsed requests, the earlier call's answer as sampled, their lines a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rollwire.proxy.conversation import Conversation, Message
-from rollwire.side_calls import MAIN
+from rollwire.proxy.lines import opens_sub_agent
+from rollwire.side_calls import AGENT, MAIN, is_side_call
 
 CAUSES: dict[str, str] = {
     "side_call": "side call: a request beside the agent's turns (a title, a compaction summary, a probe)",
@@ -44,28 +45,34 @@ class Earlier:
     model: str
 
 
-def break_cause(conv: Conversation | None, line: str, recorded: str | None, model: str, earlier: Earlier | None) -> str:
+def break_cause(
+    conv: Conversation | None, line: str, recorded: str | None, model: str, earlier: Earlier | None,
+    previous_line: str = MAIN,
+) -> str:  # fmt: skip
     """The cause of a call's segment break. ``conv``: the call's request (None where it could not be read back);
-    ``recorded``: the proxy's reason (``ModelCall.segment_break``); ``earlier``: the latest earlier complete
-    main-line call of the rollout, None for none."""
-    if line != MAIN:
+    ``recorded``: the proxy's reason (``ModelCall.segment_break``); ``earlier``: the latest earlier complete call
+    of the same line (main or the sub-agent's), None for none; ``previous_line``: the line of the call before."""
+    if is_side_call(line):
         return "side_call"
     if recorded is not None and recorded.startswith("choice "):
         return "extra_choice"
+    if line.startswith(AGENT) and earlier is None:
+        return "sub_agent"  # the call that opened the sub-agent's line
     if conv is None or earlier is None:
         return "unknown"
     if model != earlier.model:
         return "model_change"
-    return _history_cause(conv, earlier, recorded or "")
+    return _history_cause(conv, earlier, recorded or "", previous_line)
 
 
-def _history_cause(conv: Conversation, earlier: Earlier, recorded: str) -> str:
+def _history_cause(conv: Conversation, earlier: Earlier, recorded: str, previous_line: str) -> str:
     before = conv_with_answer(earlier)
     old = [m.key() for m in before]
     new = [m.key() for m in conv.messages]
-    if _system(conv.messages) != _system(before) or (conv.tools_key() != earlier.conv.tools_key() and _fresh(old, new)):
-        return "sub_agent"
-    if conv.tools_key() != earlier.conv.tools_key():
+    was = earlier.conv
+    if opens_sub_agent(conv.message_keys(), conv.tools_key(), was.message_keys(), was.tools_key(), previous_line):
+        return "sub_agent"  # a sub-agent recorded on the main line (by a proxy that did not give it a line)
+    if conv.tools_key() != was.tools_key():
         return "tools_changed"
     at = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), None)
     if at is None:
@@ -82,17 +89,6 @@ def _history_cause(conv: Conversation, earlier: Earlier, recorded: str) -> str:
 def conv_with_answer(earlier: Earlier) -> tuple[Message, ...]:
     """The earlier call's history as it stood once it answered: its request's messages + its sampled answer."""
     return (*earlier.conv.messages, earlier.answer)
-
-
-def _system(messages: Sequence[Message]) -> str:
-    """The system text the conversation opens with (empty where it opens otherwise)."""
-    return messages[0].content.strip() if messages and messages[0].role in ("system", "developer") else ""
-
-
-def _fresh(old: list[Any], new: list[Any]) -> bool:
-    """A new conversation rather than a continued one: it shares no message but its system text."""
-    shared = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
-    return shared <= 1
 
 
 def _is_subsequence(part: list[Any], whole: list[Any]) -> bool:

@@ -205,11 +205,13 @@ def rollout_audit(calls: Sequence[ModelCall], adapter: str) -> list[CallAudit]:
     reads = [_read(c, r, p) for c, r, p in zip(ordered, whole_requests(ordered), whole_prompts(ordered))]
     reads = sorted((r for r in reads if r.call.status == "complete"), key=lambda r: (r.call.started_ns, r.call.id or 0))
     out: list[CallAudit] = []
-    main: _Read | None = None
+    latest: dict[str, _Read] = {}
+    """Line -> its latest call so far (main, each sub-agent's; a side call is judged on its rule alone)."""
+    previous = MAIN
     for turn, read in enumerate(reads, start=1):
-        out.append(_judged(read, turn, main, adapter))
-        if (read.call.line or MAIN) == MAIN:
-            main = read
+        line = read.call.line or MAIN
+        out.append(_judged(read, turn, latest.get(line), latest.get(MAIN), previous, adapter))
+        latest[line], previous = read, line
     return out
 
 
@@ -226,7 +228,10 @@ def _read(call: ModelCall, request: str, prompt: bytes) -> _Read:
     return _Read(call, conv, message, prompt)
 
 
-def _judged(read: _Read, turn: int, main: _Read | None, adapter: str) -> CallAudit:
+def _judged(
+    read: _Read, turn: int, same_line: _Read | None, main: _Read | None, previous_line: str, adapter: str
+) -> CallAudit:
+    """One call judged against the latest earlier call of its own line (``same_line``) and of the main line."""
     call, line = read.call, read.call.line or MAIN
     name, version = harness_of(call.client) if call.client else (UNKNOWN_CLIENT, "")
     prompt_tokens = len(read.prompt) // ID_BYTES
@@ -237,18 +242,19 @@ def _judged(read: _Read, turn: int, main: _Read | None, adapter: str) -> CallAud
         kind, cause = "spliced", None
     else:
         earlier = None
-        if main is not None and main.conv is not None and main.answer is not None:
-            earlier = Earlier(main.conv, main.answer, main.call.requested_model)
+        if same_line is not None and same_line.conv is not None and same_line.answer is not None:
+            earlier = Earlier(same_line.conv, same_line.answer, same_line.call.requested_model)
         recorded = call.segment_break
         kind = "break"
         cause = (
-            break_cause(read.conv, line, recorded, call.requested_model, earlier)
+            break_cause(read.conv, line, recorded, call.requested_model, earlier, previous_line)
             if recorded or line != MAIN
             else "unknown"
         )
     again = 0
-    if kind == "break" and main is not None:
-        opened = main.prompt + bytes(main.call.completion_ids or b"")
+    against = same_line or main
+    if kind == "break" and against is not None:
+        opened = against.prompt + bytes(against.call.completion_ids or b"")
         again = common_prefix(read.prompt, opened) // ID_BYTES
     return CallAudit(
         call.rollout_id, int(call.id or 0), turn, name, version, adapter, line, kind, cause, call.segment_break,

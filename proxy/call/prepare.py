@@ -54,7 +54,7 @@ class Prepared:
     """The prompt's ids as the request writes them (``Plan.json_prompt``): sent, then extended by what a later call
     splices onto (``PriorCall.prompt_json``)."""
     line: str = MAIN
-    """The agent's main line, or ``side:<rule>`` (``rollwire.side_calls``)."""
+    """The agent's main line, a sub-agent's ``agent:<n>``, or ``side:<rule>`` (``rollwire.side_calls``)."""
     cap: OutputCap = OutputCap(None, None)
     """The output cap asked for and the one sent (recorded on the call)."""
     base_request: SentRequest | None = None
@@ -79,8 +79,9 @@ async def prepare(path: CallPath, call: Call) -> Prepared:
     plan = await _plan(path, conv, priors, prefill)
     sampling, cap = _sampling(path, conv.sampling, plan.prompt_ids)
     interval = WHOLE_ANSWER_STREAM_INTERVAL if not conv.stream and path.served.stream_interval else None
-    line = call_line(conv, priors, rules_of(call.caller.meta))
-    base = _request_of(priors, plan.spliced_from)
+    continued = _prior(priors, plan.spliced_from)
+    line = call_line(conv, priors, rules_of(call.caller.meta), continued)
+    base = continued.request_sent if continued is not None else None
     return Prepared(started, prefill, plan, served, sampling, interval, plan.json_prompt(), line, cap, base)
 
 
@@ -111,12 +112,12 @@ def _sampling(path: CallPath, sampling: Sampling, prompt_ids: Sequence[int]) -> 
     return replace(sampling, max_tokens=cap.granted, seed=seed), cap
 
 
-def _request_of(priors: list[PriorCall], call_id: int | None) -> SentRequest | None:
-    """The whole request held for call ``call_id`` (None: no such call, or its request is not held)."""
+def _prior(priors: list[PriorCall], call_id: int | None) -> PriorCall | None:
+    """The earlier call ``call_id`` (the one a plan continues), None for none."""
     if call_id is not None:
         for prior in reversed(priors):  # the call a plan continues is most often the latest
             if prior.call_id == call_id:
-                return prior.request_sent
+                return prior
     return None
 
 

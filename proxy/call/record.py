@@ -76,7 +76,7 @@ async def record_answer(
         return [
             from_answer(
                 answer, body, choice.index, request, plan.prompt_ids, choice.sampled_ids, row["segment_index"],
-                (prompt_blob, prepared.prompt_json),
+                (prompt_blob, prepared.prompt_json), prepared.line,
             )  # fmt: skip
             for choice, row in zip(generation.choices, rows)
         ]

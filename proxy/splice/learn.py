@@ -10,6 +10,7 @@ from typing import Any
 from rollwire.errors import InvalidRequest
 from rollwire.proxy.conversation import Conversation, Message
 from rollwire.proxy.splice.plan import PriorCall
+from rollwire.side_calls import MAIN
 from rollwire.store import ModelCall, decode_ids
 from rollwire.store.codec import EncodedIds
 from rollwire.store.requests import SentRequest
@@ -31,10 +32,11 @@ def from_answer(
     sampled_ids: list[int],
     segment: int,
     prompt: tuple[bytes, bytes],
+    line: str,
 ) -> PriorCall | None:
     """Choice ``index`` of a call this process answered: its message as the dialect reads it back from ``body``,
     ``request`` the call's (message keys, tools key, whole request as sent), ``prompt`` its prompt's ids as stored
-    and as the upstream request wrote them."""
+    and as the upstream request wrote them, ``line`` its line."""
     try:
         message = answer(body, index)
     except UNREADABLE:
@@ -53,6 +55,7 @@ def from_answer(
         prompt_blob=blob,
         prompt_json=written,
         request_sent=text,
+        line=line,
     )
 
 
@@ -75,6 +78,7 @@ def from_row(row: ModelCall, prompt: bytes, request: str, parse: RequestParser, 
         continued=False,
         prompt_blob=prompt,
         request_sent=SentRequest.of_text(request),
+        line=row.line or MAIN,
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from rollwire.compact_json import json_bytes, json_ids_extended, json_text
 from rollwire.proxy.conversation import Conversation
+from rollwire.side_calls import MAIN
 from rollwire.store.codec import EncodedIds, encode_ids
 from rollwire.store.requests import SentRequest
 
@@ -72,6 +73,8 @@ class PriorCall:
     request_sent: SentRequest | None = None
     """The call's whole request as sent, where known: a call that continues this one stores its own request as an
     edit of it (``rollwire.store.requests``). Held, as ``prompt_json``, only while the call is its segment's latest."""
+    line: str = MAIN
+    """The call's line (``rollwire.side_calls``): a call that continues this one keeps it."""
 
     def ids_blob(self) -> bytes | None:
         """``prompt_ids + sampled_ids`` as the store encodes them, where the prompt's encoding is held."""

@@ -79,6 +79,7 @@ def test_each_history_edit_is_a_break_of_its_cause(
         (3, "side_call"), (5, "compaction"), (6, "client_truncation"), (7, "retried_turn"), (8, "tools_changed"),
         (9, "sub_agent"), (11, "extra_choice"),
     ], found["breaks"]  # fmt: skip
+    assert [b["line"] for b in found["breaks"] if b["turn"] >= 9] == ["agent:1", "agent:1"]  # the sub-agent's own line
     harnesses = {(h["harness"], h["version"]): h for h in found["harnesses"]}
     assert set(harnesses) == {("OpenAI/Python", openai.__version__), ("Anthropic/Python", anthropic.__version__)}
     chat = harnesses[("OpenAI/Python", openai.__version__)]

@@ -8,6 +8,8 @@ import pytest
 from rollwire.clients import CLIENT_CHARS, harness_of, kept_user_agent
 from rollwire.proxy.audit.causes import CAUSES, Earlier, break_cause
 from rollwire.proxy.conversation import Conversation, Message, ToolCall
+from rollwire.proxy.lines import opens_sub_agent
+from rollwire.side_calls import COMPACTION, MAIN
 
 SYSTEM = Message("system", "You are an agent.")
 TASK = Message("user", "List the files.")
@@ -100,3 +102,34 @@ def test_a_user_agent_is_kept_printable_and_bounded() -> None:
     assert len(kept) == CLIENT_CHARS and all(" " <= c <= "~" for c in kept)
     assert kept.startswith("evil/1.0 ?[31m<script>?") and harness_of(kept) == ("evil", "1.0")
     assert kept_user_agent(None) == "" and kept_user_agent("\n") == "?"
+
+
+def test_a_sub_agents_line_opens_with_its_cause_and_is_judged_on_its_own() -> None:
+    sub = Conversation("m", (Message("system", "You are a sub-agent."), Message("user", "Search.")), ())
+    assert break_cause(sub, "agent:1", "tools changed since call 4", "m", None) == "sub_agent"
+    own = Earlier(sub, Message("assistant", "Found it."), "m")  # its next turn, history rewritten: its own compaction
+    again = Conversation("m", (sub.messages[0], Message("user", "Summary: searched.")), ())
+    assert break_cause(again, "agent:1", REWRITTEN, "m", own) == "compaction"
+
+
+def test_after_a_compaction_summary_new_system_text_is_the_main_line_resuming() -> None:
+    """Claude Code's system text carries a hash of the conversation, so it changes when it compacts."""
+    resumed = Conversation("m", (Message("system", "You are an agent. #f9d"), Message("user", "Summary: listed.")), TOOLS)
+    assert break_cause(resumed, "main", REWRITTEN, "m", EARLIER, previous_line=COMPACTION) == "compaction"
+    assert break_cause(resumed, "main", REWRITTEN, "m", EARLIER) == "sub_agent"  # a proxy that gave it no line
+
+
+@pytest.mark.parametrize(
+    ("messages", "tools", "previous", "opens"),
+    [
+        ((Message("system", "You are a sub-agent."), TASK), TOOLS, MAIN, True),  # another system text
+        ((SYSTEM, Message("user", "Search.")), (), MAIN, True),  # the same system text, another tool set
+        ((SYSTEM, Message("user", "Summary: listed.")), TOOLS, MAIN, False),  # the main line compacted
+        ((Message("system", "You are a sub-agent."), TASK), TOOLS, COMPACTION, False),  # resumed after a summary
+        ((SYSTEM, TASK, ANSWER, RESULT), (), MAIN, False),  # carries the main line's history: tools changed
+        ((Message("user", "Search."),), TOOLS, MAIN, True),  # fresh, without the main line's system text
+    ],
+)  # fmt: skip
+def test_what_opens_a_sub_agent(messages: tuple[Message, ...], tools: tuple, previous: str, opens: bool) -> None:
+    conv, main = Conversation("m", messages, tools), EARLIER.conv
+    assert opens_sub_agent(conv.message_keys(), conv.tools_key(), main.message_keys(), main.tools_key(), previous) is opens

@@ -84,7 +84,8 @@ def test_a_rollout_can_replace_the_rules(proxy: Proxy, served_model: str) -> Non
     claude.messages.create(
         model="m", max_tokens=4, system="HELPER: say hi", messages=[{"role": "user", "content": "hi"}]
     )
-    assert [line for _, line in _lines(proxy, rollout["id"])] == [MAIN, MAIN, MAIN, "side:helper"]
+    # the title call no longer a side call: a conversation of its own (other system text, no tools), a sub-agent's
+    assert [line for _, line in _lines(proxy, rollout["id"])] == [MAIN, "agent:1", MAIN, "side:helper"]
     bad = proxy.admin.post(f"/admin/v1/runs/{rollout['run']}/rollouts", json={"meta": {"side_call_rules": [{}]}})
     assert bad.status_code == 400 and "side_call_rules[0]" in bad.json()["error"]["message"]
 
