@@ -51,6 +51,9 @@ class RunPlan:
     policy_version: int | None = None
     config: Mapping[str, object] = field(default_factory=dict)
     """Extra facts kept on the Run row (suite, split, the caller's own meta) beside harness and group size."""
+    rollouts: Sequence[PlannedRollout] | None = None
+    """The rows to plan, where the caller names them (a replay: one per recorded rollout); None plans
+    ``group_size`` of every task."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,11 +133,11 @@ class Scheduler:
         """Plan the run's rows (first time only), then drive every non-final row to a final state."""
         rows = await self.open_run(plan)
         if not rows:
-            planned = [
+            planned = list(plan.rollouts) if plan.rollouts is not None else [
                 PlannedRollout(task.id, f"{plan.run_id}:{task.id}", index, task.meta)
                 for task in plan.tasks
                 for index in range(plan.group_size)
-            ]
+            ]  # fmt: skip
             rows = await self.plan_rows(plan.run_id, planned)
         live = live_rows(rows)
         self._count_existing(live)

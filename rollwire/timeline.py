@@ -52,6 +52,7 @@ def _tool_entry(event: ToolEvent) -> dict[str, Any]:
         "error": event.error,
         "truncated": event.truncated,
         "result_bytes": event.result_bytes,
+        "replayed_from": event.replayed_from,
     }
 
 

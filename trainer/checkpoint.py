@@ -93,6 +93,18 @@ def latest_checkpoint(root: Path) -> Path | None:
     return folder
 
 
+def checkpoint_of_version(root: Path, version: int) -> Path:
+    """The checkpoint folder under ``root`` whose weights are policy version ``version`` (a ``NotFound`` that lists
+    the versions ``root`` holds where none is)."""
+    found: dict[int, Path] = {}
+    for folder in sorted(p for p in Path(root).glob("step-*") if (p / STATE_FILE).is_file()):
+        found[load_state(folder).policy_version] = folder
+    if version not in found:
+        held = ", ".join(map(str, sorted(found))) or "none"
+        raise NotFound(f"no checkpoint of policy version {version} in {root} (versions held: {held})")
+    return found[version]
+
+
 def load_state(folder: Path) -> TrainerState:
     data = json.loads((folder / STATE_FILE).read_text())
     return TrainerState(**data)
@@ -103,4 +115,4 @@ def load_optimizer_state(folder: Path) -> dict[str, Any] | None:
     return torch.load(path, map_location="cpu", weights_only=True) if path.is_file() else None
 
 
-__all__ = ["TrainerState", "latest_checkpoint", "load_optimizer_state", "load_state", "save_checkpoint"]
+__all__ = ["TrainerState", "checkpoint_of_version", "latest_checkpoint", "load_optimizer_state", "load_state", "save_checkpoint"]

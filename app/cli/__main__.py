@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "mcp": "rollwire.app.cli.mcp",
     "k8s": "rollwire.app.cli.k8s",
     "rollouts": "rollwire.app.cli.rollouts",
+    "replay": "rollwire.app.cli.replay",
     "run-harness": "rollwire.app.cli.run_harness",
 }
 """Subcommand name -> module; modules are imported only to build the parser or run."""

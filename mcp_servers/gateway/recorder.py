@@ -31,6 +31,8 @@ class ToolCallRecord:
     ended_ns: int
     result_bytes: int = 0
     truncated: bool = False
+    replayed_from: int | None = None
+    """The recorded ToolEvent whose result answered the call (a replay), None for a live one."""
 
 
 class ToolRecorder:
@@ -56,6 +58,7 @@ class ToolRecorder:
                     latency_ms=(record.ended_ns - record.started_ns) / 1e6,
                     started_ns=record.started_ns,
                     ended_ns=record.ended_ns,
+                    replayed_from=record.replayed_from,
                 )
             )
 

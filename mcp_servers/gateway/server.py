@@ -42,6 +42,7 @@ from rollwire.mcp_servers.gateway.metrics import GatewayMetrics, classify
 from rollwire.mcp_servers.gateway.pool import Connection, UpstreamPool, reap
 from rollwire.mcp_servers.gateway.recorder import ToolCallRecord, ToolRecorder
 from rollwire.mcp_servers.gateway.relay import declared
+from rollwire.mcp_servers.gateway.replay import RecordedCall, ReplayBook, ReplaySpec
 from rollwire.mcp_servers.gateway.rounds import RoundBook, Rounds, needs_rounds
 from rollwire.mcp_servers.gateway.stdio_sandbox import StdioSandbox
 from rollwire.mcp_servers.gateway.stdio_sandbox import require as require_sandbox
@@ -73,6 +74,8 @@ class RolloutInfo:
     """Why the rollout cannot be served (it names an MCP server nobody declared)."""
     task_servers: frozenset[str] = frozenset()
     """The servers its task names: ``tools`` narrows these; servers added by ``meta.mcp_servers`` show in full."""
+    replay: ReplaySpec | None = None
+    """The recording its tool calls are answered from while they match it (``replay``), None for live tools."""
 
 
 @dataclass
@@ -116,6 +119,7 @@ class Gateway:
         self.budgets = Budgets(engine, "gateway")
         self.features = Features(self)
         self.rounds = RoundBook()
+        self.replays = ReplayBook(engine)
         self.pool: UpstreamPool | None = None
         self._infos: dict[str, RolloutInfo] = {}
 
@@ -145,7 +149,12 @@ class Gateway:
                 f"gateway (--mcp-config) nor its suite declares (known: {', '.join(sorted(specs))})"
             )
         known = {s: specs[s] for s in servers if s in specs}
-        return RolloutInfo(identity.rollout_id, ref, tuple(servers), tools, None, known, error, task_servers)
+        replay = None
+        try:
+            replay = ReplaySpec.of_meta(identity.meta)
+        except InvalidRequest as exc:
+            error = f"rollout {identity.rollout_id}: {exc.message}"
+        return RolloutInfo(identity.rollout_id, ref, tuple(servers), tools, None, known, error, task_servers, replay)
 
     async def rollout_for(self, token: str) -> RolloutInfo:
         """The token's rollout: 401 unknown, 403 once it ended (``rollwire.rollouts``), 400 if it cannot be served."""
@@ -168,6 +177,7 @@ class Gateway:
         """Drop what is cached for a rollout that ended."""
         self._infos.pop(rollout_id, None)
         self.features.forget(rollout_id)
+        self.replays.forget(rollout_id)
 
     def _pool(self) -> UpstreamPool:
         if self.pool is None:
@@ -225,20 +235,29 @@ class Gateway:
         if refused is not None:
             return _error(refused)
         server, tool = target
+        replayed = None
+        if info.replay is not None:
+            decision = await self.replays.decide(info.rollout_id, info.replay, server, tool, arguments)
+            if decision.refuse is not None:
+                return _error(await self.budgets.refuse_tool(who, "replay_stopped", name, decision.refuse))
+            replayed = decision.answer
         if ctx is not None and needs_rounds(ctx):
             rounds = Rounds(info.rollout_id, ctx, self.settings.call_timeout_s)
-            run = partial(self._complete, info, server, tool, arguments, ctx, rounds, started)
+            run = partial(self._complete, info, server, tool, arguments, ctx, rounds, started, replayed)
             return await self.rounds.start(self._pool().task_group, rounds, run)
-        return await self._complete(info, server, tool, arguments, ctx, ctx, started)
+        return await self._complete(info, server, tool, arguments, ctx, ctx, started, replayed)
 
     async def _complete(
         self, info: RolloutInfo, server: str, tool: str, arguments: dict[str, Any],
         ctx: ServerRequestContext[Any, Any] | None, relay_to: ServerRequestContext[Any, Any] | Rounds | None,
-        started: int,
+        started: int, replayed: RecordedCall | None = None,
     ) -> types.CallToolResult:  # fmt: skip
-        """Forward, cap and record one call."""
+        """Forward, cap and record one call; a replayed call runs live too, so the environment holds the state it
+        leaves, and is answered with the recorded result (``replayed``)."""
         try:
             result = await self._forward(info, server, tool, arguments, ctx, relay_to)
+            if replayed is not None:
+                result = types.CallToolResult.model_validate(replayed.result)
         except anyio.get_cancelled_exc_class():  # the harness cancelled the call: it is recorded as such
             with anyio.CancelScope(shield=True):
                 why = "cancelled by the harness"
@@ -254,7 +273,7 @@ class Gateway:
         recorded = await self.recorder.record(
             ToolCallRecord(
                 info.rollout_id, server, tool, arguments, capped.result, bool(result.is_error), error, started, now_ns(),
-                capped.size, capped.truncated,
+                capped.size, capped.truncated, replayed.event_id if replayed is not None else None,
             )
         )  # fmt: skip
         if recorded is not None:  # the rollout ended during the call: nothing was recorded

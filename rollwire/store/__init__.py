@@ -2,12 +2,23 @@
 
 from rollwire.store.codec import decode_floats, decode_ids, encode_floats, encode_ids
 from rollwire.store.db import open_engine, session_scope
-from rollwire.store.schema import McpMessage, ModelCall, Refusal, Rollout, RolloutStatus, Run, ToolEvent, now_ns
+from rollwire.store.schema import (
+    McpMessage,
+    ModelCall,
+    Refusal,
+    ReplayDivergence,
+    Rollout,
+    RolloutStatus,
+    Run,
+    ToolEvent,
+    now_ns,
+)  # fmt: skip
 
 __all__ = [
     "McpMessage",
     "ModelCall",
     "Refusal",
+    "ReplayDivergence",
     "Rollout",
     "RolloutStatus",
     "Run",

@@ -180,6 +180,9 @@ class ToolEvent(SQLModel, table=True):
     latency_ms: float = 0.0
     started_ns: int = Field(default_factory=now_ns, index=True, sa_type=BIG)
     ended_ns: int = Field(default_factory=now_ns, sa_type=BIG)
+    replayed_from: int | None = Field(
+        default=None, sa_type=BIG, description="the recorded ToolEvent whose result this call was answered with (a replay)"
+    )
 
 
 class McpMessage(SQLModel, table=True):
@@ -211,6 +214,21 @@ class Refusal(SQLModel, table=True):
     created_ns: int = Field(default_factory=now_ns, index=True, sa_type=BIG)
 
 
+class ReplayDivergence(SQLModel, table=True):
+    """Where a replay's tool calls stopped matching its recording (``rollwire replay``): at most one per rollout."""
+
+    id: int | None = Field(default=None, primary_key=True, sa_type=ROW_ID)
+    rollout_id: str = Field(foreign_key="rollout.id", index=True)
+    recorded_rollout_id: str = Field(default="", description="the rollout whose recording the replay followed")
+    tool_call: int = Field(default=0, description="which tool call of the rollout diverged (1 for its first)")
+    turn: int = Field(default=0, description="how many of the rollout's model calls had started before it")
+    server: str = ""
+    expected_json: str = Field(default="", description='the recorded call there, {"tool", "arguments"}; "" for none left')
+    actual_json: str = Field(default="", description='the call made, {"tool", "arguments"}')
+    action: str = Field(default="live", description="live: tools went live from there; stop: every later call refused")
+    at_ns: int = Field(default_factory=now_ns, sa_type=BIG)
+
+
 class SchemaVersion(SQLModel, table=True):
     """One row: the schema version this store was created (or migrated) to."""
 
@@ -219,4 +237,7 @@ class SchemaVersion(SQLModel, table=True):
     version: int = Field(default=0)
 
 
-__all__ = ["ENGINE_FAILED", "McpMessage", "ModelCall", "Refusal", "Rollout", "RolloutStatus", "Run", "SchemaVersion", "ToolEvent", "now_ns"]
+__all__ = [
+    "ENGINE_FAILED", "McpMessage", "ModelCall", "Refusal", "ReplayDivergence", "Rollout", "RolloutStatus", "Run",
+    "SchemaVersion", "ToolEvent", "now_ns",
+]  # fmt: skip

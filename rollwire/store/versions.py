@@ -22,7 +22,7 @@ from rollwire.errors import StoreError
 from rollwire.store.schema import CALLS_BY_ROLLOUT, SchemaVersion
 from rollwire.store.views import create_views
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """Bump with a new entry in ``MIGRATIONS`` whenever a table or column changes."""
 TABLES = {"run", "rollout", "modelcall", "toolevent"}
 """Tables of every schema version: their presence without a version row means a store from before versions."""
@@ -103,6 +103,13 @@ def _v6_to_v7(conn: Connection) -> None:
     _add_column(conn, "modelcall", "client", "VARCHAR NOT NULL DEFAULT ''")
 
 
+def _v7_to_v8(conn: Connection) -> None:
+    """Replays (``rollwire replay``): a tool call answered from a recording names the recorded call
+    (``schema.ToolEvent.replayed_from``); where a replay diverged is a new table (``replaydivergence``), created by
+    ``create_all`` after the steps."""
+    _add_column(conn, "toolevent", "replayed_from", "BIGINT")
+
+
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {
     0: _v0_to_v1,
     1: _v1_to_v2,
@@ -111,6 +118,7 @@ MIGRATIONS: dict[int, Callable[[Connection], None]] = {
     4: _v4_to_v5,
     5: _v5_to_v6,
     6: _v6_to_v7,
+    7: _v7_to_v8,
 }
 """version -> the function that moves a store from it to version + 1."""
 

@@ -96,6 +96,8 @@ def test_an_unversioned_sqlite_store_is_migrated(tmp_path: Path) -> None:
         assert db.execute("SELECT version FROM rollwire_schema").fetchone() == (SCHEMA_VERSION,)
         assert "truncated" in {c[1] for c in db.execute("PRAGMA table_info(toolevent)")}
         assert "client" in {c[1] for c in db.execute("PRAGMA table_info(modelcall)")}  # version 7's
+        assert "replayed_from" in {c[1] for c in db.execute("PRAGMA table_info(toolevent)")}  # version 8's
+        assert db.execute("SELECT count(*) FROM replaydivergence").fetchone() == (0,)
 
 
 def test_a_version_2_store_gains_the_covering_index_of_a_rollouts_calls(any_store_url: str) -> None:
