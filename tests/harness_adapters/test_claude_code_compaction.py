@@ -22,7 +22,7 @@ import pytest
 from rollwire.mcp_servers.tasks.loader import load_suite
 from rollwire.mcp_servers.tasks.schema import Suite, ToolCall
 from rollwire.proxy.audit import audit
-from rollwire.proxy.audit.render import as_text
+from rollwire.proxy.audit.render import as_markdown, as_text
 from rollwire.reconstruct import reconstruct
 from rollwire.store import decode_ids
 from rollwire.store.db import open_engine
@@ -30,6 +30,7 @@ from rollwire.store.prompts import whole_prompts
 from rollwire.store.requests import whole_requests
 from rollwire.trainer.batching import samples_from
 from tests.harness_adapters.conftest import model_calls, needs_binary, run_one_task, scripted_policy_stack, workspace_of
+from tests.harness_adapters.docs_blocks import check_block
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_harness]
 CONTEXT = 131072
@@ -99,6 +100,7 @@ def test_claude_code_compacts_and_delegates_and_every_line_is_recorded(tiny_mode
     }, causes  # fmt: skip
     text = as_text(found)
     assert all(cause in text for cause in ("side_call", "compaction", "sub_agent"))
+    check_block("long session", as_markdown(found))  # docs/harnesses.md's table is this run's
 
     assert len(tap.calls) == len(calls)  # every upstream call recorded, ids as sent and returned
     sent = {(tuple(req["prompt"]), tuple(out["choices"][0]["token_ids"])) for req, out in tap.calls}

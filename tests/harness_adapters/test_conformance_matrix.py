@@ -13,7 +13,6 @@ are shown through the real proxy by tests/proxy/test_audit.py."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -34,10 +33,9 @@ from rollwire.store.db import open_engine
 from rollwire.store.prompts import whole_prompts
 from rollwire.store.schema import Rollout
 from tests.harness_adapters.conftest import mini_swe_python_or_why, model_calls, run_one_task, scripted_policy_stack
+from tests.harness_adapters.docs_blocks import check_block
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_harness, pytest.mark.timeout(1200)]
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "harnesses.md"
-BEGIN, END = "<!-- conformance matrix: begin -->", "<!-- conformance matrix: end -->"
 CONTEXT = 65536
 """What ``rollwire up`` serves the tiny model with (Claude Code's own prompt is ~31k tokens)."""
 GATEWAY = "mcp__rollwire"
@@ -175,13 +173,4 @@ def test_a_multi_turn_session_is_recorded_exactly(run: Run, session: Session) ->
 
 
 def test_the_docs_matrix_is_this_run(run: Run) -> None:
-    matrix = as_markdown(_audit_of(run))
-    text = DOCS.read_text()
-    before, _, rest = text.partition(BEGIN)
-    _, _, after = rest.partition(END)
-    written = f"{before}{BEGIN}\n{matrix}\n{END}{after}"
-    assert BEGIN in text and END in text, f"{DOCS} has no conformance matrix block"
-    if os.environ.get("ROLLWIRE_WRITE_MATRIX") == "1":
-        DOCS.write_text(written)
-        text = written
-    assert text == written, f"docs/harnesses.md's matrix is not this run's; this run's:\n{matrix}"
+    check_block("conformance matrix", as_markdown(_audit_of(run)))
