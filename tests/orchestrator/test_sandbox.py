@@ -18,6 +18,8 @@ import pytest
 from rollwire import sandbox
 from rollwire.harness_adapters.base import Launch, RolloutContext
 from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
+from rollwire.orchestrator.scheduler import Endpoints, Scheduler
+from rollwire.orchestrator.scoring import ExitCodeScorer
 from tests.orchestrator.runs import ScriptAdapter, orchestrator_settings, plan, run_with
 from tests.real_parts import needs_sandbox
 
@@ -127,3 +129,28 @@ async def test_a_command_named_through_a_symlinked_folder_starts_in_the_sandbox(
         await run_with(runtime, book, plan("linked", 1, 1), settings, adapter)
     (row,) = book.rollouts("linked")
     assert row.status == "finished" and row.final_answer == "ran-through-link\n", (row.error, row.log_tail)
+
+
+@needs_sandbox
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm-pool"])
+@pytest.mark.asyncio
+async def test_a_deep_workspace_root_runs_sandboxed_rollouts(book, tmp_path: Path, warm: bool) -> None:
+    """A unix socket path holds 107 bytes and the relay's sockets (to the proxy and the gateway, and the warm pool's
+    control socket) live in the rollout's folder, however deep the user put the workspace root: bound through a
+    short name, they start, where each rollout used to fail to ("AF_UNIX path too long", on every retry)."""
+    root = tmp_path / ("w" * 80) / ("s" * 80)
+    assert len(str(root)) > 160
+    settings = orchestrator_settings(workspace_root=str(root), warm_pool=warm, warm_preload=["json"], warm_spares=1)
+    loopback = Endpoints("http://127.0.0.1:47001", "http://127.0.0.1:47002")  # relayed in by unix sockets
+    async with LocalRuntime(settings, host_env=dict(os.environ)) as runtime:
+        scheduler = Scheduler(
+            book=book, runtime=runtime, adapter=ScriptAdapter(ANSWER, module=warm), scorer=ExitCodeScorer(),
+            settings=settings, endpoints=loopback,
+        )  # fmt: skip
+        await scheduler.run(plan(f"deep-{warm}", 1, 2))
+    rows = book.rollouts(f"deep-{warm}")
+    assert [row.status for row in rows] == ["finished"] * 2, [(row.error, row.log_tail) for row in rows]
+    assert all(row.final_answer == "done" for row in rows)
+
+
+ANSWER = "open('final_answer.txt', 'w').write('done')\n"

@@ -5,11 +5,16 @@ gateway's ``host:port`` to unix sockets that this relay binds in the rollout's f
 workspace) and bwrap shows inside the sandbox. Each accepted connection is joined to a fresh TCP
 connection to the real address; bytes flow unchanged both ways (streams, keep-alive, SSE).
 The relay lives as long as the rollout: ``close`` ends its listeners and connections.
+
+A unix socket's path holds 107 bytes, and the rollout's folder is under a workspace root as deep as its user
+likes: a longer path is bound through its folder's ``/proc/self/fd`` entry (``listen_unix``), so the socket still
+lives in the rollout's own folder (the only host path its mounts tell the rollout) and a deep root starts rollouts.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -20,6 +25,20 @@ from rollwire.sandbox import Endpoint
 
 logger = logging.getLogger(__name__)
 CHUNK = 65536
+SOCKET_PATH_BYTES = 107
+"""What a unix socket's path may hold (``sun_path`` is 108 bytes with its terminating NUL)."""
+
+
+async def listen_unix(path: Path) -> anyio.abc.SocketListener:
+    """A listener on the unix socket ``path``, however long the path: one over ``SOCKET_PATH_BYTES`` is bound as
+    ``/proc/self/fd/<its folder>/<name>``, the same file through a short name."""
+    if len(os.fsencode(path)) <= SOCKET_PATH_BYTES:
+        return await anyio.create_unix_listener(path)
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return await anyio.create_unix_listener(f"/proc/self/fd/{folder}/{path.name}")
+    finally:
+        os.close(folder)
 
 
 async def _pump(source: anyio.abc.ByteStream, sink: anyio.abc.ByteStream) -> None:
@@ -45,7 +64,7 @@ class EndpointRelay:
         listeners = []
         try:
             for endpoint, path in sockets.items():
-                listeners.append((await anyio.create_unix_listener(path), endpoint))
+                listeners.append((await listen_unix(path), endpoint))
         except BaseException:
             for listener, _ in listeners:
                 await listener.aclose()
@@ -79,4 +98,4 @@ class EndpointRelay:
             scope.cancel()
 
 
-__all__ = ["EndpointRelay"]
+__all__ = ["SOCKET_PATH_BYTES", "EndpointRelay", "listen_unix"]

@@ -119,7 +119,7 @@ class SandboxPool:
             raise
 
         mounts: list[Path] = []
-        control = folder / "net" / "c.sock"  # short: a unix socket path has 108 bytes at most
+        control = folder / "net" / "control.sock"
 
         def wrap(command: list[str]) -> tuple[list[str], list[int]]:
             fd = seccomp.open_program()

@@ -26,6 +26,8 @@ import anyio.abc
 import anyio.streams.stapled
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from rollwire.orchestrator.runtimes.local.relay import listen_unix
+
 logger = logging.getLogger(__name__)
 
 SERVER_MODULE = "rollwire.orchestrator.runtimes.local.fork_server"
@@ -190,7 +192,7 @@ class WarmPool:
         """Listen on the control socket, start the sandboxed server, take its one connection, stop listening:
         the sandbox's processes hold no stdio of ours, and nothing can connect after the server."""
         command = [sys.executable, "-m", SERVER_MODULE, "--sandboxed", "--control", enclosure.inside, *self._preload]
-        listener = await anyio.create_unix_listener(enclosure.control)
+        listener = await listen_unix(enclosure.control)
         try:
             full, fds = enclosure.wrap(command)
             try:
