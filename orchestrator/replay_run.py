@@ -63,7 +63,7 @@ def recorded_run(engine: Engine, run_id: str) -> RecordedRun:
 
 def replay_plan(recorded: RecordedRun, spec_of: Callable[[str], ReplaySpec], run_id: str) -> list[PlannedRollout]:
     """One pending row per recorded rollout: its task, group (under the replay's run) and sample index, the task's
-    meta, and the recording it follows (``meta.replay``)."""
+    meta and the servers it had, and the recording it follows (``meta.replay``)."""
     tasks = {t.id: t for t in select_tasks(recorded.suite)}
     missing = sorted({r.task_id or "" for r in recorded.rollouts} - set(tasks))
     if missing:
@@ -71,10 +71,15 @@ def replay_plan(recorded: RecordedRun, spec_of: Callable[[str], ReplaySpec], run
     return [
         PlannedRollout(
             row.task_id or "", f"{run_id}:{row.group_id or row.task_id}", row.sample_index,
-            {**tasks[row.task_id or ""].meta, **spec_of(row.id).to_meta()},
+            {**tasks[row.task_id or ""].meta, **_servers(row), **spec_of(row.id).to_meta()},
         )  # fmt: skip
         for row in recorded.rollouts
     ]
+
+
+def _servers(row: Rollout) -> dict[str, Any]:
+    """The MCP servers the recorded rollout had beside its task's (``meta.mcp_servers``): the replay has them too."""
+    return {"mcp_servers": row.meta["mcp_servers"]} if row.meta.get("mcp_servers") else {}
 
 
 async def replay_run(

@@ -113,9 +113,12 @@ async def rescore_run(
 async def _rescore_one(
     stack: StackAddresses, engine: Any, book: RolloutBook, scorer: SuiteScorer, run_id: str, suite: str, row: Rollout
 ) -> RescoreOutcome:
+    meta = {"suite": suite, "rescore_of": row.id}
+    if row.meta.get("mcp_servers"):  # servers the rollout had beside its task's: its calls went to them too
+        meta["mcp_servers"] = row.meta["mcp_servers"]
     template = {
         "task_id": row.task_id, "group_id": f"{run_id}:{row.group_id or row.task_id}",
-        "sample_index_start": row.sample_index, "meta": {"suite": suite, "rescore_of": row.id},
+        "sample_index_start": row.sample_index, "meta": meta,
     }  # fmt: skip
     ((fresh, token),) = await anyio.to_thread.run_sync(book.create, run_id, 1, template)
     events = await anyio.to_thread.run_sync(_recorded_calls, engine, row.id)

@@ -44,3 +44,19 @@ async def test_a_replay_runs_one_pod_per_recorded_rollout(book) -> None:
     assert sorted((r.task_id, r.sample_index) for r in replayed) == sorted(
         (r.task_id, r.sample_index) for r in found.rollouts
     )
+
+
+def test_a_replayed_rollout_keeps_the_servers_its_recording_had(book) -> None:
+    book.ensure_run("with-extra", "with-extra", {"suite": "tiny", "harness": "image"})
+    (rollout_id,) = book.plan(
+        "with-extra", [PlannedRollout("write-cat", "g", 3, {"suite": "tiny", "mcp_servers": ["notes"]})]
+    )
+    for status in (RolloutStatus.STARTING, RolloutStatus.RUNNING, RolloutStatus.FAILED):
+        book.set_status(rollout_id, status)
+    (planned,) = replay_plan(recorded_run(book._engine, "with-extra"), lambda of: ReplaySpec(of), "again")  # noqa: SLF001
+    assert (planned.task_id, planned.group_id, planned.sample_index) == ("write-cat", "again:g", 3)
+    assert planned.meta == {
+        "suite": "tiny",
+        "mcp_servers": ["notes"],
+        "replay": {"of": rollout_id, "on_divergence": "live"},
+    }
