@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
@@ -137,6 +139,28 @@ def uvicorn_config(app: Any, **options: Any) -> Any:
     return uvicorn.Config(app, http=one_write_protocol(), **UVICORN_OPTIONS, **options)
 
 
+EXIT_WITH_PARENT = "ROLLWIRE_EXIT_WITH_PARENT"
+"""The pid of the process a part was started by, set in its environment by ``LocalStack`` (and by the proxy's
+worker master for its workers): the part stops serving once that process is no longer its parent, so a stack
+whose owner was killed (SIGKILL: no clean-up ran) does not run on as orphans."""
+PARENT_CHECK_S = 1.0
+
+
+def when_orphaned(stop: Callable[[], None]) -> None:
+    """Under ``EXIT_WITH_PARENT``, call ``stop`` once this process's parent is not the process named there (it
+    died and this one was handed to another, maybe before it started): a watching thread."""
+    owner = os.environ.get(EXIT_WITH_PARENT, "")
+    if not owner.isdigit():
+        return
+
+    def watch() -> None:
+        while os.getppid() == int(owner):
+            time.sleep(PARENT_CHECK_S)
+        stop()
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def serve(
     app: Any, sock: socket.socket, log_level: str = "warning", lifespan: str = "on",
     extra: Mapping[str, socket.socket] | None = None,
@@ -146,6 +170,7 @@ def serve(
     A ``Listeners`` app serves its other listeners on ``extra`` (listener name -> socket), one server for all.
     The heap is settled (``settle_heap``) once the app's start-up has run, before the first request. The soft
     open-files limit is raised to the hard one first (``rollwire.app.open_files``): a connection is a descriptor.
+    A part of a local stack stops with the process that started it (``EXIT_WITH_PARENT``).
     """
     import uvicorn
 
@@ -161,6 +186,7 @@ def serve(
                 settle_heap()
 
     server = _Server(uvicorn_config(app, log_level=log_level, lifespan=lifespan))
+    when_orphaned(lambda: setattr(server, "should_exit", True))
     server.run(sockets=sockets)
     return 0 if server.started else 1
 
@@ -237,6 +263,6 @@ class ServerThread:
 
 
 __all__ = [
-    "YOUNG_COLLECTION_EVERY", "ServerThread", "listening_socket", "reuse_port_group", "reuses_port", "serve",
-    "settle_heap", "uvicorn_config",
+    "EXIT_WITH_PARENT", "YOUNG_COLLECTION_EVERY", "ServerThread", "listening_socket", "reuse_port_group", "reuses_port",
+    "serve", "settle_heap", "uvicorn_config", "when_orphaned",
 ]  # fmt: skip

@@ -31,7 +31,7 @@ from types import TracebackType
 
 import httpx
 
-from rollwire.app.serving import listening_socket
+from rollwire.app.serving import EXIT_WITH_PARENT, listening_socket
 from rollwire.errors import InvalidRequest, NotFound, RollwireError
 from rollwire.settings import Settings
 
@@ -351,6 +351,7 @@ class LocalStack:
         env = {k: v for k, v in os.environ.items() if part in self.SECRETS.get(k, (part,))}
         env["ROLLWIRE_HOME"] = str(self.settings.home)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env[EXIT_WITH_PARENT] = str(os.getpid())  # a part outlives no killed owner (vLLM, not ours: ``stop`` ends it)
         if part in ("proxy", "gateway"):
             env["ROLLWIRE_STORE__URL"] = self.db_url
         if part in ("env", "gateway"):

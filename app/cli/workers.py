@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
+from rollwire.app.serving import EXIT_WITH_PARENT, when_orphaned
 from rollwire.errors import Conflict
 
 EARLY_EXIT_S = 10.0
@@ -98,6 +99,9 @@ def run_workers(serve: Callable[[socket.socket], int], workers: int, sock: socke
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    when_orphaned(lambda: os.kill(os.getpid(), signal.SIGTERM))  # a local stack's owner was killed: stop too
+    if EXIT_WITH_PARENT in os.environ:
+        os.environ[EXIT_WITH_PARENT] = str(os.getpid())  # the workers' parent is this process
     spawn(sock)
     for _ in range(workers - 1):
         spawn()
