@@ -22,17 +22,17 @@ from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
-from sqlmodel import col, select
 
 from rollwire.errors import InvalidRequest
 from rollwire.mcp_servers.gateway.features import SEP
+from rollwire.mcp_servers.gateway.replay import answered_calls
 from rollwire.mcp_servers.tasks.loader import load_suite
 from rollwire.orchestrator.replay_run import recorded_run
 from rollwire.orchestrator.scoring import ScoringInput
 from rollwire.orchestrator.suite_run import StackAddresses, suite_ref
 from rollwire.orchestrator.suite_scorer import SuiteScorer
 from rollwire.rollouts import RolloutBook
-from rollwire.store import Rollout, RolloutStatus, ToolEvent, session_scope
+from rollwire.store import Rollout, RolloutStatus, ToolEvent
 from rollwire.store.db import open_engine
 
 
@@ -63,14 +63,6 @@ class RescoreOutcome:
 class RescoreResult:
     run_id: str
     outcomes: list[RescoreOutcome]
-
-
-def _recorded_calls(engine: Any, rollout_id: str) -> list[ToolEvent]:
-    """The rollout's answered tool calls in the order they started (a cancelled call changed no state it reports)."""
-    with session_scope(engine) as session:
-        query = select(ToolEvent).where(col(ToolEvent.rollout_id) == rollout_id)
-        events = session.exec(query.order_by(col(ToolEvent.started_ns), col(ToolEvent.id))).all()
-    return [e for e in events if e.result_json.startswith("{")]
 
 
 async def _rebuild(gateway_url: str, token: str, events: Sequence[ToolEvent]) -> int:
@@ -121,7 +113,7 @@ async def _rescore_one(
         "sample_index_start": row.sample_index, "meta": meta,
     }  # fmt: skip
     ((fresh, token),) = await anyio.to_thread.run_sync(book.create, run_id, 1, template)
-    events = await anyio.to_thread.run_sync(_recorded_calls, engine, row.id)
+    events = await anyio.to_thread.run_sync(answered_calls, engine, row.id)
     try:
         differed = await _rebuild(stack.gateway_url, token, events)
         if events and not (Path(stack.state_root) / fresh.id).is_dir():

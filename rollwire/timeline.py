@@ -69,7 +69,7 @@ def build_timeline(calls: Sequence[ModelCall], events: Sequence[ToolEvent]) -> l
 
 def load_tool_events(engine: Engine, rollout_id: str) -> list[ToolEvent]:
     with session_scope(engine) as session:
-        query = select(ToolEvent).where(ToolEvent.rollout_id == rollout_id).order_by(ToolEvent.started_ns)  # type: ignore[arg-type]
+        query = select(ToolEvent).where(ToolEvent.rollout_id == rollout_id).order_by(ToolEvent.started_ns, ToolEvent.id)  # type: ignore[arg-type]
         return list(session.exec(query).all())
 
 

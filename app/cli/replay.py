@@ -30,6 +30,7 @@ from rollwire.app.cli.stack_args import (
     add_sandbox_argument,
     add_stack_arguments,
     apply_sandbox_argument,
+    default_state_dir,
     harness_options,
     stack_from_args,
 )
@@ -77,8 +78,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.report:
         from rollwire.store import open_engine
 
-        stack = stack_from_args(args, settings) if (args.stack or args.proxy_url) else None
-        db = args.db or (stack.db_url if stack is not None else None) or _stack_db(args, settings)
+        db, _state = _store_and_state(args, settings)
         return _print(replay_report(open_engine(db, read_only=True), args.report), args.json)
     if not args.run:
         raise InvalidRequest("name the recorded RUN (`rollwire traces ls` lists runs), or --report REPLAY")
@@ -89,6 +89,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     options = harness_options(args.option)
     settings = apply_sandbox_argument(args, settings)
     with _stack(args, settings) as stack:
+        from rich.console import Console
+
+        from rollwire.app.cli.live_line import LiveLine
         from rollwire.app.cli.stack_args import with_served_model
         from rollwire.app.interrupt import run_interruptible
         from rollwire.orchestrator.replay_run import recorded_run, replay_run
@@ -99,41 +102,21 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         harness = args.harness or recorded.harness
         options = with_served_model(harness, options, stack.model)
         orch = settings.orchestrator
-        print(f"replaying {len(recorded.rollouts)} rollouts of {args.run} ({recorded.suite}, {harness})", file=sys.stderr)
-        result = run_interruptible(
-            lambda: replay_run(
-                stack, recorded=args.run, on_divergence=args.on_divergence, harness=harness,
-                runtime=args.runtime or orch.runtime,
-                concurrency=orch.concurrency if args.concurrency is None else args.concurrency,
-                deadline_s=args.deadline, run_id=args.run_id, policy_version=args.policy, harness_options=options,
-                on_progress=_live_line(), settings=settings,
-            )
-        )  # fmt: skip
-        print(file=sys.stderr)
+        phase = f"replaying {len(recorded.rollouts)} rollouts of {args.run} ({recorded.suite}, {harness})"
+        line = LiveLine(Console(stderr=True))
+        with line.live:
+            result = run_interruptible(
+                lambda: replay_run(
+                    stack, recorded=args.run, on_divergence=args.on_divergence, harness=harness,
+                    runtime=args.runtime or orch.runtime,
+                    concurrency=orch.concurrency if args.concurrency is None else args.concurrency,
+                    deadline_s=args.deadline, run_id=args.run_id, policy_version=args.policy, harness_options=options,
+                    on_progress=lambda progress: line(phase, progress), settings=settings,
+                )
+            )  # fmt: skip
         code = _print(replay_report(engine, result.run_id), args.json)
     print(f"replay run: {result.run_id}   report again with: rollwire replay --report {result.run_id}", file=sys.stderr)
     return code
-
-
-def _live_line() -> Any:
-    """One line on stderr that says how far the replay is."""
-
-    def show(progress: Any) -> None:
-        failed = progress.failed + progress.timed_out
-        print(
-            f"\r{progress.done}/{progress.planned} done, {progress.running} running, {failed} failed",
-            end="", file=sys.stderr, flush=True,
-        )  # fmt: skip
-
-    return show
-
-
-def _stack_db(args: argparse.Namespace, settings: Settings) -> str:
-    """The store of the running stack, or the home's where none runs."""
-    try:
-        return str(stack_from_args(args, settings).db_url)
-    except NotFound:
-        return settings.store_url()
 
 
 @contextmanager
@@ -163,12 +146,12 @@ def _store_and_state(args: argparse.Namespace, settings: Settings) -> tuple[str,
     """The store and env-state folder a stack of the replay's own shares: ``--db``/``--state-dir``, else the
     running stack's, else the home's."""
     if args.db or args.state_dir:
-        return args.db or settings.store_url(), Path(args.state_dir or settings.mcp.state_dir or settings.home / "mcp_state")
+        return args.db or settings.store_url(), Path(args.state_dir or default_state_dir(settings))
     try:
         running = stack_from_args(args, settings)
         return running.db_url, Path(running.state_root)
     except NotFound:
-        return settings.store_url(), Path(settings.mcp.state_dir or settings.home / "mcp_state")
+        return settings.store_url(), Path(default_state_dir(settings))
 
 
 def _serve_version(info: Any, folder: Path, version: int) -> None:

@@ -61,6 +61,11 @@ def harness_options(pairs: list[str]) -> dict[str, Any]:
     return options
 
 
+def default_state_dir(settings: Settings) -> str:
+    """The env servers' state folder where no flag names one: the settings', else ``<home>/mcp_state``."""
+    return settings.mcp.state_dir or str(settings.home / "mcp_state")
+
+
 def stack_from_args(args: argparse.Namespace, settings: Settings) -> Any:
     """The StackInfo to run against: explicit URLs, else the stack file (``<home>/stack.json`` by default)."""
     from rollwire.app.stack import StackInfo, stack_file
@@ -68,7 +73,7 @@ def stack_from_args(args: argparse.Namespace, settings: Settings) -> Any:
     if args.proxy_url:
         if not args.gateway_url:
             raise InvalidRequest("--proxy-url needs --gateway-url too (the MCP gateway rollouts use)")
-        state = args.state_dir or settings.mcp.state_dir or str(settings.home / "mcp_state")
+        state = args.state_dir or default_state_dir(settings)
         db = args.db or settings.store_url()
         return StackInfo(args.proxy_url, args.gateway_url, "", None, "", db, state, "")  # no admin listener known
     return StackInfo.load(args.stack or stack_file(settings.home))
@@ -95,6 +100,7 @@ __all__ = [
     "add_sandbox_argument",
     "add_stack_arguments",
     "apply_sandbox_argument",
+    "default_state_dir",
     "harness_options",
     "stack_from_args",
     "with_served_model",

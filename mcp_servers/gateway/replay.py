@@ -29,6 +29,7 @@ from sqlmodel import col, func, select
 
 from rollwire.errors import InvalidRequest, NotFound
 from rollwire.store import ModelCall, ReplayDivergence, Rollout, ToolEvent, session_scope
+from rollwire.timeline import load_tool_events
 
 ACTIONS = ("live", "stop")
 CALL_CHARS = 4096
@@ -50,7 +51,7 @@ class ReplaySpec:
         if raw is None:
             return None
         if not isinstance(raw, dict) or not isinstance(raw.get("of"), str) or not raw["of"]:
-            raise InvalidRequest("meta.replay must be an object naming the recorded rollout: {\"of\": ROLLOUT_ID}")
+            raise InvalidRequest('meta.replay must be an object naming the recorded rollout: {"of": ROLLOUT_ID}')
         action = raw.get("on_divergence", "live")
         if action not in ACTIONS:
             raise InvalidRequest(f"meta.replay.on_divergence must be one of {', '.join(ACTIONS)}, not {action!r}")
@@ -86,20 +87,23 @@ def _parsed(text: str) -> Any:
         return text
 
 
+def answered_calls(engine: Engine, rollout_id: str) -> list[ToolEvent]:
+    """The rollout's tool calls that were answered (a call cancelled mid-way has no result, and changed no state it
+    reports), in the order they started: what a replay answers from and a rescore makes again."""
+    return [e for e in load_tool_events(engine, rollout_id) if isinstance(_parsed(e.result_json), dict)]
+
+
 def load_recording(engine: Engine, rollout_id: str) -> dict[str, deque[RecordedCall]]:
     """The recorded rollout's answered tool calls, per server, in the order they started (a ``NotFound`` for a
     rollout the store does not hold)."""
     with session_scope(engine) as session:
         if session.get(Rollout, rollout_id) is None:
             raise NotFound(f"the replay's recorded rollout {rollout_id!r} is not in the store")
-        query = select(ToolEvent).where(col(ToolEvent.rollout_id) == rollout_id)
-        events = session.exec(query.order_by(col(ToolEvent.started_ns), col(ToolEvent.id))).all()
     out: dict[str, deque[RecordedCall]] = {}
-    for event in events:
-        result = _parsed(event.result_json)
-        if not isinstance(result, dict):  # a call cancelled mid-way has no result to answer with
-            continue
-        recorded = RecordedCall(int(event.id or 0), event.tool, _parsed(event.arguments_json), result)
+    for event in answered_calls(engine, rollout_id):
+        recorded = RecordedCall(
+            int(event.id or 0), event.tool, _parsed(event.arguments_json), _parsed(event.result_json)
+        )
         out.setdefault(event.server, deque()).append(recorded)
     return out
 
@@ -169,7 +173,9 @@ class ReplayBook:
         pending = load_recording(self._engine, spec.of)
         with session_scope(self._engine) as session:
             done = session.exec(select(ToolEvent).where(col(ToolEvent.rollout_id) == rollout_id)).all()
-            diverged = session.exec(select(ReplayDivergence).where(col(ReplayDivergence.rollout_id) == rollout_id)).first()
+            diverged = session.exec(
+                select(ReplayDivergence).where(col(ReplayDivergence.rollout_id) == rollout_id)
+            ).first()
         for event in done:
             queue = pending.get(event.server)
             if event.replayed_from is not None and queue:
@@ -189,4 +195,7 @@ class ReplayBook:
         self._cursors.pop(rollout_id, None)
 
 
-__all__ = ["ACTIONS", "CALL_CHARS", "Decision", "RecordedCall", "ReplayBook", "ReplaySpec", "call_json", "load_recording"]
+__all__ = [
+    "ACTIONS", "CALL_CHARS", "Decision", "RecordedCall", "ReplayBook", "ReplaySpec", "answered_calls", "call_json",
+    "load_recording",
+]  # fmt: skip
