@@ -262,9 +262,19 @@ class TrainerSettings(BaseModel):
     output_dir: str = Field("", description="Checkpoints + metrics folder; empty means <home>/train/<run>.")
     lr: float = Field(1e-5, description="AdamW learning rate.")
     weight_decay: float = Field(0.0, description="AdamW weight decay.")
+    lora_rank: int = Field(
+        0, ge=0, description="Train LoRA adapters of this rank (PEFT; checkpoints hold merged weights); 0: every weight."
+    )
+    lora_alpha: float = Field(0.0, ge=0, description="LoRA scale numerator (delta = B A alpha / rank); 0 means 2 x rank.")
+    lora_targets: str = Field(
+        "all-linear", description="Modules LoRA adapts: all-linear (all but the output head) or names, comma-separated."
+    )
     max_grad_norm: float = Field(1.0, description="Clip the gradient norm of each step to this (0: no clipping).")
     micro_batch_tokens: int = Field(4096, description="Tokens (with padding) in one forward/backward micro-batch.")
     packing: bool = Field(True, description="Pack several sequences per row (position ids restart per sequence).")
+    share_prefixes: bool = Field(
+        True, description="Forward a prompt that several samples share (a GRPO group's) once per micro-batch."
+    )
     group_size: int = Field(4, description="Rollouts per task group; a group trains once this many arrived.")
     groups_per_step: int = Field(1, description="Task groups in one GRPO step.")
     sft_batch_size: int = Field(8, description="Trajectories in one SFT step.")

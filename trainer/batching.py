@@ -49,7 +49,8 @@ class MicroBatch:
     input_ids: torch.Tensor
     position_ids: torch.Tensor
     attention_mask: torch.Tensor | None
-    """None when rows are packed: the position-id resets separate the sequences."""
+    """Padded rows: which positions are real. Packed rows: None (the position-id resets separate the sequences),
+    or a [rows, 1, L, L] boolean mask where units share a trunk (``shared_prefix_units``)."""
     targets: torch.Tensor
     loss_mask: torch.Tensor
     behaviour_logprobs: torch.Tensor
@@ -220,33 +221,114 @@ def pad_groups(lengths: Sequence[int], capacity: int) -> list[list[int]]:
     return groups
 
 
-def _row_arrays(samples: Sequence[Sample], indices: Sequence[int], weights: Sequence[float]) -> dict[str, list[Any]]:
-    row: dict[str, list[Any]] = {k: [] for k in ("ids", "pos", "tgt", "mask", "old", "prox", "adv", "w", "seq", "temp", "topp")}
-    for i in indices:
-        s = samples[i]
-        n = len(s.token_ids)
-        row["temp"] += (s.temperature[1:] if s.temperature else [1.0] * (n - 1)) + [1.0]
-        row["topp"] += (s.top_p[1:] if s.top_p else [1.0] * (n - 1)) + [1.0]
-        row["ids"] += s.token_ids
-        row["pos"] += list(range(n))
-        row["tgt"] += s.token_ids[1:] + [0]
-        row["mask"] += s.loss_mask[1:] + [0]
-        row["old"] += s.behaviour_logprobs[1:] + [0.0]
-        row["prox"] += (s.proximal_logprobs[1:] if s.proximal_logprobs else [0.0] * (n - 1)) + [0.0]
-        row["adv"] += [s.advantage] * n
-        row["w"] += [weights[i]] * n
-        row["seq"] += [i] * n
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """What one stretch of a packed row holds: samples that share their first ``trunk`` tokens, laid out as the
+    trunk once, then each sample's rest (a branch, attending to the trunk and to itself only). ``trunk`` 0: one
+    sample, laid out whole."""
+
+    trunk: int
+    samples: tuple[int, ...]
+
+    def length(self, lengths: Sequence[int]) -> int:
+        return self.trunk + sum(lengths[i] - self.trunk for i in self.samples)
+
+
+def _first_sampled(sample: Sample) -> int:
+    return next((i for i, m in enumerate(sample.loss_mask) if m), len(sample.loss_mask))
+
+
+def shared_prefix_units(samples: Sequence[Sample], capacity: int) -> list[Unit]:
+    """Samples whose tokens agree up to their first sampled token (a GRPO group's prompt) as shared-trunk units.
+
+    The trunk is that prompt but its last token: each branch repeats it at its position, so that position predicts
+    the branch's own first sampled token. A trunk's positions carry no loss, and a branch sees exactly the tokens
+    and positions it would alone, so every logprob is the one its own sequence gives; the trunk is forwarded once
+    instead of once per sample. Branches are split over several units (the trunk repeated) to keep each within
+    ``capacity`` tokens; a sample that shares nothing is a unit of its own.
+    """
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    for i, s in enumerate(samples):
+        by_prompt.setdefault(tuple(s.token_ids[: _first_sampled(s)]), []).append(i)
+    units: list[Unit] = []
+    for prompt, members in by_prompt.items():
+        trunk = len(prompt) - 1
+        if len(members) < 2 or trunk < 1:
+            units += [Unit(0, (i,)) for i in members]
+            continue
+        branch: list[int] = []
+        size = trunk
+        for i in members:
+            rest = len(samples[i].token_ids) - trunk
+            if branch and size + rest > capacity:
+                units.append(Unit(trunk, tuple(branch)) if len(branch) > 1 else Unit(0, (branch[0],)))
+                branch, size = [], trunk
+            branch.append(i)
+            size += rest
+        units.append(Unit(trunk, tuple(branch)) if len(branch) > 1 else Unit(0, (branch[0],)))
+    return units
+
+
+def _row_arrays(samples: Sequence[Sample], units: Sequence[Unit], weights: Sequence[float]) -> dict[str, list[Any]]:
+    keys = ("ids", "pos", "tgt", "mask", "old", "prox", "adv", "w", "seq", "temp", "topp", "trunk", "branch")
+    row: dict[str, list[Any]] = {k: [] for k in keys}
+    for unit in units:
+        trunk_id = len(row["trunk"]) and row["trunk"][-1] + 1
+        if unit.trunk:  # the shared tokens: no loss, no sample's advantage
+            s, k = samples[unit.samples[0]], unit.trunk
+            row["ids"] += s.token_ids[:k]
+            row["pos"] += list(range(k))
+            row["tgt"] += s.token_ids[1 : k + 1]
+            row["temp"] += s.temperature[1 : k + 1] if s.temperature else [1.0] * k
+            row["topp"] += s.top_p[1 : k + 1] if s.top_p else [1.0] * k
+            for key, fill in (("mask", 0), ("old", 0.0), ("prox", 0.0), ("adv", 0.0), ("w", 0.0), ("seq", -1)):
+                row[key] += [fill] * k
+            row["trunk"] += [trunk_id] * k
+            row["branch"] += [-1] * k
+        for i in unit.samples:
+            s, k = samples[i], unit.trunk
+            n = len(s.token_ids) - k
+            row["temp"] += (s.temperature[k + 1 :] if s.temperature else [1.0] * (n - 1)) + [1.0]
+            row["topp"] += (s.top_p[k + 1 :] if s.top_p else [1.0] * (n - 1)) + [1.0]
+            row["ids"] += s.token_ids[k:]
+            row["pos"] += list(range(k, k + n))
+            row["tgt"] += s.token_ids[k + 1 :] + [0]
+            row["mask"] += s.loss_mask[k + 1 :] + [0]
+            row["old"] += s.behaviour_logprobs[k + 1 :] + [0.0]
+            row["prox"] += (s.proximal_logprobs[k + 1 :] if s.proximal_logprobs else [0.0] * (n - 1)) + [0.0]
+            row["adv"] += [s.advantage] * n
+            row["w"] += [weights[i]] * n
+            row["seq"] += [i] * n
+            row["trunk"] += [trunk_id] * n
+            row["branch"] += [i] * n
     return row
+
+
+def _shared_attention(trunks: torch.Tensor, branches: torch.Tensor) -> torch.Tensor:
+    """[rows, 1, L, L] boolean mask: a position sees earlier positions of its own trunk, and of its own branch."""
+    length = trunks.shape[1]
+    earlier = torch.ones(length, length, dtype=torch.bool).tril()
+    same_trunk = trunks.unsqueeze(2) == trunks.unsqueeze(1)
+    visible = (branches.unsqueeze(1) == -1) | (branches.unsqueeze(2) == branches.unsqueeze(1))
+    return (same_trunk & visible & earlier).unsqueeze(1)
 
 
 def collate(
     samples: Sequence[Sample], rows: Sequence[Sequence[int]], weights: Sequence[float], *, packed: bool, pad_id: int
 ) -> MicroBatch:
     """Rows of sample indices -> one right-padded MicroBatch."""
+    return collate_units(samples, [[Unit(0, (i,)) for i in r] for r in rows], weights, packed=packed, pad_id=pad_id)
+
+
+def collate_units(
+    samples: Sequence[Sample], rows: Sequence[Sequence[Unit]], weights: Sequence[float], *, packed: bool, pad_id: int
+) -> MicroBatch:
+    """Rows of units -> one right-padded MicroBatch (with a shared-trunk attention mask where a unit shares one)."""
     arrays = [_row_arrays(samples, r, weights) for r in rows]
     width = max(len(a["ids"]) for a in arrays)
-    fill = {"ids": pad_id, "tgt": 0, "mask": 0, "old": 0.0, "prox": 0.0, "adv": 0.0, "w": 0.0, "seq": -1, "temp": 1.0, "topp": 1.0}
-    cols: dict[str, list[list[Any]]] = {k: [] for k in (*fill, "pos", "attn")}
+    fill = {"ids": pad_id, "tgt": 0, "mask": 0, "old": 0.0, "prox": 0.0, "adv": 0.0, "w": 0.0, "seq": -1, "temp": 1.0,
+            "topp": 1.0, "branch": -1}  # fmt: skip
+    cols: dict[str, list[list[Any]]] = {k: [] for k in (*fill, "pos", "attn", "trunk")}
     for a in arrays:
         extra = width - len(a["ids"])
         for key, value in fill.items():
@@ -254,13 +336,21 @@ def collate(
         # padding continues as its own sequence (positions restart at 0), so it never joins a real one
         cols["pos"].append(a["pos"] + list(range(extra)))
         cols["attn"].append([1] * len(a["ids"]) + [0] * extra)
+        cols["trunk"].append(a["trunk"] + [(a["trunk"][-1] + 1) if a["trunk"] else 0] * extra)
     mask = torch.tensor(cols["mask"], dtype=torch.float32)
-    plain = all(s.temperature == [] and s.top_p == [] for r in rows for s in (samples[i] for i in r))
-    proximal = all(s.proximal_logprobs for r in rows for s in (samples[i] for i in r))
+    indices = [i for r in rows for unit in r for i in unit.samples]
+    plain = all(samples[i].temperature == [] and samples[i].top_p == [] for i in indices)
+    proximal = all(samples[i].proximal_logprobs for i in indices)
+    if not packed:
+        attention: torch.Tensor | None = torch.tensor(cols["attn"], dtype=torch.long)
+    elif any(unit.trunk for r in rows for unit in r):
+        attention = _shared_attention(torch.tensor(cols["trunk"]), torch.tensor(cols["branch"]))
+    else:
+        attention = None
     return MicroBatch(
         input_ids=torch.tensor(cols["ids"], dtype=torch.long),
         position_ids=torch.tensor(cols["pos"], dtype=torch.long),
-        attention_mask=None if packed else torch.tensor(cols["attn"], dtype=torch.long),
+        attention_mask=attention,
         targets=torch.tensor(cols["tgt"], dtype=torch.long),
         loss_mask=mask,
         behaviour_logprobs=torch.tensor(cols["old"], dtype=torch.float32),
@@ -281,23 +371,29 @@ def micro_batches(
     capacity: int,
     packed: bool,
     pad_id: int,
+    share_prefixes: bool = True,
 ) -> list[MicroBatch]:
     """The micro-batches of one step, each within ``capacity`` tokens (a longer sequence gets one of its own).
 
-    Packed: sequences first-fit into rows as long as the step's longest sequence, rows grouped into
-    micro-batches. Padded: one sequence per row, similar lengths together.
+    Packed: units (``shared_prefix_units``: a group's prompt forwarded once, with ``share_prefixes``) first-fit
+    into rows as long as the step's longest unit, rows grouped into micro-batches. Padded: one sequence per row,
+    similar lengths together.
     """
     if not samples:
         return []
     lengths = [len(s.token_ids) for s in samples]
     if packed:
-        # rows no longer than the longest sequence: attention cost stays that of the padded layout
+        # rows no longer than the longest unit: attention cost stays that of the padded layout
         # (a dense mask does not skip the blocks between packed sequences) while padding disappears
-        row = max(lengths)
-        rows = pack(lengths, row)
+        units = (
+            shared_prefix_units(samples, capacity) if share_prefixes else [Unit(0, (i,)) for i in range(len(samples))]
+        )
+        sizes = [unit.length(lengths) for unit in units]
+        row = max(sizes)
+        rows = [[units[u] for u in bin_] for bin_ in pack(sizes, row)]
         per_batch = max(1, capacity // row)
         return [
-            collate(samples, rows[i : i + per_batch], weights, packed=True, pad_id=pad_id)
+            collate_units(samples, rows[i : i + per_batch], weights, packed=True, pad_id=pad_id)
             for i in range(0, len(rows), per_batch)
         ]
     return [
@@ -310,11 +406,14 @@ __all__ = [
     "GroupBuffer",
     "MicroBatch",
     "Sample",
+    "Unit",
     "collate",
+    "collate_units",
     "group_key",
     "micro_batches",
     "pack",
     "pad_groups",
     "samples_from",
+    "shared_prefix_units",
     "token_weights",
 ]

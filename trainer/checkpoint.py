@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,8 +57,10 @@ def save_checkpoint(
     optimizer_state: dict[str, Any] | None,
     tokenizer_dir: Path | None,
     keep: int = 2,
+    extra: Callable[[Path], None] | None = None,
 ) -> Path:
-    """Write ``root/step-NNNNNN`` atomically, point ``latest`` at it and prune all but the last ``keep``."""
+    """Write ``root/step-NNNNNN`` atomically, point ``latest`` at it and prune all but the last ``keep``;
+    ``extra`` writes more into the staging folder (a LoRA run's adapter)."""
     root.mkdir(parents=True, exist_ok=True)
     target = root / f"step-{state.step:06d}"
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=root))
@@ -70,6 +73,8 @@ def save_checkpoint(
                     shutil.copy2(tokenizer_dir / name, staging / name)
         if optimizer_state is not None:
             torch.save(optimizer_state, staging / OPTIMIZER_FILE)
+        if extra is not None:
+            extra(staging)
         (staging / STATE_FILE).write_text(json.dumps(asdict(state)))
         if target.exists():
             shutil.rmtree(target)

@@ -65,6 +65,8 @@ class GRPOConfig:
     max_policy_lag: int | None = None
     micro_batch_tokens: int = 4096
     packed: bool = True
+    share_prefixes: bool = True
+    """Forward a prompt that several samples share once (``batching.shared_prefix_units``); packed rows only."""
     max_grad_norm: float | None = 1.0
     side_calls: bool = False
     """Also train on the harness's side-call segments (their reward is the task's, which they did not earn)."""
@@ -347,7 +349,8 @@ def grpo_step(
     mine = shard(list(range(len(batch.samples))), ctx)
     local = [batch.samples[i] for i in mine]
     local_w = [weights[i] for i in mine]
-    mbs = micro_batches(local, local_w, capacity=config.micro_batch_tokens, packed=config.packed, pad_id=pad_id)
+    mbs = micro_batches(local, local_w, capacity=config.micro_batch_tokens, packed=config.packed, pad_id=pad_id,
+                        share_prefixes=config.share_prefixes)  # fmt: skip
     result = optimizer_step(
         model, optimizer, mbs, grpo_loss(config, ref_model), ctx=ctx, max_grad_norm=config.max_grad_norm
     )

@@ -17,6 +17,17 @@ import torch
 
 from rollwire.errors import InvalidRequest
 from rollwire.settings import TrainerSettings
+from rollwire.trainer.adapters import (
+    ADAPTER_DIR,
+    LoraSpec,
+    add_lora,
+    hf_model,
+    is_lora,
+    load_lora,
+    merged_state_dict,
+    save_adapter,
+    trainable,
+)
 from rollwire.trainer.batching import GroupBuffer
 from rollwire.trainer.checkpoint import (
     TrainerState,
@@ -79,10 +90,19 @@ def open_session(cfg: TrainerSettings, base_model: Path, out_dir: Path, ctx: Dis
     torch.manual_seed(cfg.seed)
     resume = latest_checkpoint(out_dir)
     state = load_state(resume) if resume else TrainerState()
-    model = load_causal_lm(resume or base_model, ctx.device)
-    pad_id = int(getattr(model.config, "pad_token_id", None) or 0)
+    if cfg.lora_rank:  # the base and the adapters: a resumed run continues the saved adapters on the same base
+        if ctx.strategy == "fsdp":
+            raise InvalidRequest("--lora-rank runs on one process or under DDP, not FSDP", param="lora_rank")
+        model = load_causal_lm(base_model, ctx.device)
+        pad_id = int(getattr(model.config, "pad_token_id", None) or 0)
+        model = load_lora(model, resume) if resume else add_lora(model, lora_spec(cfg))
+    else:
+        if resume is not None and (resume / ADAPTER_DIR).is_dir():  # its optimizer holds the adapters' moments
+            raise InvalidRequest(f"{resume} was trained with LoRA adapters: resume it with --lora-rank", param="lora_rank")
+        model = load_causal_lm(resume or base_model, ctx.device)
+        pad_id = int(getattr(model.config, "pad_token_id", None) or 0)
     model = wrap_model(model, ctx)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = torch.optim.AdamW(trainable(model), lr=cfg.lr, weight_decay=cfg.weight_decay)
     if resume is not None:
         saved = load_optimizer_state(resume)
         if saved is not None:
@@ -94,6 +114,10 @@ def open_session(cfg: TrainerSettings, base_model: Path, out_dir: Path, ctx: Dis
     group_size = cfg.group_size if cfg.algo == "grpo" else 1
     buffer = GroupBuffer.restore(group_size, state.pending)
     return Session(model, optimizer, state, buffer, base_model, pad_id, ref)
+
+
+def lora_spec(cfg: TrainerSettings) -> LoraSpec:
+    return LoraSpec(cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets)
 
 
 def grpo_config(cfg: TrainerSettings) -> GRPOConfig:
@@ -123,6 +147,7 @@ def grpo_config(cfg: TrainerSettings) -> GRPOConfig:
         side_calls=cfg.train_side_calls,
         micro_batch_tokens=cfg.micro_batch_tokens,
         packed=cfg.packing,
+        share_prefixes=cfg.share_prefixes,
         max_grad_norm=cfg.max_grad_norm or None,
     )
 
@@ -133,6 +158,7 @@ def sft_config(cfg: TrainerSettings) -> SFTConfig:
         aggregation=cfg.aggregation,
         micro_batch_tokens=cfg.micro_batch_tokens,
         packed=cfg.packing,
+        share_prefixes=cfg.share_prefixes,
         max_grad_norm=cfg.max_grad_norm or None,
     )
 
@@ -193,16 +219,18 @@ def checkpoint_and_push(
     cfg: TrainerSettings, session: Session, out_dir: Path, ctx: DistContext, sinks: list[WeightSink],
     publisher: ProxyVersionPublisher | None,
 ) -> Path | None:
-    weights = full_state_dict(session.model, ctx)  # collective under FSDP2
+    policy = unwrap(session.model)
+    lora = is_lora(policy)
+    weights = merged_state_dict(policy) if lora else full_state_dict(session.model, ctx)  # collective under FSDP2
     opt_state = optimizer_state(session.model, session.optimizer, ctx)
     folder = None
     if ctx.is_main:
         session.state.pending = session.buffer.snapshot()
         folder = save_checkpoint(
-            out_dir, session.state, weights, unwrap(session.model), opt_state, session.base_model,
-            keep=cfg.keep_checkpoints,
+            out_dir, session.state, weights, hf_model(policy), opt_state, session.base_model,
+            keep=cfg.keep_checkpoints, extra=(lambda staging: save_adapter(policy, staging)) if lora else None,
         )
-        model = None if ctx.active else unwrap(session.model)  # sharded or replicated: probe the pushed folder
+        model = None if ctx.active else policy  # sharded or replicated: probe the pushed folder
         push(folder, session.state.policy_version, sinks, publisher, cfg.parity_tolerance, model)
     ctx.barrier()
     return folder

@@ -24,6 +24,8 @@ class SFTConfig:
     aggregation: str = "token-mean"
     micro_batch_tokens: int = 4096
     packed: bool = True
+    share_prefixes: bool = True
+    """Forward a prompt that several samples share once (``batching.shared_prefix_units``); packed rows only."""
     max_grad_norm: float | None = 1.0
 
 
@@ -69,6 +71,7 @@ def sft_step(
         capacity=config.micro_batch_tokens,
         packed=config.packed,
         pad_id=pad_id,
+        share_prefixes=config.share_prefixes,
     )
     result = optimizer_step(model, optimizer, mbs, sft_loss(), ctx=ctx, max_grad_norm=config.max_grad_norm)
     rewards = [float(t.reward) for t in trajectories if t.reward is not None]

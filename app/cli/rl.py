@@ -61,6 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       "overlap was faster per update but, with its default TIS, learned less: see bench/async_rl.py)")  # fmt: skip
     loop.add_argument("--epochs", type=int, default=4, help="clipped passes over each update's groups (default 4)")
     loop.add_argument("--lr", type=float, default=3e-4, help="learning rate (default 3e-4)")
+    loop.add_argument("--lora-rank", type=int, default=0,
+                      help="train LoRA adapters of this rank (the lora extra), 0: every weight (default 0)")  # fmt: skip
     loop.add_argument("--no-dynamic-sampling", dest="dynamic_sampling", action="store_false",
                       help="train on every group, even one whose rewards all agree")  # fmt: skip
     loop.add_argument("--curriculum-floor", type=float, default=0.05,
@@ -167,7 +169,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                                       on_progress=lambda p: line(phase[0], p), platform_fault=fault)  # fmt: skip
             else:
                 trainer = learner_settings(settings.trainer, info, serving, max_lag=args.max_lag, lr=args.lr,
-                                           seed=args.seed, group_size=args.group_size)  # fmt: skip
+                                           seed=args.seed, group_size=args.group_size,
+                                           **({"lora_rank": args.lora_rank} if args.lora_rank else {}))  # fmt: skip
                 learner = Learner.open(model_dir, out / "checkpoints", trainer)
                 learner.on_step = lambda step, steps, metrics: line(phase[0], None, step_detail(step, steps, metrics))
                 say("sampling and training")

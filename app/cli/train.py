@@ -30,6 +30,9 @@ FLAGS: dict[str, str] = {
     "algo": "algo",
     "output_dir": "output_dir",
     "lr": "lr",
+    "lora_rank": "lora_rank",
+    "lora_alpha": "lora_alpha",
+    "lora_targets": "lora_targets",
     "max_grad_norm": "max_grad_norm",
     "micro_batch_tokens": "micro_batch_tokens",
     "group_size": "group_size",
@@ -108,6 +111,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             help=fields[name].description)
     parser.add_argument("--no-packing", dest="packing", action="store_false", default=None,
                         help="one sequence per row, right-padded (default: packed rows)")
+    parser.add_argument("--no-share-prefixes", dest="share_prefixes", action="store_false", default=None,
+                        help="forward every sample's prompt in full (default: a prompt samples share, once)")
     parser.add_argument("--no-publish-version", dest="publish_version", action="store_false", default=None,
                         help="do not POST the new policy version to the proxy after a push")
 
@@ -115,7 +120,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def trainer_settings(args: argparse.Namespace, settings: Settings) -> TrainerSettings:
     """Flags beat ROLLWIRE_TRAINER__* env vars, which beat the defaults."""
     updates = {name: getattr(args, dest) for dest, name in {**FLAGS, **SWITCHES}.items() if getattr(args, dest) is not None}
-    for dest in ("packing", "publish_version"):
+    for dest in ("packing", "share_prefixes", "publish_version"):
         if getattr(args, dest) is not None:
             updates[dest] = getattr(args, dest)
     cfg = settings.trainer.model_copy(update=updates)

@@ -18,6 +18,7 @@ import httpx
 import torch
 
 from rollwire.settings import TrainerSettings
+from rollwire.trainer.adapters import trainable
 from rollwire.trainer.batching import GroupBuffer
 from rollwire.trainer.checkpoint import latest_checkpoint
 from rollwire.trainer.distributed import DistContext, init_distributed
@@ -99,7 +100,7 @@ class Learner:
         """The learning rate from now on; ``fresh`` also starts a new AdamW (no moments carried over from SFT)."""
         if fresh:
             self.session.optimizer = torch.optim.AdamW(
-                self.session.model.parameters(), lr=lr, weight_decay=self.settings.weight_decay
+                trainable(self.session.model), lr=lr, weight_decay=self.settings.weight_decay
             )
         for group in self.session.optimizer.param_groups:
             group["lr"] = lr

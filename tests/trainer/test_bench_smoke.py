@@ -18,6 +18,14 @@ def test_bench_prints_ratios(tiny_model_dir: Path) -> None:
     assert sum(line.startswith(("trainer", "bare")) for line in lines) == 4
     assert "packed/padded tokens/s" in lines[-1]
 
+    # The LoRA row and the row that forwards every shared prompt in full, each with its ratio line.
+    done = subprocess.run([*argv, "--lora-rank", "2", "--group-size", "2"], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert sum(line.startswith(("trainer", "bare", "LoRA r=2 step")) for line in lines) == 6
+    assert any(line.startswith("prompts shared/forwarded in full") for line in lines)
+    assert any(line.startswith("LoRA/full GRPO step tokens/s") for line in lines)
+
 
 def test_splice_bench_prints_its_table(qwen_tokenizer_files: Path) -> None:
     bench = BENCH.parent / "splice.py"
