@@ -81,7 +81,7 @@ def reward_curve(result: DemoResult, path: Path) -> Path:
                 [x], [phase.mean], color=color, s=60, zorder=3, label=f"held-out, {phase.name} ({phase.mean:.2f})"
             )
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-    title = f"rollwire demo: {result.config.suite} suite, {result.config.harness} harness"
+    title = f"rollwire demo: {result.config.model or 'tiny'}, {result.config.suite} suite, {result.config.harness} harness"
     return save_reward_figure(fig, ax, "GRPO update (0: after SFT, before RL)", "mean reward", title, path)
 
 
@@ -106,6 +106,8 @@ def settings_in_words(c: DemoConfig) -> list[tuple[str, str]]:
         ("model", (f"{c.model or 'the tiny local model'}, served by "
                   f"{'vLLM at ' + c.upstream if c.upstream else 'the bundled CPU engine'}")),
         ("teacher data", f"{c.teacher_group} scripted-expert rollout(s) of each of {first(teacher, 'train tasks')}"),
+        ("training", f"LoRA adapters of rank {c.lora_rank} (merged into each pushed checkpoint)" if c.lora_rank
+                     else "every weight (full fine-tuning)"),
         ("SFT warm start", (f"{c.sft_epochs} passes over the teacher data, {c.sft_batch} trajectories per step, "
                            f"learning rate {c.sft_lr:g}")),
         ("GRPO", (f"{c.iterations} updates, each on {c.tasks_per_iteration} task groups of {c.group_size} rollouts drawn "
