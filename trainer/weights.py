@@ -143,7 +143,8 @@ class VLLMReloadSink:
 
 
 class VLLMLoraSink:
-    """A PEFT adapter folder loaded in place under one adapter name (requests name it as their model)."""
+    """A PEFT adapter folder loaded in place under one adapter name (requests name it as their model): a
+    checkpoint's own ``adapter/`` (``rollwire train --lora-rank``), or the checkpoint itself when it is one."""
 
     def __init__(self, base_url: str, client: httpx.Client, lora_name: str = "rollwire-policy") -> None:
         self.base_url = base_url.rstrip("/")
@@ -151,9 +152,12 @@ class VLLMLoraSink:
         self.lora_name = lora_name
 
     def push(self, checkpoint: Path, version: int) -> None:
-        if not (checkpoint / "adapter_config.json").is_file():
+        from rollwire.trainer.adapters import ADAPTER_DIR
+
+        folder = checkpoint / ADAPTER_DIR if (checkpoint / ADAPTER_DIR).is_dir() else checkpoint  # a --lora-rank run's
+        if not (folder / "adapter_config.json").is_file():
             raise InvalidRequest(f"{checkpoint} is not a LoRA adapter folder (no adapter_config.json)")
-        body = {"lora_name": self.lora_name, "lora_path": str(checkpoint), "load_inplace": True}
+        body = {"lora_name": self.lora_name, "lora_path": str(folder), "load_inplace": True}
         _post(self.client, f"{self.base_url}/v1/load_lora_adapter", "vLLM load_lora_adapter", json=body)
 
 

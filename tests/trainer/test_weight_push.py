@@ -77,6 +77,13 @@ def test_vllm_lora_load_body_and_adapter_check(tmp_path: Path) -> None:
     body = json.loads(route.calls[0].request.content)
     assert body == {"lora_name": "policy", "lora_path": str(tmp_path), "load_inplace": True}
 
+    trained = tmp_path / "step-000002"  # a --lora-rank checkpoint: merged weights, the adapter in adapter/
+    (trained / "adapter").mkdir(parents=True)
+    (trained / "adapter" / "adapter_config.json").write_text("{}")
+    with httpx.Client() as client:
+        VLLMLoraSink(BASE, client, lora_name="policy").push(trained, 2)
+    assert json.loads(route.calls[1].request.content)["lora_path"] == str(trained / "adapter")
+
 
 @respx.mock
 def test_proxy_policy_version_publish_and_sink_selection() -> None:
