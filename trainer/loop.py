@@ -90,17 +90,15 @@ def open_session(cfg: TrainerSettings, base_model: Path, out_dir: Path, ctx: Dis
     torch.manual_seed(cfg.seed)
     resume = latest_checkpoint(out_dir)
     state = load_state(resume) if resume else TrainerState()
-    if cfg.lora_rank:  # the base and the adapters: a resumed run continues the saved adapters on the same base
-        if ctx.strategy == "fsdp":
-            raise InvalidRequest("--lora-rank runs on one process or under DDP, not FSDP", param="lora_rank")
-        model = load_causal_lm(base_model, ctx.device)
-        pad_id = int(getattr(model.config, "pad_token_id", None) or 0)
+    if cfg.lora_rank and ctx.strategy == "fsdp":
+        raise InvalidRequest("--lora-rank runs on one process or under DDP, not FSDP", param="lora_rank")
+    if not cfg.lora_rank and resume is not None and (resume / ADAPTER_DIR).is_dir():  # its moments are the adapters'
+        raise InvalidRequest(f"{resume} was trained with LoRA adapters: resume it with --lora-rank", param="lora_rank")
+    # LoRA keeps the base and continues the checkpoint's saved adapters; full fine-tuning continues its weights
+    model = load_causal_lm(base_model if cfg.lora_rank else resume or base_model, ctx.device)
+    pad_id = int(getattr(model.config, "pad_token_id", None) or 0)
+    if cfg.lora_rank:
         model = load_lora(model, resume) if resume else add_lora(model, lora_spec(cfg))
-    else:
-        if resume is not None and (resume / ADAPTER_DIR).is_dir():  # its optimizer holds the adapters' moments
-            raise InvalidRequest(f"{resume} was trained with LoRA adapters: resume it with --lora-rank", param="lora_rank")
-        model = load_causal_lm(resume or base_model, ctx.device)
-        pad_id = int(getattr(model.config, "pad_token_id", None) or 0)
     model = wrap_model(model, ctx)
     optimizer = torch.optim.AdamW(trainable(model), lr=cfg.lr, weight_decay=cfg.weight_decay)
     if resume is not None:
