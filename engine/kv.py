@@ -47,9 +47,18 @@ class GrowingLayer(DynamicLayer):
         self.values = self._value_buffer[:, :, :end]
         return self.keys, self.values
 
+    @classmethod
+    def over(cls, key_buffer: torch.Tensor, value_buffer: torch.Tensor, filled: int) -> GrowingLayer:
+        """A layer whose keys and values are the first ``filled`` columns of these buffers (the rest is room)."""
+        layer = cls()
+        layer.lazy_initialization(key_buffer, value_buffer)
+        layer._key_buffer, layer._value_buffer, layer._filled = key_buffer, value_buffer, filled
+        layer.keys, layer.values = key_buffer[:, :, :filled], value_buffer[:, :, :filled]
+        return layer
+
     def _grown(self, buffer: torch.Tensor, like: torch.Tensor, needed: int) -> torch.Tensor:
         rows, heads, _, dim = like.shape
-        grown = like.new_empty(rows, heads, needed + max(SPARE_COLUMNS, needed // 4), dim)
+        grown = like.new_empty(rows, heads, room_for(needed), dim)
         if self._filled:
             grown[:, :, : self._filled] = buffer[:, :, : self._filled]
         return grown
@@ -61,6 +70,16 @@ def growing_cache(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> Cache:
     for layer, (keys, values) in zip(growing, layers, strict=True):
         layer.update(keys, values)
     return Cache(layers=list(growing))
+
+
+def room_for(columns: int) -> int:
+    """Columns a buffer holding ``columns`` allocates: what a ``GrowingLayer`` keeps spare."""
+    return columns + max(SPARE_COLUMNS, columns // 4)
+
+
+def empty_growing_cache() -> Cache:
+    """A cache a prefill fills (its first update allocates room to grow, so decoding copies nothing)."""
+    return Cache(layer_class_to_replicate=GrowingLayer)
 
 
 def tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -82,8 +101,11 @@ class KVBatch:
 
     @classmethod
     def from_prefill(cls, cache: Any, rows: int) -> KVBatch:
-        """A prompt's cache, repeated for ``rows`` choices sampled from the same prompt."""
+        """A prompt's cache, repeated for ``rows`` choices sampled from the same prompt (one row of a growing
+        cache is taken as it is)."""
         layers = tensors(cache)
+        if rows == 1 and all(isinstance(layer, GrowingLayer) for layer in cache.layers):
+            return cls(cache, torch.ones(1, layers[0][0].shape[-2], dtype=torch.long, device=layers[0][0].device))
         if rows > 1:
             layers = [(k.repeat(rows, 1, 1, 1), v.repeat(rows, 1, 1, 1)) for k, v in layers]
         columns = layers[0][0].shape[-2]
@@ -128,4 +150,4 @@ class KVBatch:
         return KVBatch(growing_cache(layers), mask[:, start:])
 
 
-__all__ = ["GrowingLayer", "KVBatch", "growing_cache", "tensors"]
+__all__ = ["GrowingLayer", "KVBatch", "empty_growing_cache", "growing_cache", "room_for", "tensors"]

@@ -14,18 +14,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import DynamicCache
+from transformers.cache_utils import Cache
 
+from rollwire.engine.attention import CONTINUES_CACHE, IMPLEMENTATION
 from rollwire.engine.grammar import Grammars
+from rollwire.engine.kv import GrowingLayer, empty_growing_cache
 from rollwire.engine.prefix_cache import CachedPrefix
 from rollwire.errors import InvalidRequest, NotFound
 
 logger = logging.getLogger(__name__)
 
 CONTINUED_CHUNK_TOKENS = 512
-"""A prompt continued from cached positions is prefilled this many tokens a pass: such a pass attends through an
-explicit mask (queries x all positions), which for a long tail costs more time and memory than the tail itself
-(a 15k-token tail after 1k cached ones took 3x a whole prefill and 1.8 GB); small passes keep the mask small."""
+"""A prompt continued from cached positions is prefilled this many tokens a pass: transformers builds each pass's
+mask (queries x all positions) before the attention, and a long tail in one pass would hold a large one (15k x 16k
+booleans, 240 MB); each pass reads the cache once more, a small cost beside its attention's."""
 
 
 def pick_device(name: str) -> torch.device:
@@ -60,7 +62,9 @@ def load_weights(path: str | Path, device: torch.device, version: int) -> Weight
     folder = _checkpoint_dir(path)
     dtype: Any = torch.float32 if device.type == "cpu" else "auto"
     try:
-        module: Any = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, local_files_only=True)
+        module: Any = AutoModelForCausalLM.from_pretrained(
+            str(folder), dtype=dtype, local_files_only=True, attn_implementation=IMPLEMENTATION
+        )
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise InvalidRequest(f"cannot load the checkpoint in {folder}: {exc}".splitlines()[0], param="model_path")
     module.to(device).eval()
@@ -134,11 +138,11 @@ class LanguageModel:
         last position's logits (1, V) and the whole prompt's KV cache."""
         if prefix is None:
             ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
-            return self._run(input_ids=ids, logits_to_keep=1)
-        cache: Any = DynamicCache(ddp_cache_data=prefix.layers)
+            return self._run(input_ids=ids, logits_to_keep=1, cache=empty_growing_cache())
+        cache: Any = Cache(layers=[GrowingLayer.over(keys, values, prefix.tokens) for keys, values in prefix.buffers])
         for start in range(prefix.tokens, len(prompt_ids), CONTINUED_CHUNK_TOKENS):
             ids = torch.tensor([prompt_ids[start : start + CONTINUED_CHUNK_TOKENS]], dtype=torch.long, device=self.device)
-            logits, cache = self._run(input_ids=ids, logits_to_keep=1, cache=cache)
+            logits, cache = self._run(input_ids=ids, logits_to_keep=1, cache=cache, **{CONTINUES_CACHE: True})
         return logits, cache
 
     @torch.inference_mode()

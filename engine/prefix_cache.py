@@ -17,10 +17,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-MIN_CACHED_SHARE = 0.7
-"""A cached prefix serves a prompt only when it covers this share of it. Continuing after cached positions attends
-through an explicit mask, slower per position than a whole prefill's causal attention: on the tiny model on a CPU
-the two cost the same at ~62% cached (a 16k prompt: 2.0 s whole, 2.6 s with half of it cached, 1.3 s with 80%)."""
+from rollwire.engine.kv import room_for
+
+MIN_CACHED_SHARE = 0.2
+"""A cached prefix serves a prompt only when it covers this share of it. Below it, continuing in passes (each
+reading the whole cache again) costs what a whole prefill does: a 16k prompt on the tiny model, one CPU thread,
+took 1.00x a whole prefill's time with 10% of it cached, 0.98x with 20%, 0.74x with 50% and 0.19x with 90%
+(``bench/continued_prefill.py``)."""
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
 """Per layer (keys, values), each (1 x heads x tokens x dim): one sequence's cache as transformers holds it."""
@@ -46,7 +49,14 @@ class CachedPrefix:
     """The first ``tokens`` positions of a prompt, ready to continue from."""
 
     tokens: int
-    layers: Layers
+    buffers: Layers
+    """Per layer (keys, values) whose first ``tokens`` columns are the prefix's; the rest is room for the prompt's
+    tail and its decoding, so continuing copies nothing (``kv.GrowingLayer.over``)."""
+
+    @property
+    def layers(self) -> Layers:
+        """The prefix's keys and values alone (views)."""
+        return [(keys[:, :, : self.tokens], values[:, :, : self.tokens]) for keys, values in self.buffers]
 
 
 @dataclass(slots=True)
@@ -94,8 +104,11 @@ class PrefixCache:
         self.stats.hits += 1
         tokens = len(path) * self.block_tokens
         self.stats.hit_tokens += tokens
-        stacked = torch.cat([block.kv for block in path], dim=3).unsqueeze(2)
-        return CachedPrefix(tokens, [(layer[0], layer[1]) for layer in stacked])
+        layers, _, heads, width, dim = path[0].kv.shape
+        room = path[0].kv.new_empty(layers, 2, 1, heads, room_for(len(ids)), dim)
+        for n, block in enumerate(path):  # one copy, straight into buffers the continuation grows in place
+            room[:, :, 0, :, n * width : (n + 1) * width] = block.kv
+        return CachedPrefix(tokens, [(layer[0], layer[1]) for layer in room])
 
     def insert(self, ids: list[int], layers: Layers, salt: str | None = None) -> None:
         """Keep, under ``salt``, the whole blocks of ``ids``, whose keys and values are ``layers``' last

@@ -1,0 +1,87 @@
+"""The engine's split attention for prompts that continue a cached prefix: the same numbers as SDPA through the
+explicit causal mask, for grouped and plain heads, and the engine's continuations really take it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rollwire.engine import attention
+from rollwire.engine.attention import CONTINUES_CACHE, continued_attention, rollwire_sdpa
+from rollwire.engine.kv import tensors
+from rollwire.engine.model import LanguageModel
+from rollwire.engine.prefix_cache import PrefixCache
+
+
+def _masked(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, groups: int) -> torch.Tensor:
+    """What transformers' SDPA computes for a continuation: the mask's new rows end at the last column."""
+    length, columns = query.shape[2], key.shape[2]
+    mask = torch.ones(length, columns, dtype=torch.bool).tril(columns - length)
+    return F.scaled_dot_product_attention(
+        query, key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1), attn_mask=mask
+    )
+
+
+@pytest.mark.parametrize(("heads", "groups", "cached", "length"), [(4, 2, 700, 45), (3, 1, 64, 64), (6, 3, 9, 1)])
+def test_the_split_equals_masked_attention(heads: int, groups: int, cached: int, length: int) -> None:
+    generator = torch.Generator().manual_seed(heads * 1000 + cached)
+    query = torch.randn(1, heads, length, 16, generator=generator)
+    key = torch.randn(1, heads // groups, cached + length, 16, generator=generator)
+    value = torch.randn(1, heads // groups, cached + length, 16, generator=generator)
+    split = continued_attention(query, key, value, groups, None)
+    assert torch.allclose(split, _masked(query, key, value, groups), atol=1e-6)
+
+
+class _Layer(torch.nn.Module):
+    num_key_value_groups = 2
+
+
+def test_only_a_flagged_single_sequence_continuation_splits() -> None:
+    calls: list[int] = []
+    real = attention.continued_attention
+
+    def counted(*args: object) -> torch.Tensor:
+        calls.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    query, key, value = torch.randn(1, 4, 5, 8), torch.randn(1, 2, 12, 8), torch.randn(1, 2, 12, 8)
+    mask = torch.ones(5, 12, dtype=torch.bool).tril(7)[None, None]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(attention, "continued_attention", counted)
+        plain, _ = rollwire_sdpa(_Layer(), query, key, value, mask)
+        flagged, _ = rollwire_sdpa(_Layer(), query, key, value, mask, **{CONTINUES_CACHE: True})
+        assert calls == [1]
+        rollwire_sdpa(_Layer(), query.repeat(2, 1, 1, 1), key.repeat(2, 1, 1, 1), value.repeat(2, 1, 1, 1),
+                      mask, **{CONTINUES_CACHE: True})  # fmt: skip
+        assert calls == [1], "a batch of rows may carry padding: SDPA with its mask"
+    assert plain.shape == flagged.shape == (1, 5, 4, 8)
+    assert torch.allclose(plain, flagged, atol=1e-6)
+
+
+def test_the_engine_continues_a_cached_prompt_through_the_split_with_the_whole_prefills_logits(
+    tiny_model_dir: Path,
+) -> None:
+    model = LanguageModel(tiny_model_dir, device="cpu")
+    config = model.weights.module.config
+    prompt = torch.randint(3, 500, (700,), generator=torch.Generator().manual_seed(7)).tolist()
+    cache = PrefixCache(1 << 30)
+    _, computed = model.prefill(prompt[:600])
+    cache.insert(prompt[:600], tensors(computed))
+    whole, _ = model.prefill(prompt)
+    calls: list[int] = []
+    real = attention.continued_attention
+
+    def counted(*args: object) -> torch.Tensor:
+        calls.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(attention, "continued_attention", counted)
+        prefix = cache.lookup(prompt)
+        assert prefix is not None and prefix.tokens == 576
+        continued, _ = model.prefill(prompt, prefix)
+    assert len(calls) == config.num_hidden_layers  # every layer, one pass: the keyword reached the attention
+    assert torch.allclose(continued, whole, atol=1e-4)
