@@ -62,9 +62,15 @@ def load_weights(path: str | Path, device: torch.device, version: int) -> Weight
     folder = _checkpoint_dir(path)
     dtype: Any = torch.float32 if device.type == "cpu" else "auto"
     try:
-        module: Any = AutoModelForCausalLM.from_pretrained(
-            str(folder), dtype=dtype, local_files_only=True, attn_implementation=IMPLEMENTATION
-        )
+        try:
+            module: Any = AutoModelForCausalLM.from_pretrained(
+                str(folder), dtype=dtype, local_files_only=True, attn_implementation=IMPLEMENTATION
+            )
+        except ValueError as exc:  # an architecture without SDPA: transformers' own choice (eager), no split
+            if "attention implementation" not in str(exc) and "attn_implementation" not in str(exc):
+                raise
+            logger.info("%s: %s; loading with its default attention", folder, str(exc).splitlines()[0])
+            module = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, local_files_only=True)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise InvalidRequest(f"cannot load the checkpoint in {folder}: {exc}".splitlines()[0], param="model_path")
     module.to(device).eval()

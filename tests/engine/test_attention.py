@@ -4,6 +4,7 @@ explicit causal mask, for grouped and plain heads, and the engine's continuation
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -85,3 +86,29 @@ def test_the_engine_continues_a_cached_prompt_through_the_split_with_the_whole_p
         continued, _ = model.prefill(prompt, prefix)
     assert len(calls) == config.num_hidden_layers  # every layer, one pass: the keyword reached the attention
     assert torch.allclose(continued, whole, atol=1e-4)
+
+
+def test_an_architecture_without_sdpa_loads_with_its_default_attention(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformers refuses an SDPA-based implementation for a model class without SDPA; the engine then loads it
+    as transformers would by default (its eager attention), rather than refusing the checkpoint."""
+    from transformers import AutoModelForCausalLM
+
+    from rollwire.engine.attention import IMPLEMENTATION
+    from rollwire.engine.model import load_weights
+
+    real = AutoModelForCausalLM.from_pretrained
+    asked: list[object] = []
+
+    def without_sdpa(*args: Any, **kwargs: Any) -> Any:
+        asked.append(kwargs.get("attn_implementation"))
+        if kwargs.get("attn_implementation") == IMPLEMENTATION:
+            raise ValueError("Qwen3ForCausalLM does not support an attention implementation through "
+                             "torch.nn.functional.scaled_dot_product_attention yet.")  # fmt: skip
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", without_sdpa)
+    weights = load_weights(tiny_model_dir, torch.device("cpu"), version=0)
+    assert asked == [IMPLEMENTATION, None]
+    assert weights.module.config._attn_implementation != IMPLEMENTATION
