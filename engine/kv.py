@@ -104,12 +104,11 @@ class KVBatch:
         """A prompt's cache, repeated for ``rows`` choices sampled from the same prompt (one row of a growing
         cache is taken as it is)."""
         layers = tensors(cache)
+        mask = torch.ones(rows, layers[0][0].shape[-2], dtype=torch.long, device=layers[0][0].device)
         if rows == 1 and all(isinstance(layer, GrowingLayer) for layer in cache.layers):
-            return cls(cache, torch.ones(1, layers[0][0].shape[-2], dtype=torch.long, device=layers[0][0].device))
+            return cls(cache, mask)
         if rows > 1:
             layers = [(k.repeat(rows, 1, 1, 1), v.repeat(rows, 1, 1, 1)) for k, v in layers]
-        columns = layers[0][0].shape[-2]
-        mask = torch.ones(rows, columns, dtype=torch.long, device=layers[0][0].device)
         return cls(growing_cache(layers), mask)
 
     @property
