@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from rollwire.engine import attention
 from rollwire.engine.attention import CONTINUES_CACHE, continued_attention, rollwire_sdpa
-from rollwire.engine.kv import tensors
+from rollwire.engine.kv import KVBatch, tensors
 from rollwire.engine.model import LanguageModel
 from rollwire.engine.prefix_cache import PrefixCache
 
@@ -112,3 +112,65 @@ def test_an_architecture_without_sdpa_loads_with_its_default_attention(
     weights = load_weights(tiny_model_dir, torch.device("cpu"), version=0)
     assert asked == [IMPLEMENTATION, None]
     assert weights.module.config._attn_implementation != IMPLEMENTATION
+
+
+def test_an_unpadded_decode_step_folds_grouped_heads_and_a_padded_one_keeps_its_mask() -> None:
+    generator = torch.Generator().manual_seed(11)
+    query = torch.randn(3, 6, 1, 16, generator=generator)
+    key, value = torch.randn(3, 2, 40, 16, generator=generator), torch.randn(3, 2, 40, 16, generator=generator)
+    reference = F.scaled_dot_product_attention(query, key, value, enable_gqa=True)
+    assert torch.allclose(attention.folded_decode(query, key, value, 3, None), reference, atol=1e-6)
+    layer = _Layer()
+    layer.num_key_value_groups = 3
+    calls: list[int] = []
+    real = attention.folded_decode
+
+    def counted(*args: object) -> torch.Tensor:
+        calls.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    padded = torch.ones(3, 1, 1, 40, dtype=torch.bool)
+    padded[1, ..., :7] = False
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(attention, "folded_decode", counted)
+        unpadded, _ = rollwire_sdpa(layer, query, key, value, None)
+        assert calls == [1]
+        masked, _ = rollwire_sdpa(layer, query, key, value, padded)
+        assert calls == [1], "a padded batch decodes through SDPA with its mask"
+    assert torch.allclose(unpadded, reference.transpose(1, 2), atol=1e-6)
+    expected = F.scaled_dot_product_attention(query, key, value, attn_mask=padded, enable_gqa=True)
+    assert torch.allclose(masked, expected.transpose(1, 2), atol=1e-6)
+
+
+def test_the_engine_decodes_one_sequence_through_the_fold_with_the_same_logits(tiny_model_dir: Path) -> None:
+    model = LanguageModel(tiny_model_dir, device="cpu")
+    config = model.weights.module.config
+    prompt = torch.randint(3, 500, (300,), generator=torch.Generator().manual_seed(5)).tolist()
+    steps = [7, 9, 11]
+
+    def decoded() -> torch.Tensor:
+        _, cache = model.prefill(prompt)
+        batch = KVBatch.from_prefill(cache, 1)
+        logits = []
+        for offset, token in enumerate(steps):
+            position = torch.tensor([[len(prompt) + offset]])
+            logits.append(model.decode(torch.tensor([[token]]), batch.extend_mask(), position, batch.cache))
+        return torch.cat(logits)
+
+    calls: list[int] = []
+    real = attention.folded_decode
+
+    def counted(*args: object) -> torch.Tensor:
+        calls.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(attention, "folded_decode", counted)
+        folded = decoded()
+    assert len(calls) == config.num_hidden_layers * len(steps)
+    config._attn_implementation = "sdpa"
+    try:
+        plain = decoded()
+    finally:
+        config._attn_implementation = attention.IMPLEMENTATION
+    assert torch.allclose(folded, plain, atol=1e-4)
