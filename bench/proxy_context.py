@@ -76,6 +76,12 @@ BASH = {
 """The synthetic harness's shell tool, named as Claude Code's (the stub answers every call with a call of it)."""
 
 
+def _compact(body: dict[str, Any]) -> bytes:
+    """A request body as harnesses write it: Node's ``JSON.stringify`` and the official Python SDKs (httpx's
+    ``json=``, ``separators=(",", ":")``) write compact UTF-8 JSON."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
 # --- the harness's conversation -----------------------------------------------------------------------------------
 
 
@@ -172,7 +178,7 @@ class ClaudeCode(Harness):
             assert self.pending is not None
             block = {"type": "tool_result", "tool_use_id": self.pending, "content": result}
             self.messages.append({"role": "user", "content": [block]})
-        return json.dumps({**self.head, "messages": self.messages}, ensure_ascii=False).encode()  # as Node writes it
+        return _compact({**self.head, "messages": self.messages})
 
     def answered(self, data: bytes) -> tuple[int, int]:
         answer = json.loads(data)
@@ -199,7 +205,7 @@ class Synthetic(Harness):
     def body(self, result: str | None) -> bytes:
         if result is not None:
             self.messages.append({"role": "tool", "tool_call_id": self.pending, "content": result})
-        return json.dumps({"model": "stub", "messages": self.messages, "tools": self.tools}).encode()
+        return _compact({"model": "stub", "messages": self.messages, "tools": self.tools})
 
     def answered(self, data: bytes) -> tuple[int, int]:
         answer = json.loads(data)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import AsyncIterator, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from rollwire.proxy.metrics import ProxyMetrics, classify
 from rollwire.proxy.parsers import reasoning_parser, tool_parser
 from rollwire.proxy.recorder import Recorder
 from rollwire.proxy.render import Renderer
+from rollwire.proxy.resent_body import ResentBodies
 from rollwire.proxy.routes import ADMIN_PATHS, admin_routes, rollout_routes
 from rollwire.proxy.splice.plan import POLICIES
 from rollwire.proxy.splice.priors import PriorCache
@@ -56,14 +58,19 @@ class ProxyState:
         self.auth = auth
         self.parsed = ParsedMessages(settings.cache_message_bytes)
         """Each rollout's latest messages, parsed (``dialects.parsed``)."""
+        self.bodies = ResentBodies(settings.cache_message_bytes)
+        """Each rollout's latest body, and where its conversation lies in it (``resent_body``)."""
         self._finished = anyio.Event()
 
     async def read_json(self, request: Request) -> Any:
         return await read_json_body(request, self.settings.max_body_bytes)
 
-    async def read_json_sent(self, request: Request) -> tuple[Any, bytes | None]:
-        """The body and its bytes as sent (stored as the call's request without serializing it again)."""
-        return await read_json_sent(request, self.settings.max_body_bytes)
+    async def read_json_sent(self, request: Request, rollout_id: str, entries_key: str) -> tuple[Any, bytes | None]:
+        """The body and its bytes as sent (stored as the call's request without serializing it again), the
+        conversation's entries the rollout sent last time taken as parsed then (``resent_body``)."""
+        return await read_json_sent(
+            request, self.settings.max_body_bytes, partial(self.bodies.parse, rollout_id, entries_key)
+        )
 
     def rollout_base(self, request: Request) -> str:
         """The base URL of the rollouts an admin request creates: the host it was sent to, on the main listener's

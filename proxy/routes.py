@@ -62,7 +62,7 @@ def generate(dialect: Dialect) -> Handler:
     async def route(request: Request) -> Response:
         state = _state(request)
         caller = await state.auth.caller(request)
-        raw, sent = await state.read_json_sent(request)
+        raw, sent = await state.read_json_sent(request, caller.rollout_id, dialect.entries_key)
         accepted = await dialect.accept(raw, sent, History(state.engine, caller.rollout_id, state.parsed))
         return await state.calls.answer(caller, accepted, request)
 

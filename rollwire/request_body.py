@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from itertools import chain, compress, repeat
 from operator import is_
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from starlette.requests import Request
@@ -37,23 +38,31 @@ them). Looked for in a small body with its digits mapped to ``0``: a regular exp
 17 kB body took ~160 us (20x orjson's parse of it), the mapping and search ~7 us."""
 _WIDE = float(2**63)
 """A parsed float at least this large may be an integer literal orjson read past 64 bits: in a large body it is
-looked for during the walk that checks the nesting (``_walk``), where mapping the body cost ~130 us at 230 kB."""
+looked for during the walk that checks the nesting (``walk``), where mapping the body cost ~130 us at 230 kB."""
 WALKED_BYTES = 16 * 1024
 """Past this size, a body's nesting is walked without counting its brackets first, and that walk also looks for
 numbers orjson may have read inexactly (in place of the digit search)."""
 
 
-def _parse(body: bytearray) -> Any:
+class Parsed(NamedTuple):
+    """A body parsed (``parse_json``)."""
+
+    value: Any
+    paired: bool
+    """orjson read it: then every ``\\uD800``-``\\uDFFF`` escape in it was one half of a pair (orjson refuses a lone
+    one, and a body that is not strict UTF-8)."""
+    shallow: bool | None
+    """Its nesting is within ``MAX_DEPTH``, where that was walked (a large body's); None where not walked."""
+
+
+BodyParser = Callable[[bytes], Parsed]
+"""How a service parses the bytes of a body (``parse_json``, or a memo in front of it)."""
+
+
+def parse_json(body: bytes | bytearray) -> Parsed:
     """``body`` parsed: by orjson (~5x faster on a harness's request) where it parses to exactly what the standard
     library would; everything it refuses or may read differently (long numbers, UTF-16/32, a BOM, lone
     surrogates, ``NaN``) goes to the standard library, whose value or error is then the answer."""
-    return _read(body)[0]
-
-
-def _read(body: bytearray) -> tuple[Any, bool, bool | None]:
-    """``_parse(body)``; whether orjson read it (then every ``\\uD800``-``\\uDFFF`` escape in it was one half of a
-    pair: orjson refuses a lone one, and a body that is not strict UTF-8); and whether its nesting is within
-    ``MAX_DEPTH`` where that was walked (a large body's, None otherwise)."""
     large = len(body) > WALKED_BYTES
     if large or _LONG_NUMBER not in body.translate(_DIGITS):
         try:
@@ -62,11 +71,11 @@ def _read(body: bytearray) -> tuple[Any, bool, bool | None]:
             pass
         else:
             if not large:
-                return value, True, None
-            shallow, wide = _walk(value)
+                return Parsed(value, True, None)
+            shallow, wide = walk(value)
             if not wide:
-                return value, True, shallow
-    return json.loads(body, parse_constant=_no_constant), False, None
+                return Parsed(value, True, shallow)
+    return Parsed(json.loads(body, parse_constant=_no_constant), False, None)
 
 
 def _no_constant(name: str) -> Any:
@@ -76,7 +85,7 @@ def _no_constant(name: str) -> Any:
 _CONTAINER = frozenset((dict, list)).__contains__
 
 
-def _walk(value: Any) -> tuple[bool, bool]:
+def walk(value: Any) -> tuple[bool, bool]:
     """(nesting within ``MAX_DEPTH``, a float of magnitude ``_WIDE`` or more within those levels). Level by level,
     iterative (a recursive walk would fail the way the request would). A parsed body holds plain dicts and lists
     only, so each level's containers and floats are picked by type at C speed (``compress``): a harness's 230 kB
@@ -105,15 +114,15 @@ def check_json_value(
     parsed: Any, raw: bytes, utf8: bool = True, paired: bool = False, shallow: bool | None = None
 ) -> None:
     """400 for a body that parsed but is no usable JSON text (see the module docstring); ``utf8``: ``raw`` is
-    strict UTF-8; ``paired``: orjson parsed it, so it holds no lone surrogate (``_read``); ``shallow``: its
-    nesting is within ``MAX_DEPTH``, where the parse walked it already (``_read``).
+    strict UTF-8; ``paired``: orjson parsed it, so it holds no lone surrogate (``parse_json``); ``shallow``: its
+    nesting is within ``MAX_DEPTH``, where the parse walked it already (``parse_json``).
 
     Only a body that may hold one is serialized again to look: a client that escapes every character outside
     ASCII (Python's ``json.dumps`` does) writes an emoji as a surrogate pair, and Claude Code's tool definitions
     carry one (a robot face), so such a body always matched ``_SURROGATE_ESCAPE``, and serializing it again took a
     quarter of the proxy's time a call at 128k tokens of context (``bench/proxy_context.py``)."""
     if shallow is None:
-        shallow = not isinstance(parsed, (dict, list)) or not _may_nest_deeply(raw) or _walk(parsed)[0]
+        shallow = not isinstance(parsed, (dict, list)) or not _may_nest_deeply(raw) or walk(parsed)[0]
     if not shallow:
         raise InvalidRequest(f"the JSON body is nested deeper than {MAX_DEPTH} levels")
     if not utf8 or (not paired and _SURROGATE_ESCAPE.search(raw)):
@@ -129,9 +138,9 @@ async def read_json_body(request: Request, limit: int) -> Any:
     return (await read_json_sent(request, limit))[0]
 
 
-async def read_json_sent(request: Request, limit: int) -> tuple[Any, bytes | None]:
+async def read_json_sent(request: Request, limit: int, parse: BodyParser = parse_json) -> tuple[Any, bytes | None]:
     """The parsed JSON body and its bytes as sent (None if not UTF-8), for callers that store the body: keeping
-    them saves serializing a large request again. Kept as bytes: a text holding one character past U+FFFF (an
+    them saves serializing a large request again. ``parse``: ``parse_json``, or a memo in front of it. Kept as bytes: a text holding one character past U+FFFF (an
     emoji in a tool's description) takes 4 bytes a character, and decoding, comparing and slicing such a text
     cost ~0.5 ms a call at 128k tokens of context (``bench/proxy_context.py``)."""
     declared = request.headers.get("content-length")
@@ -142,13 +151,13 @@ async def read_json_sent(request: Request, limit: int) -> tuple[Any, bytes | Non
         body += piece
         if len(body) > limit:
             raise PayloadTooLarge(f"request body is over the {limit}-byte limit")
+    sent = bytes(body)
     try:
-        parsed, paired, shallow = _read(body)
+        parsed, paired, shallow = parse(sent)
     except ValueError as exc:
         raise InvalidRequest(f"malformed JSON body: {exc}") from None
     except RecursionError:
         raise InvalidRequest(f"the JSON body is nested deeper than {MAX_DEPTH} levels") from None
-    sent = bytes(body)
     utf8 = paired or _is_utf8(sent)  # orjson reads strict UTF-8 only; JSON in UTF-16/32 is stored re-serialized
     check_json_value(parsed, sent, utf8=utf8, paired=paired, shallow=shallow)
     return parsed, sent if utf8 else None
@@ -162,4 +171,4 @@ def _is_utf8(data: bytes) -> bool:
     return True
 
 
-__all__ = ["MAX_DEPTH", "check_json_value", "read_json_body", "read_json_sent"]
+__all__ = ["MAX_DEPTH", "BodyParser", "Parsed", "check_json_value", "parse_json", "read_json_body", "read_json_sent", "walk"]

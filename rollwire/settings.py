@@ -104,7 +104,8 @@ class ProxySettings(BaseModel):
     cache_message_bytes: int = Field(
         256 * 1024 * 1024,
         description="Bytes of JSON messages kept parsed, each rollout's latest request's (least recently called "
-        "rollouts dropped first; a call parses only what its rollout did not send before). 0: parse every request whole.",
+        "rollouts dropped first; a call parses only what its rollout did not send before), and again of each "
+        "rollout's latest request body, to find what the next one resends. 0: parse every request whole.",
     )
 
 

@@ -49,6 +49,8 @@ class Dialect(Protocol):
     take this dialect's shape."""
     count_tokens_path: str | None
     """Its token-counting route, where the dialect has one."""
+    entries_key: str
+    """The body's member that holds the conversation a harness resends with every call (``proxy.resent_body``)."""
 
     async def accept(self, raw: Any, sent: bytes | None, history: History) -> Accepted:
         """A request body read as this dialect reads it (``InvalidRequest`` naming the field): the conversation,

@@ -152,6 +152,7 @@ def _sampling(body: dict[str, Any]) -> Sampling:
 class ChatDialect:
     name = "chat"
     path = "/chat/completions"
+    entries_key = "messages"
     count_tokens_path: str | None = None
 
     async def accept(self, raw: Any, sent: bytes | None, history: History) -> Accepted:

@@ -278,6 +278,7 @@ def content_blocks(message: Message) -> list[dict[str, Any]]:
 class MessagesDialect:
     name = "messages"
     path = "/messages"
+    entries_key = "messages"
     count_tokens_path: str | None = "/messages/count_tokens"
 
     async def accept(self, raw: Any, sent: bytes | None, history: History) -> Accepted:

@@ -16,10 +16,10 @@ recently called rollouts dropped first.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from itertools import chain
-from operator import eq
+from operator import eq, is_
 from typing import Any, Protocol, Self, TypeVar
 
 import orjson
@@ -93,6 +93,8 @@ class _Parsed:
     size: int
     state: Any = None
     """A fold's state after every entry (``fold``)."""
+    entries: list[Any] = field(default_factory=list)
+    """The entries as parsed from the body (``parse``)."""
 
 
 class ParsedMessages:
@@ -109,15 +111,18 @@ class ParsedMessages:
 
     def parse(self, rollout_id: str, dialect: str, entries: list[Any], parse_one: ParseOne) -> tuple[Message, ...]:
         held = self._taken(rollout_id)
-        texts = _serialized(entries) if self.max_bytes > 0 else None
-        if texts is None:
+        if held is None or held.dialect != dialect:
+            held = _Parsed(dialect, [], [], 0)
+        # The entries the body took as parsed last time (``resent_body``) are the very objects: not serialized again.
+        resent = _leading(map(is_, entries, held.entries))
+        rest = _serialized(entries[resent:]) if self.max_bytes > 0 else None
+        if rest is None:
             return WHOLE.messages(entries, parse_one)
-        before, earlier = (held.texts, held.messages) if held is not None and held.dialect == dialect else ([], [])
-        same = list(map(eq, texts, before))  # C-speed: a long conversation has thousands of entries
-        kept = same.index(False) if False in same else len(same)
-        parsed = earlier[:kept] + [parse_one(entries[i], i) for i in range(kept, len(entries))]
+        texts = held.texts[:resent] + rest
+        kept = resent + _leading(map(eq, rest, held.texts[resent:]))  # C-speed: thousands of entries
+        parsed = held.messages[:kept] + [parse_one(entries[i], i) for i in range(kept, len(entries))]
         self.reused += kept
-        self._keep(rollout_id, _Parsed(dialect, texts, parsed, sum(map(len, texts))))
+        self._keep(rollout_id, _Parsed(dialect, texts, parsed, sum(map(len, texts)), entries=entries))
         return tuple(chain.from_iterable(parsed))
 
     def fold(self, rollout_id: str, dialect: str, head: Any, entries: list[Any], start: Callable[[], F]) -> F:
@@ -182,6 +187,12 @@ class ParsedMessages:
     @property
     def held_bytes(self) -> int:
         return self._bytes
+
+
+def _leading(alike: Iterable[bool]) -> int:
+    """How many of ``alike`` are true before the first false."""
+    same = list(alike)
+    return same.index(False) if False in same else len(same)
 
 
 def _serialized(entries: list[Any]) -> list[bytes] | None:

@@ -85,6 +85,7 @@ class ResponsesDialect:
 
     name = "responses"
     path = "/responses"
+    entries_key = "input"
     count_tokens_path: str | None = None
 
     def __init__(self, tools: ResponsesTools | None = None) -> None:

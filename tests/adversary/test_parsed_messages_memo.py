@@ -1,5 +1,6 @@
 """The policy writes the history a harness sends back, and the proxy keeps each rollout's last messages parsed
-(``rollwire.proxy.dialects.parsed``), so a rollout's requests now reach state the proxy holds between calls.
+(``rollwire.proxy.dialects.parsed``) and its last body's layout (``rollwire.proxy.resent_body``), so a rollout's
+requests now reach state the proxy holds between calls.
 Through the real proxy and the bundled engine, with Anthropic's own client:
 
 - a history that is equal in Python but not in JSON (a tool call's ``1`` written back as ``true``, its keys
@@ -60,13 +61,15 @@ def _run(engine_url: str, tiny_model_dir: Path, folder: Path, memo_bytes: int) -
         with httpx.Client(base_url=proxy.urls["admin"], headers={"Authorization": f"Bearer {KEY}"}) as admin:
             run = admin.post("/admin/v1/runs", json={}).json()["id"]
             rollouts = admin.post(f"/admin/v1/runs/{run}/rollouts", json={"count": 2}).json()
-        memo = app.state.proxy.parsed
+        memo, bodies = app.state.proxy.parsed, app.state.proxy.bodies
         policy, other = (anthropic.Anthropic(base_url=r["anthropic_base_url"], api_key="x", max_retries=0) for r in rollouts)
         for turn in range(len(WRITTEN_BACK)):
             policy.messages.create(model="tiny", max_tokens=4, messages=_history(turn))  # type: ignore[arg-type]
-        before = memo.reused
+        before, taken = memo.reused, bodies.reused
         other.messages.create(model="tiny", max_tokens=4, messages=_history(len(WRITTEN_BACK) - 1))  # type: ignore[arg-type]
         assert memo.reused == before, "another rollout's request was read through the policy's memo"
+        assert bodies.reused == taken, "another rollout's body was read through the policy's"
+        assert memo_bytes == 0 or taken > 0, "the body memo took part (the SDK writes compact JSON)"
     engine = open_engine(store)
     try:
         calls = load_calls(engine, rollouts[0]["id"])

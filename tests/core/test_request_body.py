@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollwire.errors import InvalidRequest
-from rollwire.request_body import MAX_DEPTH, WALKED_BYTES, _no_constant, _parse, _read, check_json_value
+from rollwire.request_body import MAX_DEPTH, WALKED_BYTES, _no_constant, check_json_value, parse_json
 
 SCALARS = (
     st.none()
@@ -44,7 +44,7 @@ def test_a_body_parses_to_what_the_standard_library_reads(value: Any, ascii_only
         raw = json.dumps(value, ensure_ascii=ascii_only).encode()
     except UnicodeEncodeError:  # a lone surrogate cannot be UTF-8: no client can send that body
         return
-    assert _same(_parse(bytearray(raw)), json.loads(raw, parse_constant=_no_constant))
+    assert _same(parse_json(bytearray(raw)).value, json.loads(raw, parse_constant=_no_constant))
 
 
 def _large(raw: bytes) -> bytes:
@@ -60,7 +60,7 @@ def test_a_large_body_parses_to_what_the_standard_library_reads(value: Any, asci
         raw = _large(json.dumps(value, ensure_ascii=ascii_only).encode())
     except UnicodeEncodeError:
         return
-    assert _same(_parse(bytearray(raw)), json.loads(raw, parse_constant=_no_constant))
+    assert _same(parse_json(bytearray(raw)).value, json.loads(raw, parse_constant=_no_constant))
 
 
 @pytest.mark.parametrize(
@@ -76,7 +76,7 @@ def test_a_large_body_parses_to_what_the_standard_library_reads(value: Any, asci
 )
 def test_a_large_body_with_wide_numbers_deep_inside_is_the_standard_librarys(number: bytes, by_orjson: bool) -> None:
     raw = _large(b'[{"a": [[' + number + b"]]}]")
-    value, paired, shallow = _read(bytearray(raw))
+    value, paired, shallow = parse_json(bytearray(raw))
     assert _same(value, json.loads(raw)) and (paired, shallow) == (by_orjson, True if by_orjson else None)
 
 
@@ -88,7 +88,7 @@ def test_a_body_orjson_reads_holds_no_lone_surrogate(value: Any, ascii_only: boo
         raw = json.dumps(value, ensure_ascii=ascii_only).encode()
     except UnicodeEncodeError:
         return
-    parsed, paired, _ = _read(bytearray(raw))
+    parsed, paired, _ = parse_json(bytearray(raw))
     if paired:
         json.dumps(parsed, ensure_ascii=False).encode()  # no UnicodeEncodeError: every surrogate was paired
 
@@ -106,7 +106,7 @@ def test_a_body_orjson_reads_holds_no_lone_surrogate(value: Any, ascii_only: boo
     ids=["pair", "lone high", "reversed pair", "high then a letter", "after an escaped backslash", "in a key"],
 )
 def test_lone_surrogates_are_refused_and_pairs_are_not(raw: bytes, refused: bool) -> None:
-    parsed, paired, _ = _read(bytearray(raw))
+    parsed, paired, _ = parse_json(bytearray(raw))
     assert paired is not refused  # orjson reads the pair and refuses every lone one
     if refused:
         with pytest.raises(InvalidRequest, match="lone UTF-16 surrogate"):
@@ -143,15 +143,15 @@ def test_what_orjson_reads_differently_or_refuses_is_the_standard_librarys(raw: 
         expected: Any = json.loads(raw, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
         with pytest.raises(type(exc)):
-            _parse(bytearray(raw))
+            parse_json(bytearray(raw)).value
         return
-    assert _same(_parse(bytearray(raw)), expected)
+    assert _same(parse_json(bytearray(raw)).value, expected)
 
 
 @pytest.mark.parametrize("raw", [b'{"t": NaN}', b'{"t": -Infinity}', b'{"a": }', b"", b'{"a": "\xff"}'])
 def test_what_neither_reads_is_refused(raw: bytes) -> None:
     with pytest.raises(ValueError):
-        _parse(bytearray(raw))
+        parse_json(bytearray(raw)).value
 
 
 def _nested(depth: int) -> str:
@@ -165,11 +165,11 @@ def _nested(depth: int) -> str:
 @pytest.mark.parametrize(("depth", "refused"), [(MAX_DEPTH, False), (MAX_DEPTH + 1, True), (MAX_DEPTH + 40, True)])
 @pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
 def test_nesting_is_refused_just_past_the_limit(depth: int, refused: bool, large: bool) -> None:
-    """A small body's nesting is walked by the check, a large one's by the parse (``_read``): the same limit."""
+    """A small body's nesting is walked by the check, a large one's by the parse (``parse_json``): the same limit."""
     raw = _nested(depth).encode()
     if large:
         raw = raw[:-1] + b', "pad": "' + b"x" * WALKED_BYTES + b'"}'
-    parsed, paired, shallow = _read(bytearray(raw))
+    parsed, paired, shallow = parse_json(bytearray(raw))
     assert shallow is (None if not large else not refused)
     if refused:
         with pytest.raises(InvalidRequest, match=f"nested deeper than {MAX_DEPTH} levels"):
