@@ -6,8 +6,9 @@ they were parsed then; from the first that differs on, every entry is parsed. Th
 serialization of each parsed entry, which keeps key order and the difference between ``1``, ``1.0`` and ``true``
 (``==`` on parsed values would not, and a parse keeps both: a tool call's arguments are the harness's object
 serialized again). At 128k tokens of context, serializing the messages costs ~60 us, parsing them again ~400 us
-(``bench/proxy_context.py``). Entries are per rollout and per dialect: no request is read through another
-rollout's.
+(``bench/proxy_context.py``). Entries the body itself took as parsed from the rollout's last body
+(``proxy.resent_body``) are the very objects held here, and are not serialized again. Entries are per rollout and
+per dialect: no request is read through another rollout's.
 
 Memory is bounded by the serialized bytes held (the parsed messages hold about as much again), the least
 recently called rollouts dropped first.
