@@ -40,18 +40,24 @@ class _Layer(torch.nn.Module):
     num_key_value_groups = 2
 
 
-def test_only_a_flagged_single_sequence_continuation_splits() -> None:
+def _counting(patch: pytest.MonkeyPatch, name: str) -> list[int]:
+    """``attention.<name>`` replaced, for ``patch``'s lifetime, by a wrapper that counts its calls; the count."""
     calls: list[int] = []
-    real = attention.continued_attention
+    real = getattr(attention, name)
 
     def counted(*args: object) -> torch.Tensor:
         calls.append(1)
-        return real(*args)  # type: ignore[arg-type]
+        return real(*args)
 
+    patch.setattr(attention, name, counted)
+    return calls
+
+
+def test_only_a_flagged_single_sequence_continuation_splits() -> None:
     query, key, value = torch.randn(1, 4, 5, 8), torch.randn(1, 2, 12, 8), torch.randn(1, 2, 12, 8)
     mask = torch.ones(5, 12, dtype=torch.bool).tril(7)[None, None]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(attention, "continued_attention", counted)
+        calls = _counting(patch, "continued_attention")
         plain, _ = rollwire_sdpa(_Layer(), query, key, value, mask)
         flagged, _ = rollwire_sdpa(_Layer(), query, key, value, mask, **{CONTINUES_CACHE: True})
         assert calls == [1]
@@ -72,15 +78,8 @@ def test_the_engine_continues_a_cached_prompt_through_the_split_with_the_whole_p
     _, computed = model.prefill(prompt[:600])
     cache.insert(prompt[:600], tensors(computed))
     whole, _ = model.prefill(prompt)
-    calls: list[int] = []
-    real = attention.continued_attention
-
-    def counted(*args: object) -> torch.Tensor:
-        calls.append(1)
-        return real(*args)  # type: ignore[arg-type]
-
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(attention, "continued_attention", counted)
+        calls = _counting(patch, "continued_attention")
         prefix = cache.lookup(prompt)
         assert prefix is not None and prefix.tokens == 576
         continued, _ = model.prefill(prompt, prefix)
@@ -122,17 +121,10 @@ def test_an_unpadded_decode_step_folds_grouped_heads_and_a_padded_one_keeps_its_
     assert torch.allclose(attention.folded_decode(query, key, value, 3, None), reference, atol=1e-6)
     layer = _Layer()
     layer.num_key_value_groups = 3
-    calls: list[int] = []
-    real = attention.folded_decode
-
-    def counted(*args: object) -> torch.Tensor:
-        calls.append(1)
-        return real(*args)  # type: ignore[arg-type]
-
     padded = torch.ones(3, 1, 1, 40, dtype=torch.bool)
     padded[1, ..., :7] = False
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(attention, "folded_decode", counted)
+        calls = _counting(patch, "folded_decode")
         unpadded, _ = rollwire_sdpa(layer, query, key, value, None)
         assert calls == [1]
         masked, _ = rollwire_sdpa(layer, query, key, value, padded)
@@ -157,15 +149,8 @@ def test_the_engine_decodes_one_sequence_through_the_fold_with_the_same_logits(t
             logits.append(model.decode(torch.tensor([[token]]), batch.extend_mask(), position, batch.cache))
         return torch.cat(logits)
 
-    calls: list[int] = []
-    real = attention.folded_decode
-
-    def counted(*args: object) -> torch.Tensor:
-        calls.append(1)
-        return real(*args)  # type: ignore[arg-type]
-
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(attention, "folded_decode", counted)
+        calls = _counting(patch, "folded_decode")
         folded = decoded()
     assert len(calls) == config.num_hidden_layers * len(steps)
     config._attn_implementation = "sdpa"

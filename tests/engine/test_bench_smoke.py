@@ -31,29 +31,27 @@ def test_engine_bench_prints_its_table() -> None:
     assert any(line.startswith("start-up until /health answers: bundled ") for line in lines)
 
 
-def test_continued_prefill_bench_prints_a_row_per_share_with_exact_logits(tiny_model_dir: Path) -> None:
-    bench = BENCH.parent / "continued_prefill.py"
-    argv = [sys.executable, str(bench), "--lengths", "600", "--shares", "0.5,0.9", "--rounds", "1",
-            "--model", str(tiny_model_dir)]  # fmt: skip
+def _table_rows(bench: str, args: list[str], header: str, count: int) -> list[list[str]]:
+    """Run ``bench/<bench>`` with ``args``; the ``count`` rows after the line that starts with ``header``, split."""
+    argv = [sys.executable, str(BENCH.parent / bench), *args]
     result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=180)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("prompt"))
-    rows = [line.split() for line in lines[header + 1 : header + 3]]
+    at = next(i for i, line in enumerate(lines) if line.lstrip().startswith(header))
+    return [line.split() for line in lines[at + 1 : at + 1 + count]]
+
+
+def test_continued_prefill_bench_prints_a_row_per_share_with_exact_logits(tiny_model_dir: Path) -> None:
+    args = ["--lengths", "600", "--shares", "0.5,0.9", "--rounds", "1", "--model", str(tiny_model_dir)]
+    rows = _table_rows("continued_prefill.py", args, "prompt", 2)
     assert [(r[0], r[1], r[2]) for r in rows] == [("600", "288", "0.500"), ("600", "512", "0.900")]
     assert all(float(r[-1]) < 1e-3 for r in rows)  # both attentions continue to the whole prefill's logits
     assert all(float(r[3]) > 0 and float(r[4]) > 0 and float(r[5]) > 0 for r in rows)
 
 
 def test_decode_step_bench_prints_a_row_per_length_with_matching_logits(tiny_model_dir: Path) -> None:
-    bench = BENCH.parent / "decode_step.py"
-    argv = [sys.executable, str(bench), "--lengths", "300,600", "--steps", "4", "--rounds", "1",
-            "--model", str(tiny_model_dir)]  # fmt: skip
-    result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=180)
-    assert result.returncode == 0, result.stderr[-2000:]
-    lines = result.stdout.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("context"))
-    rows = [line.split() for line in lines[header + 1 : header + 3]]
+    args = ["--lengths", "300,600", "--steps", "4", "--rounds", "1", "--model", str(tiny_model_dir)]
+    rows = _table_rows("decode_step.py", args, "context", 2)
     assert [(r[0], r[1]) for r in rows] == [("300", "4"), ("600", "4")]
     assert all(float(r[-1]) < 1e-3 for r in rows)  # both attentions decode the same logits
     assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows)
