@@ -25,6 +25,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import is_
 from typing import Any
 
 from rollwire.compact_json import json_bytes
@@ -42,6 +43,9 @@ class _ToolSet:
     converted: Any
     parts: list[Any]
     """Every dict and list inside ``converted`` (and itself): what ``tojson`` may remember text for."""
+    source: list[Any]
+    """The tools as given: a list of the very same objects is these tools without serializing them again (a
+    proxy hands every call of a harness the tool objects it parsed once, ``ParsedMessages.tools``)."""
 
 
 def _parts(value: Any) -> list[Any]:
@@ -213,15 +217,17 @@ class ChatTemplate:
     def _converted(self, steps: _Steps, tools: list[Any]) -> Any:
         """``tools`` as transformers converts them, kept by their JSON text in the order sent (templates print
         the keys in that order, so differently ordered tools are different text)."""
+        with self._tools_lock:
+            for i, kept in enumerate(self._tools):
+                if len(kept.source) == len(tools) and all(map(is_, kept.source, tools)):
+                    return self._first(i)
         key = json_bytes(tools)
         with self._tools_lock:
             for i, kept in enumerate(self._tools):
                 if kept.key == key:
-                    if i:
-                        self._tools.insert(0, self._tools.pop(i))
-                    return kept.converted
+                    return self._first(i)
         converted = steps.plain(tools)
-        added = _ToolSet(key, converted, _parts(converted))
+        added = _ToolSet(key, converted, _parts(converted), list(tools))
         with self._tools_lock:
             self._tools.insert(0, added)
             self._kept.update((id(part), part) for part in added.parts)
@@ -232,6 +238,12 @@ class ChatTemplate:
                 del self._tools[TOOL_SETS:]
                 self._json = {k: v for k, v in self._json.items() if k[0] in self._kept}
         return converted
+
+    def _first(self, i: int) -> Any:
+        """The ``i``-th kept tool set's converted tools, the set moved to the front (the lock held)."""
+        if i:
+            self._tools.insert(0, self._tools.pop(i))
+        return self._tools[0].converted
 
     def _compile(self, steps: _Steps, template: str) -> Any:
         """``template`` in an environment of its own, whose ``tojson`` remembers kept tools' text."""

@@ -86,6 +86,17 @@ class _Remembered(Reading):
 
 
 @dataclass(frozen=True, slots=True)
+class _ToolSet:
+    """A tool list read before: the parsed body's own list, its JSON, and what it was read as."""
+
+    dialect: str
+    raw: Any
+    text: bytes
+    tools: Tools
+    key: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class _Parsed:
     dialect: str
     texts: list[bytes]
@@ -106,7 +117,7 @@ class ParsedMessages:
         self.max_bytes = max_bytes
         self._held: OrderedDict[str, _Parsed] = OrderedDict()
         self._bytes = 0
-        self._tool_sets: list[tuple[str, bytes, Tools, bytes]] = []
+        self._tool_sets: list[_ToolSet] = []
         self.reused = 0
         """Entries taken from the memo, since start (tests and benches read it)."""
 
@@ -155,19 +166,27 @@ class ParsedMessages:
         byte for byte one of them (any rollout's: a tool list is the harness's, read the same by every rollout,
         and parsing and keying Claude Code's 24 cost ~50 us a call). Compared, not hashed: hashing 64 kB costs
         what comparing it with eight does."""
+        if self.max_bytes > 0 and raw is not None:
+            for i, kept in enumerate(self._tool_sets):
+                if kept.raw is raw and kept.dialect == dialect:  # the very list a resent body took as parsed
+                    return self._first(i)
         text = _serialized([raw]) if self.max_bytes > 0 and raw is not None else None
         if text is None:
             return parse(raw), None
-        for i, (kept_dialect, kept_text, tools, key) in enumerate(self._tool_sets):
-            if kept_dialect == dialect and kept_text == text[0]:
-                if i:
-                    self._tool_sets.insert(0, self._tool_sets.pop(i))
-                return tools, key
+        for i, kept in enumerate(self._tool_sets):
+            if kept.dialect == dialect and kept.text == text[0]:
+                return self._first(i)
         tools = parse(raw)
         key = json_bytes(list(tools), sort_keys=True)
-        self._tool_sets.insert(0, (dialect, text[0], tools, key))
+        self._tool_sets.insert(0, _ToolSet(dialect, raw, text[0], tools, key))
         del self._tool_sets[TOOL_SETS:]
         return tools, key
+
+    def _first(self, i: int) -> tuple[Tools, bytes | None]:
+        """The ``i``-th kept tool list, moved to the front."""
+        if i:
+            self._tool_sets.insert(0, self._tool_sets.pop(i))
+        return self._tool_sets[0].tools, self._tool_sets[0].key
 
     def _taken(self, rollout_id: str) -> _Parsed | None:
         """The rollout's held entry, out of the memo (``_keep`` puts the next one back, most recent last)."""

@@ -73,7 +73,7 @@ def _read(parse: Any, body: bytes) -> tuple[str, bytes | str]:
 
 def test_every_edit_of_a_resent_body_reads_as_a_whole_parse() -> None:
     rng = random.Random(20261207)
-    taken = 0
+    taken = bodies_with_members = 0
     for case in range(600):
         bodies = ResentBodies(1 << 20)
         turns = rng.randrange(1, 5)
@@ -81,10 +81,12 @@ def test_every_edit_of_a_resent_body_reads_as_a_whole_parse() -> None:
         body = _body(turns + 1, random.Random(case))  # the next call: every entry before, and two new ones
         for _ in range(rng.randrange(0, 3)):
             body = _edited(body, rng)
-        before = bodies.reused
+        before, members = bodies.reused, bodies.members_reused
         assert _read(lambda b: bodies.parse("r", "messages", b), body) == _read(parse_json, body), body
         taken += bodies.reused > before
+        bodies_with_members += bodies.members_reused > members
     assert taken > 100, "the memo took part in the cases"
+    assert bodies_with_members > 50, "bodies with their other members taken as parsed were among them"
 
 
 def test_entries_refused_as_too_deep_are_refused_again_when_resent() -> None:
@@ -103,3 +105,24 @@ def test_entries_refused_as_too_deep_are_refused_again_when_resent() -> None:
             check_json_value(parsed.value, body, paired=parsed.paired, shallow=parsed.shallow)
         messages.append({"role": "user", "content": f"turn {turn}"})
     assert bodies.reused <= 1  # at most the shallow first entry was taken
+
+
+def test_a_too_deep_entry_among_the_new_ones_is_refused_while_the_other_members_are_taken() -> None:
+    """Only the new entries are parsed when the members around them are unchanged (``_between``): their nesting
+    is still walked, at the depth they lie in the body."""
+    deep: Any = "x"
+    for _ in range(MAX_DEPTH - 4):  # the body, its member, the entry and its content make four levels more
+        deep = [deep]
+    messages: list[Any] = [{"role": "user", "content": "hi"}]
+    bodies = ResentBodies(1 << 20)
+    for content in ("fine", [deep], [[deep]]):
+        messages.append({"role": "user", "content": content})
+        body = json.dumps({"model": "m", "messages": messages, "tools": []}, separators=(",", ":")).encode()
+        before = bodies.members_reused
+        parsed = bodies.parse("r", "messages", body)
+        if content == [[deep]]:
+            assert bodies.members_reused > before
+            with pytest.raises(InvalidRequest, match="nested deeper"):
+                check_json_value(parsed.value, body, paired=parsed.paired, shallow=parsed.shallow)
+        else:
+            check_json_value(parsed.value, body, paired=parsed.paired, shallow=parsed.shallow)

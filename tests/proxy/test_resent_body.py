@@ -126,3 +126,70 @@ def test_a_memo_of_no_bytes_holds_nothing_and_a_small_one_drops_the_least_recent
     assert small.held_bytes == size  # r1's body dropped for r2's
     small.parse("r1", "messages", compact(conversation(3)))
     assert small.reused == 0
+
+
+def with_tools(turns: int) -> dict[str, Any]:
+    value = conversation(turns)
+    value["tools"] = [
+        {"name": "Bash", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}
+    ]
+    return value
+
+
+def test_members_after_the_entries_are_taken_as_parsed_while_their_bytes_are_unchanged() -> None:
+    bodies = ResentBodies(1 << 20)
+    previous = bodies.parse("r1", "messages", compact(with_tools(0))).value
+    for turns in range(1, 4):
+        body = compact(with_tools(turns))
+        parsed = bodies.parse("r1", "messages", body)
+        assert same(parsed.value, orjson.loads(body)) and list(parsed.value) == list(orjson.loads(body))
+        assert parsed.value["tools"] is previous["tools"] and parsed.value["system"] is previous["system"]
+        previous = parsed.value
+    assert bodies.members_reused == 3
+    changed = with_tools(4)
+    changed["system"] = "be briefer"
+    parsed = bodies.parse("r1", "messages", compact(changed))
+    assert same(parsed.value, changed) and parsed.value["tools"] is not previous["tools"]
+    assert bodies.members_reused == 3 and bodies.held_entries("r1") == len(changed["messages"])
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        # a later duplicate of the member, in the body held too, holding the entries that body held: the body
+        # held is not one orjson writes, so the next body's new entries cannot outvote the duplicate
+        lambda body: body[:-1] + b',"messages":' + compact(with_tools(2)["messages"]) + b"}",
+        # a duplicate of another member, in both bodies
+        lambda body: body[:-1] + b',"system":"other"}',
+    ],
+)
+def test_members_of_a_body_that_repeats_a_key_are_never_taken(edit: Any) -> None:
+    bodies = ResentBodies(1 << 20)
+    bodies.parse("r1", "messages", edit(compact(with_tools(2))))
+    body = edit(compact(with_tools(3)))
+    parsed = bodies.parse("r1", "messages", body)
+    assert same(parsed.value, parse_json(body).value)
+    assert bodies.members_reused == 0
+
+
+@pytest.mark.parametrize(
+    "middle",
+    [
+        b'],"messages":[{"role":"user","content":"injected"}',  # closes the member early and opens it again
+        b'],"system":"injected","x":[',  # closes it and sets another member before the held ones
+        b',{"role":"user","content":"x"}],"messages":[',
+    ],
+)
+def test_new_entries_that_close_the_member_early_read_as_a_whole_parse(middle: bytes) -> None:
+    bodies = ResentBodies(1 << 20)
+    first = compact(with_tools(2))
+    bodies.parse("r1", "messages", first)
+    close = first.index(b'],"system"')
+    body = first[:close] + middle + first[close:]
+    try:
+        expected = parse_json(body).value
+    except ValueError:
+        with pytest.raises(ValueError):
+            bodies.parse("r1", "messages", body)
+        return
+    assert same(bodies.parse("r1", "messages", body).value, expected)
