@@ -66,6 +66,8 @@ class _Connection(asyncio.Protocol):
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
+        self._need = 0
+        """Bytes the buffer must hold before a waiting reader is woken (``more``)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -75,7 +77,8 @@ class _Connection(asyncio.Protocol):
         if len(self.buffer) > MAX_BUFFER and not self._paused and self.transport is not None:
             self.transport.pause_reading()  # resumed when the reader wants more
             self._paused = True
-        self._wake()
+        if len(self.buffer) >= self._need or self._paused:
+            self._wake()
 
     def eof_received(self) -> bool:
         self.ended = True
@@ -92,9 +95,10 @@ class _Connection(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def more(self, until: float) -> None:
-        """Wait for bytes past those buffered: TimeoutError at ``until`` (loop time); the error the connection ended
-        with, or UpstreamClosed, if it ends first."""
+    async def more(self, until: float, need: int = 0) -> None:
+        """Wait for bytes past those buffered, until the buffer holds ``need`` (a long context's echo arrives in
+        dozens of packets, and the reader of a body of known size is woken once, not for each): TimeoutError at
+        ``until`` (loop time); the error the connection ended with, or UpstreamClosed, if it ends first."""
         if self.ended:
             if isinstance(self._error, OSError):
                 raise self._error
@@ -105,11 +109,13 @@ class _Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
         timer = loop.call_at(until, _expire, waiter)
+        self._need = need
         try:
             await waiter
         finally:
             timer.cancel()
             self._waiter = None
+            self._need = 0
 
     def take(self, end: int) -> bytes:
         """The first ``end`` buffered bytes, removed from the buffer (copied once: a slice of a bytearray is a copy
@@ -142,9 +148,10 @@ def _head_end(buffer: bytearray) -> int:
     return -1
 
 
-def _take_chunks(conn: _Connection) -> tuple[list[bytes], bool]:
-    """Every whole chunk of a chunked body the buffer holds, and whether the last (empty) one was among them."""
-    buffer, at = conn.buffer, 0
+def _take_chunks(conn: _Connection) -> tuple[list[bytes], bool, int]:
+    """Every whole chunk of a chunked body the buffer holds, whether the last (empty) one was among them, and the
+    bytes the buffer must then hold for the next chunk to be whole (0: not known yet)."""
+    buffer, at, need = conn.buffer, 0, 0
     out: list[bytes] = []
     while (nl := buffer.find(b"\n", at)) >= 0:
         size = int(bytes(buffer[at:nl]).split(b";", 1)[0].strip() or b"x", 16)  # ValueError: not chunked
@@ -153,15 +160,16 @@ def _take_chunks(conn: _Connection) -> tuple[list[bytes], bool]:
             if end < 0:
                 break
             del buffer[: nl + 1 + end]
-            return out, True
+            return out, True, 0
         start = nl + 1
         if len(buffer) < start + size + 2:  # the data and its CRLF
+            need = start + size + 2 - at
             break
         with memoryview(buffer) as view:  # one copy of a chunk (a slice of a bytearray is a copy already)
             out.append(bytes(view[start : start + size]))
         at = start + size + 2
     del buffer[:at]
-    return out, False
+    return out, False, need
 
 
 class Response:
@@ -178,8 +186,8 @@ class Response:
         self.headers = headers
         self._done = False
 
-    async def _more(self, conn: _Connection) -> None:
-        await conn.more(self._pool.until(self.deadline))
+    async def _more(self, conn: _Connection, need: int = 0) -> None:
+        await conn.more(self._pool.until(self.deadline), need)
 
     async def _parts(self) -> AsyncIterator[list[bytes]]:
         """The body as it arrives: each item is every whole piece the connection holds at that moment."""
@@ -188,24 +196,26 @@ class Response:
         if self.headers.get("transfer-encoding", "").lower() == "chunked":
             while True:
                 try:
-                    parts, last = _take_chunks(conn)
+                    parts, last, need = _take_chunks(conn)
                 except ValueError:
                     raise UpstreamClosed("the upstream's chunked body is malformed") from None
                 if parts:
                     yield parts
                 if last:
                     break
-                await self._more(conn)
+                if not parts:  # else take again first: more may have come while the reader handled these
+                    await self._more(conn, need)
         elif "content-length" in self.headers:
             size = int(self.headers["content-length"])
             while len(conn.buffer) < size:
-                await self._more(conn)
+                await self._more(conn, size)
             yield [conn.take(size)]
         else:  # delimited by the connection's end
             self.headers["connection"] = "close"
             while True:
                 if conn.buffer:
                     yield [conn.take(len(conn.buffer))]
+                    continue  # what came while the reader handled it is taken before waiting
                 try:
                     await self._more(conn)
                 except UpstreamClosed:

@@ -1,6 +1,7 @@
 """The proxy's upstream HTTP client against raw loopback servers: kept-alive connections are reused, one the
-server dropped is retried on a fresh one, chunked bodies split anywhere still give whole lines, and a silent
-upstream times out."""
+server dropped is retried on a fresh one, chunked bodies split anywhere still give whole lines, a body that
+arrives while its reader is busy is read without another wait, a reader waiting for a body of known size is woken
+once, and a silent upstream times out."""
 
 from __future__ import annotations
 
@@ -127,7 +128,72 @@ def test_a_chunked_body_split_at_any_byte_gives_the_same_chunks() -> None:
         ends = 0
         for packet in (body[:cut], body[cut:]):
             conn.data_received(packet)
-            parts, last = _take_chunks(conn)
+            parts, last, _ = _take_chunks(conn)
             taken += parts
             ends += last
         assert (taken, ends, bytes(conn.buffer)) == (pieces, 1, b""), cut
+
+
+async def _until_buffered(response: object, ended: bool) -> None:
+    """Until the connection has bytes the reader has not taken, and has ended where ``ended`` (the loop's own
+    turns, no timer)."""
+    conn = response._conn  # type: ignore[attr-defined]
+    for _ in range(100_000):
+        if conn.buffer and (conn.ended or not ended):
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the rest of the body never arrived")
+
+
+@pytest.mark.parametrize("framing", ["chunked", "close"])
+def test_a_body_that_arrives_while_its_reader_is_busy_is_read_without_waiting_for_more(framing: str) -> None:
+    """The upstream sends the rest of its answer, end included, while the reader handles the first part: nothing
+    more will come, so a reader that waited for more bytes before taking those would wait out its timeout."""
+    rest_sent = asyncio.Event()
+    first_read = asyncio.Event()
+
+    async def server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        if framing == "chunked":
+            writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nfirst")
+        await writer.drain()
+        await first_read.wait()
+        writer.write(b"4\r\nrest\r\n0\r\n\r\n" if framing == "chunked" else b"rest")
+        await writer.drain()
+        if framing == "close":
+            writer.close()
+        rest_sent.set()
+        await reader.read()
+
+    async def read(pool: Pool) -> None:
+        response = await pool.request("POST", "/x", b"{}")
+        got = []
+        async for parts in response._parts():
+            got += parts
+            if len(got) == 1:
+                first_read.set()
+                await rest_sent.wait()
+                await _until_buffered(response, ended=framing == "close")
+        response.close()
+        assert b"".join(got) == b"firstrest"
+
+    asyncio.run(_serve(server, read, read_timeout=2.0))
+
+
+def test_a_reader_waiting_for_a_body_of_known_size_is_woken_once_it_is_all_there() -> None:
+    async def check() -> None:
+        conn = _Connection()
+        waiting = asyncio.ensure_future(conn.more(asyncio.get_running_loop().time() + 5.0, need=1000))
+        await asyncio.sleep(0)
+        for _ in range(9):
+            conn.data_received(b"x" * 100)
+            await asyncio.sleep(0)
+            assert not waiting.done(), len(conn.buffer)
+        conn.data_received(b"x" * 100)
+        await waiting
+        assert len(conn.buffer) == 1000
+        conn.transport = None
+
+    asyncio.run(check())
