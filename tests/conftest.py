@@ -125,6 +125,13 @@ def vllm_url(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         yield url
 
 
+def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
+    """The longest test files first (``tests/scheduling.py``)."""
+    from tests.scheduling import make_scheduler
+
+    return make_scheduler(config, log)
+
+
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     """Tests that start the session's vLLM may wait out its start (compiling takes minutes on a busy machine)."""
     from tests.vllm_server import START_TIMEOUT_S
