@@ -165,7 +165,8 @@ class ParsedMessages:
         """``parse(raw)`` and its canonical key, taken from the last ``TOOL_SETS`` tool lists read where ``raw`` is
         byte for byte one of them (any rollout's: a tool list is the harness's, read the same by every rollout,
         and parsing and keying Claude Code's 24 cost ~50 us a call). Compared, not hashed: hashing 64 kB costs
-        what comparing it with eight does."""
+        what comparing it with eight does. A ``raw`` that is the very list read before (a resent body hands its
+        rollout's next request the members it parsed, ``resent_body``) is not even serialized to compare."""
         if self.max_bytes > 0 and raw is not None:
             for i, kept in enumerate(self._tool_sets):
                 if kept.raw is raw and kept.dialect == dialect:  # the very list a resent body took as parsed
