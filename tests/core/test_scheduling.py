@@ -12,7 +12,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class _Config:
-    """The options the scheduler reads: two local workers, ``--dist loadfile`` (the README's test command)."""
+    """The options the scheduler reads: two local workers, ``--dist loadfile`` (the README's test command), and
+    xdist's own ordering of files by their count of tests left on (its default)."""
+
+    option = SimpleNamespace(loadscopereorder=True)
 
     def getvalue(self, name: str) -> Any:
         return {"tx": ["2*popen"], "dist": "loadfile"}[name]
