@@ -29,6 +29,7 @@ from operator import is_
 from typing import Any
 
 from rollwire.compact_json import json_bytes
+from rollwire.text_memo import find_recent
 
 logger = logging.getLogger(__name__)
 
@@ -218,14 +219,14 @@ class ChatTemplate:
         """``tools`` as transformers converts them, kept by their JSON text in the order sent (templates print
         the keys in that order, so differently ordered tools are different text)."""
         with self._tools_lock:
-            for i, kept in enumerate(self._tools):
-                if len(kept.source) == len(tools) and all(map(is_, kept.source, tools)):
-                    return self._first(i)
+            same = find_recent(self._tools, lambda k: len(k.source) == len(tools) and all(map(is_, k.source, tools)))
+        if same is not None:
+            return same.converted
         key = json_bytes(tools)
         with self._tools_lock:
-            for i, kept in enumerate(self._tools):
-                if kept.key == key:
-                    return self._first(i)
+            alike = find_recent(self._tools, lambda k: k.key == key)
+        if alike is not None:
+            return alike.converted
         converted = steps.plain(tools)
         added = _ToolSet(key, converted, _parts(converted), list(tools))
         with self._tools_lock:
@@ -238,12 +239,6 @@ class ChatTemplate:
                 del self._tools[TOOL_SETS:]
                 self._json = {k: v for k, v in self._json.items() if k[0] in self._kept}
         return converted
-
-    def _first(self, i: int) -> Any:
-        """The ``i``-th kept tool set's converted tools, the set moved to the front (the lock held)."""
-        if i:
-            self._tools.insert(0, self._tools.pop(i))
-        return self._tools[0].converted
 
     def _compile(self, steps: _Steps, template: str) -> Any:
         """``template`` in an environment of its own, whose ``tojson`` remembers kept tools' text."""

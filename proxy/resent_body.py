@@ -197,7 +197,8 @@ def _layout(
 def _canonical(tail: bytes, key: str, value: dict[str, Any]) -> bool:
     """Whether ``tail`` (from the ``]`` that closes ``value[key]``) is what orjson writes for the members after it.
     The opening members were checked the same way (``_layout``), so the body then holds each member once."""
-    after = list(value)[list(value).index(key) + 1 :]
+    names = list(value)
+    after = names[names.index(key) + 1 :]
     parts = [b"]"] + [b"".join([b",", orjson.dumps(name), b":", orjson.dumps(value[name])]) for name in after]
     return tail == b"".join([*parts, b"}"])
 

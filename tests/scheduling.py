@@ -1,9 +1,9 @@
 """The order the two test workers (``-n 2 --dist loadfile``) take files in: the longest first.
 
 xdist hands out whole files, the files with the most tests first. The suite's longest file (the RL command's
-kill-and-resume runs, ~15 minutes on CI's 2 cores) holds few tests, so it started late, and one worker ran it alone
-while the other had finished everything else: the suite's wall time was that file's end. Taking the longest files
-first (longest processing time first) leaves only short files for the end, which the two workers share out.
+kill-and-resume runs, ~15 minutes on CI's 2 cores) holds few tests, so in that order it starts late, and one worker
+runs it alone while the other has finished everything else. Taking the longest files first (longest processing
+time first) leaves only short files for the end, which the two workers share out.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ import orjson
 
 from rollwire.compact_json import json_bytes
 from rollwire.proxy.conversation import Message
+from rollwire.text_memo import find_recent
 
 ParseOne = Callable[[Any, int], Sequence[Message]]
 """A dialect's reading of the entry at index ``i`` of its ``messages`` (its errors name that index)."""
@@ -167,27 +168,21 @@ class ParsedMessages:
         and parsing and keying Claude Code's 24 cost ~50 us a call). Compared, not hashed: hashing 64 kB costs
         what comparing it with eight does. A ``raw`` that is the very list read before (a resent body hands its
         rollout's next request the members it parsed, ``resent_body``) is not even serialized to compare."""
-        if self.max_bytes > 0 and raw is not None:
-            for i, kept in enumerate(self._tool_sets):
-                if kept.raw is raw and kept.dialect == dialect:  # the very list a resent body took as parsed
-                    return self._first(i)
+        if self.max_bytes > 0 and raw is not None:  # the very list a resent body took as parsed
+            kept = find_recent(self._tool_sets, lambda k: k.raw is raw and k.dialect == dialect)
+            if kept is not None:
+                return kept.tools, kept.key
         text = _serialized([raw]) if self.max_bytes > 0 and raw is not None else None
         if text is None:
             return parse(raw), None
-        for i, kept in enumerate(self._tool_sets):
-            if kept.dialect == dialect and kept.text == text[0]:
-                return self._first(i)
+        kept = find_recent(self._tool_sets, lambda k: k.dialect == dialect and k.text == text[0])
+        if kept is not None:
+            return kept.tools, kept.key
         tools = parse(raw)
         key = json_bytes(list(tools), sort_keys=True)
         self._tool_sets.insert(0, _ToolSet(dialect, raw, text[0], tools, key))
         del self._tool_sets[TOOL_SETS:]
         return tools, key
-
-    def _first(self, i: int) -> tuple[Tools, bytes | None]:
-        """The ``i``-th kept tool list, moved to the front."""
-        if i:
-            self._tool_sets.insert(0, self._tool_sets.pop(i))
-        return self._tool_sets[0].tools, self._tool_sets[0].key
 
     def _taken(self, rollout_id: str) -> _Parsed | None:
         """The rollout's held entry, out of the memo (``_keep`` puts the next one back, most recent last)."""
