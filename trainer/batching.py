@@ -35,6 +35,8 @@ class Sample:
     top_p: list[float] = field(default_factory=list)
     proximal_logprobs: list[float] = field(default_factory=list)
     """The trainer's own logprobs before a batch's first pass (empty: none), see ``with_proximal_logprobs``."""
+    stale: list[int] = field(default_factory=list)
+    """1 on each token a policy older than the trainer's sampled (empty: none), see ``losses.anchored``."""
 
     @property
     def num_loss_tokens(self) -> int:
@@ -66,6 +68,8 @@ class MicroBatch:
     """Nucleus of each target's sampling (None: all 1.0)."""
     proximal_logprobs: torch.Tensor | None = None
     """The trainer's logprobs before the batch's first pass (None: not taken), the PPO anchor with a correction on."""
+    stale: torch.Tensor | None = None
+    """True on targets an older policy than the trainer's sampled (None: no such target)."""
 
     def to(self, device: torch.device) -> MicroBatch:
         moved: dict[str, Any] = {}
@@ -87,13 +91,15 @@ def samples_from(
     reward: float | None = None,
     tempered: bool = True,
     main_only: bool = False,
+    current_version: int | None = None,
 ) -> list[Sample]:
     """One sample per segment that holds sampled tokens; the trajectory's advantage on each.
 
     ``tempered`` keeps each token's sampling temperature / top_p, so the trainer recomputes the engine's
     processed logprobs; without it (SFT, or an engine that reports raw logprobs) logprobs are the model's own.
     ``main_only`` leaves out the harness's side calls (titles, compaction summaries: ``Segment.line``); the main
-    agent's and its sub-agents' turns stay.
+    agent's and its sub-agents' turns stay. ``current_version``: the trainer's policy version, which marks the
+    tokens an older one sampled (``Sample.stale``).
     """
     reward = float(reward if reward is not None else trajectory.reward or 0.0)
     out = []
@@ -111,9 +117,17 @@ def samples_from(
                 reward=reward,
                 temperature=list(segment.temperature) if tempered else [],
                 top_p=list(segment.top_p) if tempered else [],
+                stale=_older(segment.policy_versions, current_version),
             )
         )
     return out
+
+
+def _older(versions: Sequence[int], current: int | None) -> list[int]:
+    """1 where a sampled token's version is below ``current``; empty where none is (prompt tokens carry -1)."""
+    if current is None or not any(0 <= v < current for v in versions):
+        return []
+    return [int(0 <= v < current) for v in versions]
 
 
 @dataclass(slots=True)
@@ -270,7 +284,7 @@ def shared_prefix_units(samples: Sequence[Sample], capacity: int) -> list[Unit]:
 
 
 def _row_arrays(samples: Sequence[Sample], units: Sequence[Unit], weights: Sequence[float]) -> dict[str, list[Any]]:
-    keys = ("ids", "pos", "tgt", "mask", "old", "prox", "adv", "w", "seq", "temp", "topp", "trunk", "branch")
+    keys = ("ids", "pos", "tgt", "mask", "old", "prox", "stale", "adv", "w", "seq", "temp", "topp", "trunk", "branch")
     row: dict[str, list[Any]] = {k: [] for k in keys}
     for unit in units:
         trunk_id = len(row["trunk"]) and row["trunk"][-1] + 1
@@ -281,8 +295,9 @@ def _row_arrays(samples: Sequence[Sample], units: Sequence[Unit], weights: Seque
             row["tgt"] += s.token_ids[1 : k + 1]
             row["temp"] += s.temperature[1 : k + 1] if s.temperature else [1.0] * k
             row["topp"] += s.top_p[1 : k + 1] if s.top_p else [1.0] * k
-            for key, fill in (("mask", 0), ("old", 0.0), ("prox", 0.0), ("adv", 0.0), ("w", 0.0), ("seq", -1)):
+            for key, fill in (("mask", 0), ("old", 0.0), ("prox", 0.0), ("stale", 0), ("adv", 0.0), ("w", 0.0)):
                 row[key] += [fill] * k
+            row["seq"] += [-1] * k
             row["trunk"] += [trunk_id] * k
             row["branch"] += [-1] * k
         for i in unit.samples:
@@ -296,6 +311,7 @@ def _row_arrays(samples: Sequence[Sample], units: Sequence[Unit], weights: Seque
             row["mask"] += s.loss_mask[k + 1 :] + [0]
             row["old"] += s.behaviour_logprobs[k + 1 :] + [0.0]
             row["prox"] += (s.proximal_logprobs[k + 1 :] if s.proximal_logprobs else [0.0] * (n - 1)) + [0.0]
+            row["stale"] += (s.stale[k + 1 :] if s.stale else [0] * (n - 1)) + [0]
             row["adv"] += [s.advantage] * n
             row["w"] += [weights[i]] * n
             row["seq"] += [i] * n
@@ -326,8 +342,8 @@ def collate_units(
     """Rows of units -> one right-padded MicroBatch (with a shared-trunk attention mask where a unit shares one)."""
     arrays = [_row_arrays(samples, r, weights) for r in rows]
     width = max(len(a["ids"]) for a in arrays)
-    fill = {"ids": pad_id, "tgt": 0, "mask": 0, "old": 0.0, "prox": 0.0, "adv": 0.0, "w": 0.0, "seq": -1, "temp": 1.0,
-            "topp": 1.0, "branch": -1}  # fmt: skip
+    fill = {"ids": pad_id, "tgt": 0, "mask": 0, "old": 0.0, "prox": 0.0, "stale": 0, "adv": 0.0, "w": 0.0, "seq": -1,
+            "temp": 1.0, "topp": 1.0, "branch": -1}  # fmt: skip
     cols: dict[str, list[list[Any]]] = {k: [] for k in (*fill, "pos", "attn", "trunk")}
     for a in arrays:
         extra = width - len(a["ids"])
@@ -341,6 +357,7 @@ def collate_units(
     indices = [i for r in rows for unit in r for i in unit.samples]
     plain = all(samples[i].temperature == [] and samples[i].top_p == [] for i in indices)
     proximal = all(samples[i].proximal_logprobs for i in indices)
+    stale = any(samples[i].stale for i in indices)
     if not packed:
         attention: torch.Tensor | None = torch.tensor(cols["attn"], dtype=torch.long)
     elif any(unit.trunk for r in rows for unit in r):
@@ -361,6 +378,7 @@ def collate_units(
         temperature=None if plain else torch.tensor(cols["temp"], dtype=torch.float32),
         top_p=None if plain else torch.tensor(cols["topp"], dtype=torch.float32),
         proximal_logprobs=torch.tensor(cols["prox"], dtype=torch.float32) if proximal else None,
+        stale=torch.tensor(cols["stale"], dtype=torch.bool) if stale else None,
     )
 
 

@@ -24,7 +24,15 @@ from rollwire.trainer.batching import (
 )
 from rollwire.trainer.distributed import DistContext, shard
 from rollwire.trainer.forward import forward_logprobs
-from rollwire.trainer.losses import approx_kl, gspo_log_ratio, is_weights, kl_k3, ppo_clip, weighted_sum
+from rollwire.trainer.losses import (
+    anchored,
+    approx_kl,
+    gspo_log_ratio,
+    is_weights,
+    kl_k3,
+    ppo_clip,
+    weighted_sum,
+)
 from rollwire.trainer.step import LossFn, StepResult, optimizer_step
 from rollwire.trajectory import POLICY, Trajectory, failure_cause
 
@@ -192,6 +200,7 @@ def prepare_grpo(groups: Sequence[Sequence[Trajectory]], config: GRPOConfig, cur
                 reward=reward,
                 tempered=config.tempered_logprobs,
                 main_only=not config.side_calls,
+                current_version=current_version,
             )
         )
         trained.append(trajectory.rollout_id)
@@ -226,12 +235,13 @@ def grpo_loss(config: GRPOConfig, ref_model: torch.nn.Module | None = None) -> L
     """The per-micro-batch loss: weighted PPO-clip (token or GSPO sequence ratio), times the
     importance-sampling correction if any, + kl_coef x k3 KL to the reference, - entropy_coef x entropy.
 
-    With a correction on, the PPO ratio is taken against the trainer's own logprobs before the batch's
-    first update (decoupled PPO, as verl's rollout correction and slime's TIS do): the samples'
-    ``proximal_logprobs`` when ``with_proximal_logprobs`` took them, so several passes over one batch all clip
-    against the policy they started from; otherwise ``logp.detach()``, which is that policy for the single
-    step ``rollwire train`` takes per batch. The engine's behaviour logprobs enter only through the truncated /
-    masked weight pi_trainer / pi_engine.
+    With a correction on, a token the trainer's current policy sampled is clipped around the trainer's own
+    logprob before the batch's first update (decoupled PPO, as verl's rollout correction and slime's TIS do):
+    the samples' ``proximal_logprobs`` when ``with_proximal_logprobs`` took them, so several passes over one batch
+    all clip against the policy they started from; otherwise ``logp.detach()``, which is that policy for the
+    single step ``rollwire train`` takes per batch. The engine's logprobs enter through the truncated / masked
+    weight pi_trainer / pi_engine. A token an older policy sampled is clipped around that policy, the weight
+    inside its ratio (``losses.anchored``).
     """
 
     def loss_fn(model: torch.nn.Module, batch: MicroBatch) -> tuple[torch.Tensor, dict[str, float]]:
@@ -242,10 +252,11 @@ def grpo_loss(config: GRPOConfig, ref_model: torch.nn.Module | None = None) -> L
             old = behaviour
         else:
             old = batch.proximal_logprobs if batch.proximal_logprobs is not None else logp.detach()
-        weights = is_weights(  # pi_proximal / pi_engine: the correction's weight, no gradient
+        correction = is_weights(  # pi_proximal / pi_engine: the correction's weight, no gradient
             old, behaviour, mask, batch.sequence_ids, mode=config.is_correction, level=config.is_level,
             cap=config.is_cap, floor=config.is_floor,
         )
+        old, weights = anchored(old, correction, batch.stale)  # without a correction: the behaviour policy, weight 1
         log_ratio = gspo_log_ratio(logp, old, mask, batch.sequence_ids) if config.ratio_level == "sequence" else None
         terms = ppo_clip(
             logp,
@@ -276,8 +287,8 @@ def grpo_loss(config: GRPOConfig, ref_model: torch.nn.Module | None = None) -> L
                 "clipped_tokens": float((terms.clipped * mask).sum()),
                 "ratio_sum": float((mismatch * mask).sum()),
                 "ratio_deviation_max": float(deviation),
-                "is_weight_sum": float((weights * mask).sum()),
-                "is_rejected_tokens": float(((weights == 0) & (mask > 0)).sum()),
+                "is_weight_sum": float((correction * mask).sum()),
+                "is_rejected_tokens": float(((correction == 0) & (mask > 0)).sum()),
                 "approx_kl_sum": float((approx_kl(logp, behaviour) * mask).sum()),
                 "entropy_sum": float((entropy.detach() * mask).sum()) if entropy is not None else 0.0,
             }

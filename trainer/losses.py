@@ -138,6 +138,28 @@ def is_weights(
         return torch.where((rho >= low) & (rho <= cap), rho, torch.zeros_like(rho))
 
 
+def anchored(
+    proximal_logp: torch.Tensor, weights: torch.Tensor, stale: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token's PPO anchor (the "old" logprob its ratio is taken against) and the weight left outside the clip.
+
+    A token the trainer's own policy sampled is clipped around the trainer's logprob of it, and its correction
+    weight pi_proximal / pi_engine (the engine-trainer mismatch alone) multiplies the clipped term: decoupled PPO.
+    A token an older policy sampled (``stale``) is clipped around the policy that sampled it: the weight moves into
+    the ratio, pi / pi_proximal x w, which where w is the whole ratio (TIS under its cap) is pi / pi_engine. Its
+    trust region is then measured from the sampling policy, so an update cannot push a token further past where
+    the updates since its sampling already moved it; anchored at the proximal policy instead, each update's clip
+    starts afresh from the last one's result, and at lag 1 on the bundled engine the held-out reward plateaued
+    ~0.15 below lockstep's (``docs/bench-log.md``, ``bench/async_rl.py``). A token a masked correction drops
+    (w = 0) stays dropped.
+    """
+    if stale is None:
+        return proximal_logp, weights
+    inside = stale & (weights > 0)
+    old = torch.where(inside, proximal_logp - torch.log(torch.where(inside, weights, 1.0)), proximal_logp)
+    return old, torch.where(inside, torch.ones_like(weights), weights)
+
+
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token KL(policy || reference) estimate k3 = exp(ref - logp) - (ref - logp) - 1 (non-negative)."""
     delta = ref_logp - logp
@@ -169,6 +191,7 @@ __all__ = [
     "is_weights",
     "kl_k3",
     "ppo_clip",
+    "anchored",
     "sequence_mean",
     "sequence_sum",
     "sft_nll",

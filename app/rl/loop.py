@@ -45,9 +45,9 @@ class RLConfig:
     groups_per_step: int = 8
     """Task groups with a reward spread in each update."""
     max_lag: int = 0
-    """Updates the sampler may run ahead of the trainer (0: lockstep). On one 2-core machine overlap made updates
-    8-14% faster but, with TIS on (its default at K >= 1), plateaued lower held-out; one round without TIS matched
-    lockstep (``docs/bench-log.md``, ``bench/async_rl.py``): opt in."""
+    """Updates the sampler may run ahead of the trainer (0: lockstep; >= 1 turns TIS on, its tokens of older
+    policies clipped around the policy that sampled them: ``trainer.losses.anchored``). On one 2-core machine
+    overlap made the loop 3-10% faster (``docs/bench-log.md``, ``bench/async_rl.py``): opt in."""
     epochs: int = 4
     """Clipped passes over each update's groups."""
     dynamic_sampling: bool = True

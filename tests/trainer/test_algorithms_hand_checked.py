@@ -14,7 +14,7 @@ import torch
 from rollwire.trainer.advantages import group_advantages
 from rollwire.trainer.batching import Sample, collate, token_weights
 from rollwire.trainer.grpo import GRPOBatch, GRPOConfig, grpo_loss, prepare_grpo, with_proximal_logprobs
-from rollwire.trainer.losses import is_weights, ppo_clip
+from rollwire.trainer.losses import anchored, is_weights, ppo_clip
 from rollwire.trajectory import Segment, Trajectory
 
 EPS = 1e-6
@@ -198,3 +198,45 @@ def test_passes_over_one_batch_clip_against_the_policy_before_the_first() -> Non
     loss, _ = grpo_loss(config)(unanchored, _one_row([s], [0.5, 0.5]))
     loss.backward()
     assert _grad(unanchored.logits)[0, 0].abs().sum() > 0
+
+
+def test_stale_tokens_clip_around_the_policy_that_sampled_them() -> None:
+    """With a correction on, a token an older policy sampled is clipped around the engine's logprob of it (the
+    weight inside the ratio), a token of the trainer's own version around the trainer's, its weight outside."""
+    rows = [[0.2, -0.1, 0.4], [0.0, 0.3, -0.3], [0.0, 0.0, 0.0], [0.5, 0.1, -0.2], [0.1, -0.4, 0.2], [0.0, 0.0, 0.0]]
+    logp = [math.log(_softmax(rows[0])[1]), math.log(_softmax(rows[1])[2])]
+    logp += [math.log(_softmax(rows[3])[1]), math.log(_softmax(rows[4])[2])]
+    # version 0 sampled "old" (rho = e^0.1, e^0.3); version 1, the trainer's, sampled "new" (rho = e^0.3, e^-0.2)
+    old = Segment([9, 1, 2], [0, 1, 1], [0.0, logp[0] - 0.1, logp[1] - 0.3], [-1, 0, 0])
+    new = Segment([9, 1, 2], [0, 1, 1], [0.0, logp[2] - 0.3, logp[3] + 0.2], [-1, 1, 1])
+    group = [Trajectory("old", "run", "t", "g", 1.0, "finished", [old]),
+             Trajectory("new", "run", "t", "g", 0.0, "finished", [new])]  # fmt: skip
+    config = GRPOConfig(is_correction="tis", is_cap=2.0)
+    batch = prepare_grpo([group], config, current_version=1)
+    assert [s.stale for s in batch.samples] == [[0, 1, 1], []]
+    model = _Logits([rows])
+    loss, stats = grpo_loss(config)(model, _one_row(batch.samples, [0.25, 0.25]))
+    loss.backward()
+    # "old", A = +0.5: ratios to the engine's logprobs e^0.1 (inside the clip) and e^0.3 (clipped at 1.2)
+    # "new", A = -0.5: ratio 1 to the trainer's own logprobs, weighted by e^0.3 and e^-0.2 outside the clip
+    want = 0.25 * (-0.5 * math.exp(0.1) - 0.5 * 1.2 + 0.5 * math.exp(0.3) + 0.5 * math.exp(-0.2))
+    assert math.isclose(float(loss.detach()), want, rel_tol=1e-6)
+    coefficient = {0: (1, 0.25 * -0.5 * math.exp(0.1)), 1: (2, 0.0), 3: (1, 0.25 * 0.5 * math.exp(0.3)),
+                   4: (2, 0.25 * 0.5 * math.exp(-0.2))}  # fmt: skip
+    for pos, (target, c) in coefficient.items():
+        p = _softmax(rows[pos])
+        expected = [c * ((1.0 if v == target else 0.0) - p[v]) for v in range(3)]
+        assert torch.allclose(_grad(model.logits)[0, pos], torch.tensor(expected), atol=1e-7)
+    # the statistics report the correction's weights wherever they were applied
+    assert math.isclose(stats["is_weight_sum"], math.exp(0.1) + 2 * math.exp(0.3) + math.exp(-0.2), rel_tol=1e-6)
+
+
+def test_anchored_moves_a_stale_weight_into_the_ratio_and_keeps_a_masked_token_dropped() -> None:
+    proximal = torch.tensor([[-1.0, -1.0, -1.0, -1.0]])
+    weights = torch.tensor([[math.exp(0.1), 2.0, 0.0, math.exp(0.3)]])  # the last token is fresh
+    stale = torch.tensor([[True, True, True, False]])
+    old, outside = anchored(proximal, weights, stale)
+    assert torch.allclose(old, torch.tensor([[-1.1, -1.0 - math.log(2.0), -1.0, -1.0]]))
+    assert torch.allclose(outside, torch.tensor([[1.0, 1.0, 0.0, math.exp(0.3)]]))
+    same_old, same_weights = anchored(proximal, weights, None)
+    assert same_old is proximal and same_weights is weights
