@@ -188,6 +188,7 @@ class Scheduler:
     async def _drive(self, row: Rollout, tasks: Mapping[str, TaskSpec], slots: anyio.Semaphore) -> None:
         async with slots:
             self.progress.occupied += 1
+            self._on_progress(self.progress)  # a slot held from here: its rollout's start counts as busy
             try:
                 current: Rollout | None = row
                 while current is not None:

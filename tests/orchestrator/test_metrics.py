@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rollwire.metrics import MetricsServer
 from rollwire.orchestrator.metrics import OrchestratorMetrics
+from rollwire.orchestrator.runtimes.base import Handle, RolloutJob
 from rollwire.orchestrator.runtimes.local.runtime import LocalRuntime
 from rollwire.orchestrator.scheduler import Progress, Scheduler
 from rollwire.orchestrator.scoring import ExpectedAnswerScorer
@@ -80,3 +81,33 @@ async def test_orchestrator_metrics_match_the_store(book, tmp_path) -> None:
     assert {k: v for k, v in again.items() if "_created" not in k[0]} == {
         k: v for k, v in first.items() if "_created" not in k[0]
     }  # resumed: nothing new ran, nothing counted twice
+
+
+@pytest.mark.asyncio
+async def test_a_slot_is_reported_held_while_its_rollout_starts(book, tmp_path) -> None:
+    """``Progress.occupied`` is what the RL loop's slot meter integrates: a rollout's start (claim, workspace,
+    process) must count as busy, so the scheduler reports the slot held before the runtime starts the workload."""
+    settings = orchestrator_settings(concurrency=1, workspace_root=str(tmp_path / "ws"))
+    held = anyio.Event()
+    reported_before_start: list[bool] = []
+
+    class WatchedStart(LocalRuntime):
+        async def start(self, job: RolloutJob) -> Handle:
+            with anyio.move_on_after(10):  # a bound for the failure case only: the report comes first when it works
+                await held.wait()
+            reported_before_start.append(held.is_set())
+            return await super().start(job)
+
+    def seen(progress: Progress) -> None:
+        if progress.occupied == 1 and progress.running == 0:
+            held.set()
+
+    with anyio.fail_after(60):
+        async with WatchedStart(settings, host_env=dict(os.environ)) as runtime:
+            scheduler = Scheduler(
+                book=book, runtime=runtime, adapter=ScriptAdapter(HARNESS), scorer=ExpectedAnswerScorer({"t0": "0"}),
+                settings=settings, endpoints=ENDPOINTS, on_progress=seen,
+            )  # fmt: skip
+            await scheduler.run(plan("run-held", tasks=1, group=1))
+    assert reported_before_start == [True]
+    assert [row.status for row in book.rollouts("run-held")] == ["finished"]
