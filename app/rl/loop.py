@@ -47,7 +47,7 @@ class RLConfig:
     max_lag: int = 0
     """Updates the sampler may run ahead of the trainer (0: lockstep; >= 1 turns TIS on, its tokens of older
     policies clipped around the policy that sampled them: ``trainer.losses.anchored``). On one 2-core machine
-    overlap made the loop 3-10% faster (``docs/bench-log.md``, ``bench/async_rl.py``): opt in."""
+    overlap made the loop 3-14% faster (``docs/bench-log.md``, ``bench/async_rl.py``): opt in."""
     epochs: int = 4
     """Clipped passes over each update's groups."""
     dynamic_sampling: bool = True
